@@ -1,0 +1,107 @@
+"""The `Communicator` interface every engine implements."""
+
+import abc
+
+import tensorflow as tf
+
+from keras_hybrid.comm.comm_stats import CommStats
+
+ENGINES = ("tf", "horovod")
+REDUCE_OPS = ("sum", "mean", "max")
+
+
+class Communicator(abc.ABC):
+    """Collectives among the worker processes of one job.
+
+    Every method is callable eagerly and inside a `tf.function`, and every
+    worker must call the same methods with tensors of the same dtypes. Only
+    `all_gather` and `all_to_all` accept sizes that differ between workers.
+    Each call charges the bytes this worker sends to a traffic `path` of
+    `CommStats`.
+
+    Args:
+        rank: Int. This worker's index, `0 <= rank < size`.
+        size: Int. Number of worker processes.
+        timeout_seconds: Float. How long a collective may wait for its peers
+            before it fails with `tf.errors.DeadlineExceededError`.
+        bucket_bytes: Int. Dense all-reduces are fused into buckets of at
+            most this many bytes.
+    """
+
+    def __init__(
+        self,
+        rank: int,
+        size: int,
+        timeout_seconds: float,
+        bucket_bytes: int,
+    ) -> None:
+        self.rank = rank
+        self.size = size
+        self.timeout_seconds = timeout_seconds
+        self.bucket_bytes = bucket_bytes
+        self.stats = CommStats()
+
+    @abc.abstractmethod
+    def all_reduce(
+        self,
+        tensors: list[tf.Tensor],
+        op: str = "sum",
+        path: str = "dense",
+    ) -> list[tf.Tensor]:
+        """Reduces each tensor across workers (fused into buckets)."""
+
+    @abc.abstractmethod
+    def all_gather(self, tensor: tf.Tensor, path: str = "control") -> tuple:
+        """Concatenates every worker's `tensor` along axis 0.
+
+        Returns:
+            `(gathered, sizes)`: the rows of all workers in rank order, and
+            an int32 vector with the number of rows each worker gave.
+        """
+
+    @abc.abstractmethod
+    def all_to_all(
+        self,
+        tensor: tf.Tensor,
+        send_counts: tf.Tensor,
+        path: str = "control",
+    ) -> tuple:
+        """Sends `send_counts[j]` consecutive rows of `tensor` to worker j.
+
+        Returns:
+            `(received, recv_counts)`: the rows received, grouped by source
+            rank in rank order, and how many came from each worker.
+        """
+
+    @abc.abstractmethod
+    def broadcast(
+        self, tensor: tf.Tensor, root: int = 0, path: str = "control"
+    ) -> tf.Tensor:
+        """Returns `root`'s `tensor` on every worker."""
+
+    def barrier(self) -> None:
+        """Returns once every worker has reached the barrier."""
+        self.all_reduce([tf.zeros([1], tf.int32)], path="control")
+
+
+def make_communicator(
+    engine: str,
+    rank: int,
+    size: int,
+    timeout_seconds: float,
+    bucket_bytes: int,
+) -> Communicator:
+    """Builds the communicator of `engine` (one of `ENGINES`)."""
+    if engine == "tf":
+        from keras_hybrid.comm.tf_communicator import TFCommunicator
+
+        return TFCommunicator(rank, size, timeout_seconds, bucket_bytes)
+    if engine == "horovod":
+        raise NotImplementedError(
+            "The Horovod engine is not available in this version. Use "
+            "`engine='tf'` (TensorFlow collectives), which needs no extra "
+            "install."
+        )
+    raise ValueError(
+        f"`engine` must be one of {ENGINES}. Received: engine={engine!r}"
+    )

@@ -1,0 +1,221 @@
+"""The default engine: TensorFlow's own V2 collectives over gRPC.
+
+Private hooks touched: `tensorflow.python.ops.collective_ops` (the V2 ops
+take the instance key as a tensor, which lets one traced op choose its key
+per step). Tested on TF 2.21.
+"""
+
+import tensorflow as tf
+from tensorflow.python.ops import collective_ops
+
+from keras_hybrid.comm import instance_keys
+from keras_hybrid.comm.communicator import REDUCE_OPS
+from keras_hybrid.comm.communicator import Communicator
+
+_GROUP_KEY = 1
+_MERGE_OPS = {"sum": "Add", "mean": "Add", "max": "Max"}
+
+
+class TFCommunicator(Communicator):
+    """`Communicator` on `CollectiveReduceV2`/`GatherV2`/`AllToAllV2`.
+
+    Sizes are charged as a ring algorithm sends them: an all-reduce of D
+    bytes sends 2 (N - 1) / N D, an all-gather of D local bytes (N - 1) D,
+    an all-to-all the rows bound for other workers.
+    """
+
+    def __init__(self, rank, size, timeout_seconds, bucket_bytes) -> None:
+        super().__init__(rank, size, timeout_seconds, bucket_bytes)
+        self._keys = instance_keys.InstanceKeys()
+
+    # -- all-reduce ---------------------------------------------------------
+
+    def all_reduce(self, tensors, op="sum", path="dense"):
+        if op not in REDUCE_OPS:
+            raise ValueError(
+                f"`op` must be one of {REDUCE_OPS}. Received: op={op!r}"
+            )
+        tensors = [tf.convert_to_tensor(t) for t in tensors]
+        if self.size == 1:
+            return [tf.identity(t) for t in tensors]
+        results: list = [None] * len(tensors)
+        for bucket in self._buckets(tensors):
+            reduced = self._all_reduce_flat(
+                [tensors[i] for i in bucket], op, path
+            )
+            for i, value in zip(bucket, reduced, strict=True):
+                results[i] = value
+        return results
+
+    def _buckets(self, tensors) -> list[list[int]]:
+        """Groups tensor indices by dtype into buckets of <= bucket_bytes."""
+        buckets: list[list[int]] = []
+        open_bucket: dict = {}
+        for i, t in enumerate(tensors):
+            nbytes = t.shape.num_elements() * t.dtype.size
+            current = open_bucket.get(t.dtype)
+            if current is None or current[1] + nbytes > self.bucket_bytes:
+                current = [[], 0]
+                buckets.append(current[0])
+                open_bucket[t.dtype] = current
+            current[0].append(i)
+            current[1] += nbytes
+        return buckets
+
+    def _all_reduce_flat(self, tensors, op, path):
+        key = self._keys.base_key(
+            f"all_reduce/{op}/{instance_keys.describe(tensors)}"
+        )
+        flat = tf.concat([tf.reshape(t, [-1]) for t in tensors], axis=0)
+        reduced = collective_ops.all_reduce_v2(
+            flat,
+            group_size=self.size,
+            group_key=_GROUP_KEY,
+            instance_key=key,
+            merge_op=_MERGE_OPS[op],
+            final_op="Div" if op == "mean" else "Id",
+            timeout=self.timeout_seconds,
+        )
+        nbytes = flat.shape.num_elements() * flat.dtype.size
+        self.stats.record(path, 2 * (self.size - 1) * nbytes // self.size)
+        sizes = [t.shape.num_elements() for t in tensors]
+        return [
+            tf.reshape(part, t.shape)
+            for part, t in zip(tf.split(reduced, sizes), tensors, strict=True)
+        ]
+
+    # -- variable-sized exchanges -------------------------------------------
+
+    def _agree_capacity(self, counts: tf.Tensor) -> tf.Tensor:
+        """Max of `counts` over workers (one tiny all-reduce)."""
+        counts = tf.reshape(tf.cast(counts, tf.int32), [-1])
+        (peak,) = self.all_reduce([counts], op="max", path="control")
+        return tf.reduce_max(peak)
+
+    def all_gather(self, tensor, path="control"):
+        tensor = tf.convert_to_tensor(tensor)
+        rows = tf.shape(tensor)[0]
+        if self.size == 1:
+            return tf.identity(tensor), tf.reshape(rows, [1])
+        base = self._keys.base_key(
+            "all_gather/" + instance_keys.describe([tensor], rows_vary=True)
+        )
+        sizes = self._gather_fixed(tf.reshape(rows, [1]), "control")
+        key, cap = self._keys.bucketed_key(base, tf.reduce_max(sizes))
+        padded = _pad_rows(tensor, cap)
+        gathered = collective_ops.all_gather_v2(
+            padded,
+            group_size=self.size,
+            group_key=_GROUP_KEY,
+            instance_key=key,
+            timeout=self.timeout_seconds,
+        )
+        row_bytes = _row_bytes(tensor)
+        peers = self.size - 1
+        self.stats.record(path, peers * _i64(rows) * row_bytes)
+        self.stats.record(
+            "padding", peers * _i64(cap - rows) * row_bytes, calls=0
+        )
+        return _unpad(gathered, sizes, cap, self.size), sizes
+
+    def _gather_fixed(self, tensor, path):
+        """All-gather of a tensor whose shape is the same on all workers."""
+        key = self._keys.base_key(
+            "gather_fixed/" + instance_keys.describe([tensor])
+        )
+        gathered = collective_ops.all_gather_v2(
+            tensor,
+            group_size=self.size,
+            group_key=_GROUP_KEY,
+            instance_key=key,
+            timeout=self.timeout_seconds,
+        )
+        self.stats.record(
+            path,
+            (self.size - 1) * tensor.shape.num_elements() * tensor.dtype.size,
+        )
+        return gathered
+
+    def all_to_all(self, tensor, send_counts, path="control"):
+        tensor = tf.convert_to_tensor(tensor)
+        send_counts = tf.cast(tf.reshape(send_counts, [self.size]), tf.int32)
+        if self.size == 1:
+            return tf.identity(tensor), send_counts
+        recv_counts = self._exchange_counts(send_counts)
+        base = self._keys.base_key(
+            "all_to_all/" + instance_keys.describe([tensor], rows_vary=True)
+        )
+        cap_needed = tf.maximum(
+            tf.reduce_max(send_counts), tf.reduce_max(recv_counts)
+        )
+        key, cap = self._keys.bucketed_key(
+            base, self._agree_capacity(cap_needed)
+        )
+        # One block of `cap` rows per destination.
+        blocks = tf.split(tensor, send_counts, num=self.size)
+        padded = tf.concat([_pad_rows(b, cap) for b in blocks], axis=0)
+        received = collective_ops.all_to_all_v2(
+            padded,
+            group_size=self.size,
+            group_key=_GROUP_KEY,
+            instance_key=key,
+            timeout=self.timeout_seconds,
+        )
+        row_bytes = _row_bytes(tensor)
+        sent_rows = tf.reduce_sum(send_counts) - send_counts[self.rank]
+        self.stats.record(path, _i64(sent_rows) * row_bytes)
+        pad_rows = (self.size - 1) * cap - sent_rows
+        self.stats.record("padding", _i64(pad_rows) * row_bytes, calls=0)
+        return _unpad(received, recv_counts, cap, self.size), recv_counts
+
+    def _exchange_counts(self, send_counts):
+        """recv_counts[j] = what worker j sends to this worker."""
+        matrix = self._gather_fixed(send_counts, "control")
+        return tf.reshape(matrix, [self.size, self.size])[:, self.rank]
+
+    # -- broadcast
+
+    def broadcast(self, tensor, root=0, path="control"):
+        tensor = tf.convert_to_tensor(tensor)
+        if self.size == 1:
+            return tf.identity(tensor)
+        key = self._keys.base_key(
+            f"broadcast/{root}/" + instance_keys.describe([tensor])
+        )
+        common = dict(
+            group_size=self.size,
+            group_key=_GROUP_KEY,
+            instance_key=key,
+            timeout=self.timeout_seconds,
+        )
+        if self.rank == root:
+            nbytes = tensor.shape.num_elements() * tensor.dtype.size
+            self.stats.record(path, (self.size - 1) * nbytes)
+            return collective_ops.broadcast_send_v2(tensor, **common)
+        return collective_ops.broadcast_recv_v2(
+            tf.shape(tensor), tensor.dtype, **common
+        )
+
+
+def _i64(x) -> tf.Tensor:
+    return tf.cast(x, tf.int64)
+
+
+def _row_bytes(tensor: tf.Tensor) -> tf.Tensor:
+    row = tf.reduce_prod(tf.shape(tensor)[1:])
+    return tf.cast(row, tf.int64) * tensor.dtype.size
+
+
+def _pad_rows(tensor: tf.Tensor, capacity: tf.Tensor) -> tf.Tensor:
+    rows = tf.shape(tensor)[0]
+    paddings = tf.concat(
+        [[[0, capacity - rows]], tf.zeros([tf.rank(tensor) - 1, 2], tf.int32)],
+        axis=0,
+    )
+    return tf.pad(tensor, paddings)
+
+
+def _unpad(blocks, counts, capacity, size):
+    """Keeps the first counts[j] rows of each of the `size` blocks."""
+    parts = tf.split(blocks, size * [capacity], num=size)
+    return tf.concat([p[: counts[j]] for j, p in enumerate(parts)], axis=0)

@@ -1,0 +1,1 @@
+"""`HybridStrategy`: the `tf.distribute.Strategy` of keras-hybrid."""

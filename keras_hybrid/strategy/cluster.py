@@ -1,0 +1,115 @@
+"""Finds this process's place in the job and starts its gRPC server.
+
+Private hooks touched: `context.context().configure_collective_ops`,
+`enable_collective_ops` and the `ServerDef` proto (what
+`MultiWorkerMirroredStrategy` does to start a worker). Tested on TF 2.21.
+"""
+
+import dataclasses
+import os
+
+import tensorflow as tf
+from absl import logging
+from tensorflow.core.protobuf import tensorflow_server_pb2
+from tensorflow.python.eager import context
+
+_JOB = "worker"
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterInfo:
+    """Where this process sits in the job.
+
+    Attributes:
+        rank: Int. Index of this worker.
+        size: Int. Number of workers.
+        cluster_spec: `tf.train.ClusterSpec` or `None` for one process.
+        rpc_layer: String. Protocol of the cluster channel.
+    """
+
+    rank: int
+    size: int
+    cluster_spec: tf.train.ClusterSpec | None
+    rpc_layer: str = "grpc"
+
+    @property
+    def device(self) -> str:
+        if self.cluster_spec is None:
+            return "/job:localhost/replica:0/task:0/device:CPU:0"
+        return f"/job:{_JOB}/replica:0/task:{self.rank}/device:CPU:0"
+
+
+def resolve(cluster_resolver=None) -> ClusterInfo:
+    """Reads the cluster from `cluster_resolver` or the environment.
+
+    Without a resolver, `TF_CONFIG` (what `keras-hybrid-run` and Kubernetes
+    operators set) is read with `TFConfigClusterResolver`. A cluster with no
+    workers, or no `TF_CONFIG`, means one process.
+    """
+    if cluster_resolver is None:
+        if not os.environ.get("TF_CONFIG"):
+            return ClusterInfo(rank=0, size=1, cluster_spec=None)
+        cluster_resolver = (
+            tf.distribute.cluster_resolver.TFConfigClusterResolver()
+        )
+    if not isinstance(
+        cluster_resolver, tf.distribute.cluster_resolver.ClusterResolver
+    ):
+        raise TypeError(
+            "`cluster_resolver` must be a "
+            "`tf.distribute.cluster_resolver.ClusterResolver`. Received: "
+            f"cluster_resolver={cluster_resolver!r} of type "
+            f"{type(cluster_resolver).__name__}"
+        )
+    spec = cluster_resolver.cluster_spec()
+    jobs = spec.as_dict()
+    if not jobs:
+        return ClusterInfo(rank=0, size=1, cluster_spec=None)
+    if set(jobs) != {_JOB}:
+        raise ValueError(
+            "HybridStrategy runs one job of identical workers, named "
+            f"'{_JOB}'. Received a cluster with jobs {sorted(jobs)}. Put "
+            "every process in the 'worker' job (the chief is rank 0)."
+        )
+    size = spec.num_tasks(_JOB)
+    rank = cluster_resolver.task_id
+    if rank is None or not 0 <= int(rank) < size:
+        raise ValueError(
+            f"The task index must be in [0, {size}). Received: "
+            f"task_id={rank}. Check TF_CONFIG's 'task' entry."
+        )
+    return ClusterInfo(
+        rank=int(rank),
+        size=size,
+        cluster_spec=spec,
+        rpc_layer=cluster_resolver.rpc_layer or "grpc",
+    )
+
+
+def start_server(info: ClusterInfo) -> None:
+    """Starts this worker's server so that collectives reach its peers."""
+    if info.cluster_spec is None:
+        return
+    leader = f"/job:{_JOB}/replica:0/task:0"
+    ctx = context.context()
+    ctx.configure_collective_ops(
+        collective_leader=leader,
+        device_filters=(f"/job:{_JOB}/task:{info.rank}",),
+    )
+    config = ctx.config
+    config.experimental.collective_group_leader = leader
+    server_def = tensorflow_server_pb2.ServerDef(
+        cluster=info.cluster_spec.as_cluster_def(),
+        default_session_config=config,
+        job_name=_JOB,
+        task_index=info.rank,
+        protocol=info.rpc_layer,
+    )
+    ctx.enable_collective_ops(server_def)
+    ctx.ensure_initialized()
+    logging.info(
+        "keras-hybrid worker %d/%d serving on %s",
+        info.rank,
+        info.size,
+        info.cluster_spec.task_address(_JOB, info.rank),
+    )

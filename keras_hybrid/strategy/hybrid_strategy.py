@@ -1,0 +1,202 @@
+"""`HybridStrategy`: synchronous data parallelism, one replica per process."""
+
+import os
+
+import keras
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from keras_hybrid.comm import communicator as communicator_lib
+from keras_hybrid.strategy import cluster
+from keras_hybrid.strategy import input_sharding
+from keras_hybrid.strategy.hybrid_extended import HybridExtended
+
+ENGINE_ENV = "KERAS_HYBRID_ENGINE"
+DEFAULT_BUCKET_BYTES = 4 * 1024 * 1024
+
+
+class HybridStrategy(tf.distribute.Strategy):
+    """Data-parallel training of unchanged Keras code on many processes.
+
+    Each process is one replica. Start N of them with `keras-hybrid-run -np
+    N python train.py`; the launcher tells each where it sits. With no
+    cluster in the environment the strategy runs one plain process.
+
+    Batch sizes given to `fit`, `evaluate` and `predict` are global: each
+    worker computes on its slice of every global batch. Losses and metrics
+    in `History`, in callbacks' `logs` and from `evaluate` are global and
+    identical on every rank. Initial values of variables are broadcast from
+    rank 0, so workers that seeded differently start identical. Gradients
+    are summed with fused all-reduces over the chosen engine.
+
+    Args:
+        cluster_resolver: Optional
+            `tf.distribute.cluster_resolver.ClusterResolver` (for example
+            `SlurmClusterResolver`). Defaults to `None`: `TF_CONFIG` is read
+            if set, else one process.
+        engine: Optional string. Communication engine, one of
+            `("tf", "horovod")`. Defaults to `None`: the `KERAS_HYBRID_ENGINE`
+            environment variable if set, else `"tf"` (TensorFlow's
+            collectives). The environment variable overrides the argument.
+        timeout_seconds: Float. How long any collective may wait for its
+            peers before failing with an error. Defaults to `300`.
+        bucket_bytes: Int. Dense gradients are fused into all-reduces of at
+            most this many bytes. Defaults to `4 MiB`.
+        log_all_ranks: Boolean. If `False`, ranks other than 0 turn off
+            Keras' interactive output (the progress bar). Defaults to
+            `False`.
+
+    Example:
+
+    ```python
+    strategy = keras_hybrid.HybridStrategy()
+    with strategy.scope():
+        model = build_model()
+        model.compile(optimizer="adam", loss="mse", metrics=["mae"])
+    model.fit(x, y, batch_size=256, epochs=3)
+    ```
+
+    Raises:
+        ValueError: If `engine` is unknown, `timeout_seconds` or
+            `bucket_bytes` is not positive, or the cluster is malformed.
+        TypeError: If `cluster_resolver` is not a `ClusterResolver`.
+    """
+
+    def __init__(
+        self,
+        cluster_resolver=None,
+        engine: str | None = None,
+        timeout_seconds: float = 300.0,
+        bucket_bytes: int = DEFAULT_BUCKET_BYTES,
+        log_all_ranks: bool = False,
+    ) -> None:
+        engine = _choose_engine(engine)
+        _check_positive("timeout_seconds", timeout_seconds)
+        _check_positive("bucket_bytes", bucket_bytes)
+        info = cluster.resolve(cluster_resolver)
+        cluster.start_server(info)
+        comm = communicator_lib.make_communicator(
+            engine,
+            info.rank,
+            info.size,
+            float(timeout_seconds),
+            int(bucket_bytes),
+        )
+        self._cluster_info = info
+        self._engine = engine
+        super().__init__(HybridExtended(self, _local_device(info), comm))
+        if info.rank != 0 and not log_all_ranks:
+            keras.config.disable_interactive_logging()
+        self._agree_on_random_seed()
+
+    # -- where this process sits
+
+    @property
+    def rank(self) -> int:
+        """Int. Index of this worker process, 0 for the chief."""
+        return self._cluster_info.rank
+
+    @property
+    def size(self) -> int:
+        """Int. Number of worker processes (= `num_replicas_in_sync`)."""
+        return self._cluster_info.size
+
+    @property
+    def is_chief(self) -> bool:
+        """Boolean. Whether this is rank 0, which writes files and logs."""
+        return self._cluster_info.rank == 0
+
+    @property
+    def engine(self) -> str:
+        """String. The communication engine in use."""
+        return self._engine
+
+    @property
+    def communicator(self):
+        """The `keras_hybrid.comm.Communicator` (with its `stats`)."""
+        return self.extended.communicator
+
+    # -- helpers for users
+
+    def gather_predictions(self, predictions, batch_size: int) -> np.ndarray:
+        """Puts every rank's `predict` output back into global input order.
+
+        `model.predict(x, batch_size=B)` returns this rank's rows only: its
+        slice of each global batch of B rows. Every rank must call this
+        (it is a collective); every rank gets all rows, in input order.
+
+        Args:
+            predictions: Array-like. This rank's output of `predict`.
+            batch_size: Int. The global batch size given to `predict`.
+
+        Returns:
+            A NumPy array with the rows of all ranks in input order.
+        """
+        _check_positive("batch_size", batch_size)
+        local = tf.convert_to_tensor(predictions)
+        gathered, sizes = self.communicator.all_gather(local)
+        gathered, sizes = gathered.numpy(), sizes.numpy().tolist()
+        per_rank = np.split(gathered, np.cumsum(sizes)[:-1])
+        total = sum(sizes)
+        offsets = [0] * self.size
+        rows = []
+        for start in range(0, total, batch_size):
+            split = input_sharding.split_sizes(
+                min(batch_size, total - start), self.size
+            )
+            for r, n in enumerate(split):
+                rows.append(per_rank[r][offsets[r] : offsets[r] + n])
+                offsets[r] += n
+        return np.concatenate(rows, axis=0)
+
+    def _agree_on_random_seed(self) -> None:
+        """Gives every worker rank 0's TF global seed (a random one if unset).
+
+        Keras shuffles `fit` data with TF random ops; workers must draw the
+        same permutation, or slices of a global batch would overlap.
+        """
+        if self.size == 1:
+            return
+        seed, _ = tf.compat.v1.random.get_seed(None)
+        if seed is None:
+            seed = np.random.SeedSequence().generate_state(1)[0] % (2**31)
+        seed = self.communicator.broadcast(
+            tf.constant([seed], tf.int64), root=0
+        )
+        seed = int(seed.numpy()[0])
+        tf.random.set_seed(seed)
+        logging.info("keras-hybrid: TF global seed %d on all ranks", seed)
+
+
+def _choose_engine(engine: str | None) -> str:
+    from_env = os.environ.get(ENGINE_ENV)
+    if from_env:
+        if engine is not None and engine != from_env:
+            logging.warning(
+                "%s=%s overrides engine=%r.", ENGINE_ENV, from_env, engine
+            )
+        engine = from_env
+    engine = engine or "tf"
+    if engine not in communicator_lib.ENGINES:
+        raise ValueError(
+            f"`engine` must be one of {communicator_lib.ENGINES}. Received: "
+            f"engine={engine!r} (argument or {ENGINE_ENV})."
+        )
+    return engine
+
+
+def _check_positive(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(
+            f"`{name}` must be a number. Received: {name}={value!r}"
+        )
+    if value <= 0:
+        raise ValueError(f"`{name}` must be > 0. Received: {name}={value}")
+
+
+def _local_device(info: cluster.ClusterInfo) -> str:
+    """The device of this replica: its first GPU, else its CPU."""
+    if tf.config.list_physical_devices("GPU"):
+        return info.device.replace("CPU", "GPU")
+    return info.device

@@ -1,0 +1,57 @@
+"""Splits each global batch of a dataset among the workers."""
+
+import tensorflow as tf
+from tensorflow.python.data.experimental.ops import distribute as tf_data
+from tensorflow.python.distribute import input_ops
+
+_FILE = tf.data.experimental.AutoShardPolicy.FILE
+_OFF = tf.data.experimental.AutoShardPolicy.OFF
+
+
+def shard_dataset(
+    dataset: tf.data.Dataset, rank: int, size: int
+) -> tf.data.Dataset:
+    """Returns this worker's part of a dataset of global batches.
+
+    - Default (`AUTO`/`DATA`): worker r keeps rows
+      `[r * b // size, (r + 1) * b // size)` of every global batch of b
+      rows, so all workers run the same number of steps and one global step
+      sees exactly the global batch, in order. Every worker reads the whole
+      input pipeline.
+    - `FILE`: TensorFlow's file-level auto-sharding plus a rebatch to the
+      per-worker batch size, as `MultiWorkerMirroredStrategy` does. Each
+      worker reads only its files.
+    - `OFF`: the dataset is used as given; the user sharded it.
+    """
+    if size == 1:
+        return dataset
+    policy = dataset.options().experimental_distribute.auto_shard_policy
+    if policy == _OFF:
+        return dataset
+    if policy == _FILE:
+        batch_size = tf_data.compute_batch_size(dataset)
+        batch_sizes = tf_data.batch_sizes_for_worker(batch_size, size, 1, rank)
+        dataset = dataset.rebatch(batch_sizes)
+        return input_ops.auto_shard_dataset(dataset, size, rank, size)
+    return dataset.map(
+        lambda *batch: _slice_batch(batch, rank, size),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
+    )
+
+
+def _slice_batch(batch: tuple, rank: int, size: int):
+    flat = tf.nest.flatten(batch)
+    rows = tf.shape(flat[0], out_type=tf.int64)[0]
+    start = rank * rows // size
+    stop = (rank + 1) * rows // size
+    sliced = tf.nest.pack_sequence_as(batch, [t[start:stop] for t in flat])
+    return sliced if len(batch) > 1 else sliced[0]
+
+
+def split_sizes(global_batch: int, size: int) -> list[int]:
+    """Rows each worker gets from a global batch of `global_batch` rows."""
+    return [
+        (r + 1) * global_batch // size - r * global_batch // size
+        for r in range(size)
+    ]

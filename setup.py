@@ -1,0 +1,5 @@
+"""Shim for tools that still call setup.py; configuration is in setup.cfg."""
+
+import setuptools
+
+setuptools.setup()

@@ -1,0 +1,18 @@
+"""One fully resolved worker process to start."""
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerCommand:
+    """What `WorkerGroup` starts for one rank.
+
+    Args:
+        rank: Int. Global rank, used as the `[rank] ` output prefix.
+        argv: List of strings. Program and arguments (may be an ssh call).
+        env: Dict of strings. Complete environment of the process.
+    """
+
+    rank: int
+    argv: list[str]
+    env: dict[str, str]

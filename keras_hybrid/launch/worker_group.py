@@ -1,0 +1,240 @@
+"""Starts worker processes, forwards their output and supervises them."""
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import TextIO
+
+from keras_hybrid.launch import exit_codes
+from keras_hybrid.launch.output_forwarder import OutputForwarder
+from keras_hybrid.launch.worker_command import WorkerCommand
+
+logger = logging.getLogger(__name__)
+
+FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_POLL_SECONDS = 0.05
+# How long to wait for the last output once every worker has exited.
+_DRAIN_SECONDS = 5.0
+
+
+class WorkerGroup:
+    """Runs one process per `WorkerCommand` and returns one exit code.
+
+    Each worker gets its own session (and so process group), which lets
+    signals reach the worker's own children too. The group stops every
+    worker as soon as one fails, the launcher gets SIGINT/SIGTERM, or the
+    timeout expires: first the triggering signal (SIGTERM for a failure or
+    timeout), then SIGKILL after `grace_seconds`.
+
+    Args:
+        commands: List of `WorkerCommand`, in rank order.
+        grace_seconds: Float. Time between the polite signal and SIGKILL.
+            Defaults to `10.0`.
+        stdout: Text file or `None`. Where worker stdout goes. Defaults to
+            `sys.stdout` at the time `run()` is called.
+        stderr: Text file or `None`. Where worker stderr goes. Defaults to
+            `sys.stderr` at the time `run()` is called.
+
+    Example:
+
+    ```python
+    group = WorkerGroup([WorkerCommand(0, ["python", "-c", "1"], env)])
+    exit_code = group.run(timeout=60)
+    ```
+    """
+
+    def __init__(
+        self,
+        commands: list[WorkerCommand],
+        *,
+        grace_seconds: float = 10.0,
+        stdout: TextIO | None = None,
+        stderr: TextIO | None = None,
+    ) -> None:
+        self._commands = list(commands)
+        self._grace_seconds = grace_seconds
+        self._stdout = stdout
+        self._stderr = stderr
+        self._procs: list[subprocess.Popen] = []
+        self._forwarders: list[OutputForwarder] = []
+        self._signals: list[int] = []
+
+    def run(self, timeout: float | None = None) -> int:
+        """Starts all workers and waits for the job to end.
+
+        Args:
+            timeout: Float or `None`. Seconds for the whole job; `None` or
+                `0` means no limit.
+
+        Returns:
+            Int. `0` if every worker exited 0; the first failed worker's
+            code (`128 + k` for signal `k`); `128 + k` if the launcher got
+            signal `k`; `124` on timeout; `127` if a worker could not start.
+        """
+        with self._signals_caught():
+            code = self._start_all()
+            if code is None:
+                code = self._supervise(timeout)
+        self._drain()
+        return code
+
+    @contextlib.contextmanager
+    def _signals_caught(self) -> Iterator[None]:
+        # Python only allows handlers in the main thread; elsewhere the
+        # caller keeps its own signal handling.
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {sig: signal.getsignal(sig) for sig in FORWARDED_SIGNALS}
+        for sig in FORWARDED_SIGNALS:
+            signal.signal(sig, self._on_signal_received)
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _on_signal_received(self, signum: int, frame: object) -> None:
+        # Only record here; the supervise loop forwards within one poll.
+        del frame
+        self._signals.append(signum)
+
+    def _start_all(self) -> int | None:
+        stdout = self._stdout or sys.stdout
+        stderr = self._stderr or sys.stderr
+        locks = (threading.Lock(), threading.Lock())
+        for command in self._commands:
+            try:
+                proc = subprocess.Popen(
+                    command.argv,
+                    env=command.env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    start_new_session=True,
+                )
+            except OSError as error:
+                logger.error(
+                    "cannot start worker rank %d: %s. Check that the "
+                    "command exists and is executable.",
+                    command.rank,
+                    error,
+                )
+                self._stop(signal.SIGTERM)
+                return exit_codes.NOT_STARTED_EXIT_CODE
+            self._procs.append(proc)
+            prefix = f"[{command.rank}] "
+            for pipe, sink, lock in (
+                (proc.stdout, stdout, locks[0]),
+                (proc.stderr, stderr, locks[1]),
+            ):
+                forwarder = OutputForwarder(pipe, sink, prefix, lock)
+                forwarder.start()
+                self._forwarders.append(forwarder)
+        return None
+
+    def _supervise(self, timeout: float | None) -> int:
+        deadline = time.monotonic() + timeout if timeout else None
+        while True:
+            if self._signals:
+                return self._on_launcher_signal(self._signals[0])
+            failed = self._first_failure()
+            if failed is not None:
+                return self._on_worker_failure(failed)
+            if not self._running():
+                return 0
+            if deadline is not None and time.monotonic() >= deadline:
+                return self._on_timeout(timeout)
+            time.sleep(_POLL_SECONDS)
+
+    def _first_failure(self) -> int | None:
+        for rank, proc in enumerate(self._procs):
+            if proc.poll() not in (None, 0):
+                return rank
+        return None
+
+    def _running(self) -> list[subprocess.Popen]:
+        return [proc for proc in self._procs if proc.poll() is None]
+
+    def _on_worker_failure(self, rank: int) -> int:
+        returncode = self._procs[rank].returncode
+        logger.error(
+            "worker rank %d exited with %s; %s.",
+            rank,
+            exit_codes.describe_returncode(returncode),
+            _stopping(len(self._running()), "the other"),
+        )
+        self._stop(signal.SIGTERM)
+        return exit_codes.exit_code_for(returncode)
+
+    def _on_launcher_signal(self, signum: int) -> int:
+        logger.warning(
+            "received %s; forwarding it to %d running worker(s).",
+            exit_codes.signal_name(signum),
+            len(self._running()),
+        )
+        self._stop(signum)
+        return 128 + signum
+
+    def _on_timeout(self, timeout: float) -> int:
+        logger.error(
+            "job exceeded --timeout %gs; %s.",
+            timeout,
+            _stopping(len(self._running()), "the"),
+        )
+        self._stop(signal.SIGTERM)
+        return exit_codes.TIMEOUT_EXIT_CODE
+
+    def _stop(self, signum: int) -> None:
+        """Sends `signum`, waits up to the grace period, then SIGKILLs."""
+        signals_seen = len(self._signals)
+        for proc in self._running():
+            _signal_group(proc, signum)
+        deadline = time.monotonic() + self._grace_seconds
+        while self._running() and time.monotonic() < deadline:
+            if len(self._signals) > signals_seen:
+                logger.warning("received another signal; killing workers.")
+                break
+            time.sleep(_POLL_SECONDS)
+        survivors = self._running()
+        if survivors:
+            logger.warning(
+                "%d worker(s) still running after %gs; sending SIGKILL.",
+                len(survivors),
+                self._grace_seconds,
+            )
+        for proc in self._procs:
+            # Also reaches children left behind by workers already gone.
+            _signal_group(proc, signal.SIGKILL)
+            proc.wait()
+
+    def _drain(self) -> None:
+        deadline = time.monotonic() + _DRAIN_SECONDS
+        for forwarder in self._forwarders:
+            if not forwarder.join(max(0.0, deadline - time.monotonic())):
+                logger.warning(
+                    "worker output is still open after the workers exited, "
+                    "probably held by a child process they left behind; "
+                    "not waiting for it."
+                )
+                return
+
+
+def _signal_group(proc: subprocess.Popen, signum: int) -> None:
+    try:
+        os.killpg(proc.pid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _stopping(count: int, article: str) -> str:
+    if count == 0:
+        return "no other worker is running"
+    noun = "worker" if count == 1 else "workers"
+    return f"stopping {article} {count} {noun}"

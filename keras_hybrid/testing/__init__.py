@@ -1,0 +1,8 @@
+"""Test utilities: a Keras-state-resetting TestCase and a way to run real
+worker processes through the package's launcher."""
+
+from keras_hybrid.testing.multiprocess import WorkerRun
+from keras_hybrid.testing.multiprocess import run_workers
+from keras_hybrid.testing.test_case import TestCase
+
+__all__ = ["TestCase", "WorkerRun", "run_workers"]

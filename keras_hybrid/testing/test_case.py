@@ -1,0 +1,28 @@
+"""Shared `TestCase`: resets Keras state between tests."""
+
+import unittest
+
+import keras
+import numpy as np
+
+
+class TestCase(unittest.TestCase):
+    """Clears Keras' session and seeds before each test."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        keras.backend.clear_session()
+        keras.utils.set_random_seed(1337)
+
+    def tearDown(self) -> None:
+        keras.backend.clear_session()
+        super().tearDown()
+
+    def assertAllClose(self, actual, expected, atol=1e-5, msg=None):
+        np.testing.assert_allclose(
+            np.asarray(actual),
+            np.asarray(expected),
+            atol=atol,
+            rtol=0,
+            err_msg=msg or "",
+        )

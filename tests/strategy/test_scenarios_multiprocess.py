@@ -1,0 +1,158 @@
+"""Edge cases of `fit`/`predict` on real workers, and failures that must
+not hang."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import keras
+import numpy as np
+import pytest
+
+from keras_hybrid.testing import run_workers
+
+HERE = os.path.join(os.path.dirname(__file__), "workers")
+WORKER = os.path.join(HERE, "scenario_worker.py")
+sys.path.insert(0, HERE)
+import scenarios  # noqa: E402
+
+pytestmark = pytest.mark.multiprocess
+
+
+def _launch(case, num_workers=2, *args, timeout=300):
+    out_dir = tempfile.mkdtemp(prefix=f"{case}_")
+    return run_workers(
+        WORKER,
+        num_workers,
+        out_dir,
+        args=(f"--case={case}", *args),
+        timeout=timeout,
+    )
+
+
+def _reference(case):
+    keras.backend.clear_session()
+    return scenarios.run_case(case, None)
+
+
+def _assert_close(a, b, msg=""):
+    np.testing.assert_allclose(a, b, atol=1e-5, rtol=0, err_msg=msg)
+
+
+def test_empty_slice_on_one_rank_neither_hangs_nor_diverges():
+    run = _launch("uneven", 3).check()
+    first = run.results[0]
+    for result in run.results.values():
+        for a, b in zip(result["weights"], first["weights"], strict=True):
+            np.testing.assert_array_equal(a, b)
+        assert result["history"] == first["history"]
+    assert np.isfinite(first["history"]["loss"]).all()
+
+
+def test_validation_sample_class_weights_and_steps_per_epoch():
+    run = _launch("extras").check()
+    ref = _reference("extras")
+    for rank, result in run.results.items():
+        for a, b in zip(result["weights"], ref["weights"], strict=True):
+            _assert_close(a, b, f"rank {rank}")
+        assert set(result["history"]) == set(ref["history"])
+        for name in ref["history"]:
+            _assert_close(result["history"][name], ref["history"][name], name)
+        for name in ref["history_more"]:
+            _assert_close(
+                result["history_more"][name], ref["history_more"][name], name
+            )
+
+
+def test_indexed_slices_are_all_gathered_not_densified():
+    run = _launch("embedding").check()
+    ref = _reference("embedding")
+    assert "IndexedSlices gradients are all-gathered" in run.stderr
+    for result in run.results.values():
+        for a, b in zip(result["weights"], ref["weights"], strict=True):
+            _assert_close(a, b)
+        # Embedding rows (4 floats) and their ids travel, not the table.
+        comm = result["comm"]
+        assert comm["sparse_push"]["bytes"] > 0
+        assert comm["ids"]["bytes"] > 0
+        steps = 2 * 192 // 48
+        per_step_rows = comm["sparse_push"]["bytes"] / steps / 4 / 4
+        assert per_step_rows <= 24 * 5  # this rank's lookups, no more
+
+
+def test_predict_returns_local_rows_and_gathers_in_input_order():
+    run = _launch("predict").check()
+    ref = _reference("predict")
+    assert [r["local_rows"] for r in run.results.values()] == [50, 50]
+    for result in run.results.values():
+        _assert_close(result["predictions"], ref["predictions"])
+
+
+def test_worker_killed_mid_epoch_stops_the_launch_and_names_the_rank():
+    start = time.monotonic()
+    run = _launch("long", 2, "--die_rank=1", "--timeout=20", timeout=120)
+    assert run.returncode != 0
+    assert "rank 1" in run.stderr
+    assert time.monotonic() - start < 60
+
+
+def _free_ports(n):
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def test_dead_peer_is_an_error_on_the_survivor_within_the_timeout():
+    # No launcher here: nothing kills the survivor for us. Its collectives
+    # must fail by themselves within `timeout_seconds`.
+    ports = _free_ports(2)
+    out_dir = tempfile.mkdtemp(prefix="dead_peer_")
+    procs = []
+    for rank in range(2):
+        tf_config = {
+            "cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},
+            "task": {"type": "worker", "index": rank},
+        }
+        env = {
+            **os.environ,
+            "TF_CONFIG": json.dumps(tf_config),
+            "TF_NUM_INTRAOP_THREADS": "1",
+            "TF_NUM_INTEROP_THREADS": "1",
+            "TF_CPP_MIN_LOG_LEVEL": "2",
+        }
+        procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    WORKER,
+                    f"--out_dir={out_dir}",
+                    "--case=long",
+                    "--die_rank=1",
+                    "--timeout=10",
+                ],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+    try:
+        assert procs[1].wait(timeout=120) == -signal.SIGKILL
+        died = time.monotonic()
+        _, err = procs[0].communicate(timeout=60)
+        assert procs[0].returncode != 0
+        assert time.monotonic() - died < 10 + 30
+        assert "Error" in err
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()

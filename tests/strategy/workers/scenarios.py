@@ -1,0 +1,121 @@
+"""Scenarios run the same way on N workers (with a strategy) and on one
+plain-Keras process (strategy=None), so results can be compared."""
+
+import contextlib
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from keras_hybrid.testing import models
+
+CASES = ("uneven", "extras", "embedding", "predict", "long")
+
+
+def run_case(case, strategy, callbacks=()):
+    scope = strategy.scope() if strategy else contextlib.nullcontext()
+    rank = strategy.rank if strategy else 0
+    with scope:
+        model = _model(case, seed=100 + rank)
+        models.compile_model(model, "sgd")
+        if case == "embedding":
+            model.compile(
+                optimizer=keras.optimizers.SGD(0.5),
+                loss="mse",
+                metrics=["mae"],
+            )
+    return globals()[f"_run_{case}"](model, strategy, list(callbacks))
+
+
+def _model(case, seed):
+    if case != "embedding":
+        return models.build_model("functional", seed)
+    keras.utils.set_random_seed(seed)
+    ids = keras.Input((5,), dtype="int32")
+    x = keras.layers.Embedding(50, 4)(ids)
+    x = keras.layers.GlobalAveragePooling1D()(x)
+    return keras.Model(ids, keras.layers.Dense(1)(x))
+
+
+def _summary(model, history, strategy):
+    out = {"weights": model.get_weights(), "history": history.history}
+    if strategy is not None:
+        out["comm"] = strategy.communicator.stats.snapshot()
+    return out
+
+
+def _run_uneven(model, strategy, callbacks):
+    # 130 samples, batch 64: the last global batch has 2 rows, so with 3
+    # workers rank 0 gets an empty slice. It must neither hang nor diverge.
+    x, y = models.make_data(130)
+    history = model.fit(
+        x,
+        y,
+        batch_size=64,
+        epochs=2,
+        shuffle=True,
+        verbose=0,
+        callbacks=callbacks,
+    )
+    return _summary(model, history, strategy)
+
+
+def _run_extras(model, strategy, callbacks):
+    x, y = models.make_data(240)
+    xv, yv = models.make_data(96, seed=1)
+    weights = np.linspace(0.5, 1.5, 240).astype("float32")
+    history = model.fit(
+        x,
+        y,
+        sample_weight=weights,
+        batch_size=48,
+        epochs=2,
+        shuffle=False,
+        validation_data=(xv, yv),
+        validation_batch_size=48,
+        verbose=0,
+        callbacks=callbacks,
+    )
+    data = tf.data.Dataset.from_tensor_slices((x, y)).batch(48).repeat()
+    more = model.fit(
+        data,
+        steps_per_epoch=3,
+        epochs=2,
+        verbose=0,
+        class_weight={0: 1.0, 1: 2.0, 2: 0.5},
+    )
+    out = _summary(model, history, strategy)
+    out["history_more"] = more.history
+    return out
+
+
+def _run_embedding(model, strategy, callbacks):
+    rng = np.random.default_rng(3)
+    ids = (rng.zipf(1.3, size=(192, 5)) % 50).astype("int32")
+    y = rng.normal(size=(192, 1)).astype("float32")
+    history = model.fit(
+        ids,
+        y,
+        batch_size=48,
+        epochs=2,
+        shuffle=False,
+        verbose=0,
+        callbacks=callbacks,
+    )
+    return _summary(model, history, strategy)
+
+
+def _run_predict(model, strategy, callbacks):
+    x, _ = models.make_data(100)
+    local = model.predict(x, batch_size=32, verbose=0)
+    full = strategy.gather_predictions(local, 32) if strategy else local
+    return {"local_rows": len(local), "predictions": full}
+
+
+def _run_long(model, strategy, callbacks):
+    # Long enough that a worker can die in the middle.
+    x, y = models.make_data(2400)
+    history = model.fit(
+        x, y, batch_size=48, epochs=3, verbose=0, callbacks=callbacks
+    )
+    return _summary(model, history, strategy)

@@ -58,12 +58,17 @@ class OutputForwarder:
         return not self._thread.is_alive()
 
     def _forward(self) -> None:
+        # Lines end at "\n" or at "\r": Keras' progress bar redraws itself
+        # with "\r", and waiting for "\n" would show it only at epoch end.
+        pending = b""
         with self._pipe:
-            for raw in iter(self._pipe.readline, b""):
-                line = raw.decode("utf-8", errors="replace")
-                if not line.endswith("\n"):
-                    line += "\n"
-                self._write(self._prefix + line)
+            for chunk in iter(lambda: self._pipe.read1(65536), b""):
+                pending += chunk
+                *lines, pending = _split_keepends(pending)
+                for line in lines:
+                    self._write(self._prefix + _decode(line))
+        if pending:
+            self._write(self._prefix + _decode(pending) + "\n")
 
     def _write(self, text: str) -> None:
         # After the sink breaks (e.g. `| head`) keep draining the pipe so
@@ -76,3 +81,19 @@ class OutputForwarder:
                 self._sink.flush()
             except (OSError, ValueError):
                 self._sink_broken = True
+
+
+def _split_keepends(data: bytes) -> list[bytes]:
+    """Splits after every "\n" or "\r"; the last item is the unfinished
+    rest (possibly empty)."""
+    parts, start = [], 0
+    for i, byte in enumerate(data):
+        if byte in (0x0A, 0x0D):
+            parts.append(data[start : i + 1])
+            start = i + 1
+    parts.append(data[start:])
+    return parts
+
+
+def _decode(line: bytes) -> str:
+    return line.decode("utf-8", errors="replace")

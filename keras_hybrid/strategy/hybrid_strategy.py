@@ -2,7 +2,6 @@
 
 import os
 
-import keras
 import numpy as np
 import tensorflow as tf
 from absl import logging
@@ -10,6 +9,7 @@ from absl import logging
 from keras_hybrid.comm import communicator as communicator_lib
 from keras_hybrid.strategy import cluster
 from keras_hybrid.strategy import input_sharding
+from keras_hybrid.strategy import quiet_ranks
 from keras_hybrid.strategy.hybrid_extended import HybridExtended
 
 ENGINE_ENV = "KERAS_HYBRID_ENGINE"
@@ -43,9 +43,9 @@ class HybridStrategy(tf.distribute.Strategy):
             peers before failing with an error. Defaults to `300`.
         bucket_bytes: Int. Dense gradients are fused into all-reduces of at
             most this many bytes. Defaults to `4 MiB`.
-        log_all_ranks: Boolean. If `False`, ranks other than 0 turn off
-            Keras' interactive output (the progress bar). Defaults to
-            `False`.
+        log_all_ranks: Boolean. If `False`, ranks other than 0 do not print
+            Keras' console output (progress bar, epoch lines); their own
+            log lines still show. Defaults to `False`.
 
     Example:
 
@@ -87,7 +87,7 @@ class HybridStrategy(tf.distribute.Strategy):
         self._engine = engine
         super().__init__(HybridExtended(self, _local_device(info), comm))
         if info.rank != 0 and not log_all_ranks:
-            keras.config.disable_interactive_logging()
+            quiet_ranks.quiet_keras_console()
         self._agree_on_random_seed()
 
     # -- where this process sits

@@ -27,6 +27,32 @@ class OutputForwarderTest(unittest.TestCase):
         self.assertTrue(_forward(b"a\n\nb\nlast", sink))
         self.assertEqual(sink.getvalue(), "[3] a\n[3] \n[3] b\n[3] last\n")
 
+    def test_carriage_returns_end_a_line_so_progress_bars_update(self):
+        sink = io.StringIO()
+        self.assertTrue(_forward(b" 1/3 .\r 2/3 ..\r 3/3 ...\ndone", sink))
+        self.assertEqual(
+            sink.getvalue(),
+            "[3]  1/3 .\r[3]  2/3 ..\r[3]  3/3 ...\n[3] done\n",
+        )
+
+    def test_progress_arrives_before_the_newline(self):
+        read_fd, write_fd = os.pipe()
+        sink = io.StringIO()
+        forwarder = OutputForwarder(
+            os.fdopen(read_fd, "rb"), sink, "[0] ", threading.Lock()
+        )
+        forwarder.start()
+        pipe = os.fdopen(write_fd, "wb")
+        pipe.write(b"step 1\r")
+        pipe.flush()
+        for _ in range(100):
+            if sink.getvalue():
+                break
+            threading.Event().wait(0.05)
+        self.assertEqual(sink.getvalue(), "[0] step 1\r")
+        pipe.close()
+        self.assertTrue(forwarder.join(timeout=10))
+
     def test_replaces_invalid_utf8(self):
         sink = io.StringIO()
         self.assertTrue(_forward(b"\xff ok\n", sink))

@@ -16,10 +16,36 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
+_MIN_TF = (2, 16)
+_NO_TF = (
+    "keras-hybrid needs TensorFlow >= 2.16, which is not installed. Install "
+    "it alone (`pip install tensorflow-cpu` or a GPU build) or with the "
+    "package: `pip install keras-hybrid[tensorflow]` or "
+    "`pip install keras-hybrid[tensorflow-cpu]`."
+)
+
+
+def _require_tensorflow() -> None:
+    try:
+        import tensorflow as tf
+    except ModuleNotFoundError as e:
+        if e.name != "tensorflow":
+            raise
+        raise ImportError(_NO_TF) from e
+    version = tuple(int(p) for p in tf.__version__.split(".")[:2])
+    if version < _MIN_TF:
+        raise ImportError(
+            "keras-hybrid needs TensorFlow >= 2.16. Received: "
+            f"tensorflow=={tf.__version__}. Upgrade it, e.g. "
+            "`pip install -U tensorflow-cpu`."
+        )
+
+
 def __getattr__(name: str):
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'keras_hybrid' has no attribute '{name}'")
+    _require_tensorflow()
     return getattr(importlib.import_module(module), name)
 
 

@@ -1,0 +1,113 @@
+"""HybridStrategy in one process: arguments, errors and the plain path."""
+
+import logging
+import os
+from unittest import mock
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from keras_hybrid import HybridStrategy
+from keras_hybrid.strategy import quiet_ranks
+from keras_hybrid.testing import TestCase
+from keras_hybrid.testing import models
+
+_Resolver = tf.distribute.cluster_resolver.SimpleClusterResolver
+
+
+class HybridStrategyArgsTest(TestCase):
+    def setUp(self):
+        super().setUp()
+        patcher = mock.patch.dict(os.environ)
+        patcher.start()
+        self.addCleanup(patcher.stop)
+        os.environ.pop("TF_CONFIG", None)
+        os.environ.pop("KERAS_HYBRID_ENGINE", None)
+
+    def test_unknown_engine(self):
+        with self.assertRaisesRegex(ValueError, r"`engine` must be one of"):
+            HybridStrategy(engine="nccl")
+
+    def test_environment_overrides_engine(self):
+        os.environ["KERAS_HYBRID_ENGINE"] = "bogus"
+        with self.assertRaisesRegex(ValueError, "KERAS_HYBRID_ENGINE"):
+            HybridStrategy(engine="tf")
+
+    def test_horovod_engine_not_available_yet(self):
+        with self.assertRaisesRegex(NotImplementedError, "engine='tf'"):
+            HybridStrategy(engine="horovod")
+
+    def test_timeout_must_be_positive(self):
+        with self.assertRaisesRegex(ValueError, "timeout_seconds"):
+            HybridStrategy(timeout_seconds=0)
+        with self.assertRaisesRegex(TypeError, "timeout_seconds"):
+            HybridStrategy(timeout_seconds="10")
+
+    def test_bucket_bytes_must_be_positive(self):
+        with self.assertRaisesRegex(ValueError, "bucket_bytes"):
+            HybridStrategy(bucket_bytes=-1)
+
+    def test_cluster_resolver_type(self):
+        with self.assertRaisesRegex(TypeError, "ClusterResolver"):
+            HybridStrategy(cluster_resolver={"worker": ["a:1"]})
+
+    def test_cluster_must_be_one_worker_job(self):
+        spec = tf.train.ClusterSpec(
+            {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"]}
+        )
+        resolver = _Resolver(spec, task_type="worker", task_id=0)
+        with self.assertRaisesRegex(ValueError, "one job of identical"):
+            HybridStrategy(cluster_resolver=resolver)
+
+    def test_task_index_in_range(self):
+        spec = tf.train.ClusterSpec({"worker": ["127.0.0.1:1"]})
+        resolver = _Resolver(spec, task_type="worker", task_id=3)
+        with self.assertRaisesRegex(ValueError, r"task index must be in"):
+            HybridStrategy(cluster_resolver=resolver)
+
+
+class SingleProcessTest(TestCase):
+    def test_no_cluster_is_plain_training(self):
+        with mock.patch.dict(os.environ):
+            os.environ.pop("TF_CONFIG", None)
+            strategy = HybridStrategy()
+        self.assertEqual(
+            (strategy.rank, strategy.size, strategy.is_chief), (0, 1, True)
+        )
+        self.assertEqual(strategy.num_replicas_in_sync, 1)
+        x, y = models.make_data(96)
+        with strategy.scope():
+            model = models.build_model("functional", seed=7)
+            models.compile_model(model, "adam")
+        history = model.fit(x, y, batch_size=32, epochs=2, verbose=0)
+
+        keras.backend.clear_session()
+        plain = models.build_model("functional", seed=7)
+        models.compile_model(plain, "adam")
+        expected = plain.fit(x, y, batch_size=32, epochs=2, verbose=0)
+        for a, b in zip(model.get_weights(), plain.get_weights(), strict=True):
+            self.assertAllClose(a, b)
+        self.assertAllClose(history.history["loss"], expected.history["loss"])
+        predictions = model.predict(x, batch_size=32, verbose=0)
+        self.assertAllClose(
+            strategy.gather_predictions(predictions, 32), predictions
+        )
+        self.assertEqual(
+            strategy.communicator.stats.snapshot()["dense"]["bytes"], 0
+        )
+
+    def test_gather_predictions_checks_batch_size(self):
+        strategy = HybridStrategy()
+        with self.assertRaisesRegex(ValueError, "batch_size"):
+            strategy.gather_predictions(np.zeros((4, 1)), 0)
+
+
+class QuietRanksTest(TestCase):
+    def test_drops_only_keras_console_records(self):
+        keep = logging.LogRecord("absl", 20, "/x/train.py", 1, "m", (), None)
+        drop = logging.LogRecord(
+            "absl", 20, "/k/keras/src/utils/io_utils.py", 1, "bar", (), None
+        )
+        self.assertTrue(quiet_ranks._FILTER.filter(keep))
+        self.assertFalse(quiet_ranks._FILTER.filter(drop))

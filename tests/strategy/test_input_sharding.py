@@ -1,0 +1,66 @@
+"""How a global batch is split among workers."""
+
+import numpy as np
+import tensorflow as tf
+from keras.src.trainers.data_adapters import array_data_adapter
+
+from keras_hybrid.strategy import input_sharding
+from keras_hybrid.testing import TestCase
+
+
+def _rows(dataset):
+    return [batch.numpy().tolist() for batch in dataset]
+
+
+class ShardDatasetTest(TestCase):
+    def test_each_worker_gets_its_slice_of_every_global_batch(self):
+        data = tf.data.Dataset.range(10).batch(4)
+        shards = [
+            _rows(input_sharding.shard_dataset(data, r, 2)) for r in range(2)
+        ]
+        self.assertEqual(shards[0], [[0, 1], [4, 5], [8]])
+        self.assertEqual(shards[1], [[2, 3], [6, 7], [9]])
+
+    def test_small_last_batch_gives_empty_slices_not_fewer_steps(self):
+        data = tf.data.Dataset.range(9).batch(4)  # last batch: [8]
+        shards = [
+            _rows(input_sharding.shard_dataset(data, r, 3)) for r in range(3)
+        ]
+        self.assertEqual([len(s) for s in shards], [3, 3, 3])
+        self.assertEqual([s[-1] for s in shards], [[], [], [8]])
+
+    def test_tuples_are_sliced_together(self):
+        x = np.arange(12).reshape(6, 2)
+        data = tf.data.Dataset.from_tensor_slices((x, np.arange(6))).batch(6)
+        ((xs, ys),) = list(input_sharding.shard_dataset(data, 1, 3))
+        self.assertEqual(ys.numpy().tolist(), [2, 3])
+        self.assertEqual(xs.numpy().tolist(), [[4, 5], [6, 7]])
+
+    def test_off_policy_leaves_the_dataset_alone(self):
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = (
+            tf.data.experimental.AutoShardPolicy.OFF
+        )
+        data = tf.data.Dataset.range(4).batch(2).with_options(options)
+        self.assertEqual(
+            _rows(input_sharding.shard_dataset(data, 1, 2)), [[0, 1], [2, 3]]
+        )
+
+    def test_keras_shuffled_arrays_split_disjointly_with_one_seed(self):
+        # Workers share the TF seed (HybridStrategy broadcasts it), so their
+        # shuffles agree and the slices cover every sample exactly once.
+        seen = []
+        for rank in range(3):
+            tf.random.set_seed(42)
+            adapter = array_data_adapter.ArrayDataAdapter(
+                np.arange(30), batch_size=6, shuffle=True
+            )
+            shard = input_sharding.shard_dataset(
+                adapter.get_tf_dataset(), rank, 3
+            )
+            seen += [v for batch in shard for v in batch.numpy().tolist()]
+        self.assertEqual(sorted(seen), list(range(30)))
+
+    def test_split_sizes(self):
+        self.assertEqual(input_sharding.split_sizes(64, 3), [21, 21, 22])
+        self.assertEqual(input_sharding.split_sizes(2, 3), [0, 1, 1])

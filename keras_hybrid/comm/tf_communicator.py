@@ -67,14 +67,12 @@ class TFCommunicator(Communicator):
             f"all_reduce/{op}/{instance_keys.describe(tensors)}"
         )
         flat = tf.concat([tf.reshape(t, [-1]) for t in tensors], axis=0)
-        reduced = collective_ops.all_reduce_v2(
+        reduced = self._collective(
+            collective_ops.all_reduce_v2,
             flat,
-            group_size=self.size,
-            group_key=_GROUP_KEY,
-            instance_key=key,
+            key,
             merge_op=_MERGE_OPS[op],
             final_op="Div" if op == "mean" else "Id",
-            timeout=self.timeout_seconds,
         )
         nbytes = flat.shape.num_elements() * flat.dtype.size
         self.stats.record(path, 2 * (self.size - 1) * nbytes // self.size)
@@ -102,20 +100,11 @@ class TFCommunicator(Communicator):
         )
         sizes = self._gather_fixed(tf.reshape(rows, [1]), "control")
         key, cap = self._keys.bucketed_key(base, tf.reduce_max(sizes))
-        padded = _pad_rows(tensor, cap)
-        gathered = collective_ops.all_gather_v2(
-            padded,
-            group_size=self.size,
-            group_key=_GROUP_KEY,
-            instance_key=key,
-            timeout=self.timeout_seconds,
+        gathered = self._collective(
+            collective_ops.all_gather_v2, _pad_rows(tensor, cap), key
         )
-        row_bytes = _row_bytes(tensor)
         peers = self.size - 1
-        self.stats.record(path, peers * _i64(rows) * row_bytes)
-        self.stats.record(
-            "padding", peers * _i64(cap - rows) * row_bytes, calls=0
-        )
+        self._charge_rows(path, tensor, peers * rows, peers * (cap - rows))
         return _unpad(gathered, sizes, cap, self.size), sizes
 
     def _gather_fixed(self, tensor, path):
@@ -123,13 +112,7 @@ class TFCommunicator(Communicator):
         key = self._keys.base_key(
             "gather_fixed/" + instance_keys.describe([tensor])
         )
-        gathered = collective_ops.all_gather_v2(
-            tensor,
-            group_size=self.size,
-            group_key=_GROUP_KEY,
-            instance_key=key,
-            timeout=self.timeout_seconds,
-        )
+        gathered = self._collective(collective_ops.all_gather_v2, tensor, key)
         self.stats.record(
             path,
             (self.size - 1) * tensor.shape.num_elements() * tensor.dtype.size,
@@ -154,19 +137,28 @@ class TFCommunicator(Communicator):
         # One block of `cap` rows per destination.
         blocks = tf.split(tensor, send_counts, num=self.size)
         padded = tf.concat([_pad_rows(b, cap) for b in blocks], axis=0)
-        received = collective_ops.all_to_all_v2(
-            padded,
+        received = self._collective(collective_ops.all_to_all_v2, padded, key)
+        sent_rows = tf.reduce_sum(send_counts) - send_counts[self.rank]
+        pad_rows = (self.size - 1) * cap - sent_rows
+        self._charge_rows(path, tensor, sent_rows, pad_rows)
+        return _unpad(received, recv_counts, cap, self.size), recv_counts
+
+    def _collective(self, op, tensor, key, **kwargs):
+        """Runs a V2 collective `op` in this job's group."""
+        return op(
+            tensor,
             group_size=self.size,
             group_key=_GROUP_KEY,
             instance_key=key,
             timeout=self.timeout_seconds,
+            **kwargs,
         )
+
+    def _charge_rows(self, path, tensor, rows, pad_rows):
+        """Charges `rows` of `tensor`'s row size to `path`, and padding."""
         row_bytes = _row_bytes(tensor)
-        sent_rows = tf.reduce_sum(send_counts) - send_counts[self.rank]
-        self.stats.record(path, _i64(sent_rows) * row_bytes)
-        pad_rows = (self.size - 1) * cap - sent_rows
+        self.stats.record(path, _i64(rows) * row_bytes)
         self.stats.record("padding", _i64(pad_rows) * row_bytes, calls=0)
-        return _unpad(received, recv_counts, cap, self.size), recv_counts
 
     def _exchange_counts(self, send_counts):
         """recv_counts[j] = what worker j sends to this worker."""
@@ -182,18 +174,17 @@ class TFCommunicator(Communicator):
         key = self._keys.base_key(
             f"broadcast/{root}/" + instance_keys.describe([tensor])
         )
-        common = dict(
-            group_size=self.size,
-            group_key=_GROUP_KEY,
-            instance_key=key,
-            timeout=self.timeout_seconds,
-        )
         if self.rank == root:
             nbytes = tensor.shape.num_elements() * tensor.dtype.size
             self.stats.record(path, (self.size - 1) * nbytes)
-            return collective_ops.broadcast_send_v2(tensor, **common)
-        return collective_ops.broadcast_recv_v2(
-            tf.shape(tensor), tensor.dtype, **common
+            return self._collective(
+                collective_ops.broadcast_send_v2, tensor, key
+            )
+        return self._collective(
+            collective_ops.broadcast_recv_v2,
+            tf.shape(tensor),
+            key,
+            dtype=tensor.dtype,
         )
 
 

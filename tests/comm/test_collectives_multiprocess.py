@@ -1,0 +1,256 @@
+"""Every collective of the TF engine on 2 and 3 real worker processes.
+
+Inputs depend on the rank (see `workers/comm_cases.py`), so each expected
+value below is a sum, max or concatenation you can redo by hand. Byte
+counts follow the ring model of `TFCommunicator`'s docstring, and every
+launch runs under a timeout, so a hang fails the test.
+"""
+
+import functools
+import os
+import tempfile
+
+import numpy as np
+import pytest
+
+from keras_hybrid.comm import PATHS
+from keras_hybrid.testing import run_workers
+from tests.comm.workers import comm_cases
+
+WORKER = os.path.join(os.path.dirname(__file__), "workers", "comm_worker.py")
+NUM_WORKERS = [2, 3]
+pytestmark = [
+    pytest.mark.multiprocess,
+    pytest.mark.parametrize("n", NUM_WORKERS),
+]
+
+# Bytes one all-reduce of the 7 test tensors charges to "dense": 5 buckets
+# of (28, 28, 40, 40, 32) bytes, each 2 (N - 1) D // N.
+# N=2: 28 + 28 + 40 + 40 + 32; N=3: 37 + 37 + 53 + 53 + 42.
+ALL_REDUCE_BYTES = {2: 168, 3: 222}
+NUM_BUCKETS = 5
+# all_gather, 2nd call: 16 r + 17 rows, max 33 (N=2) or 49 (N=3) rows.
+GATHER_CAPACITY = {2: 34, 3: 50}
+# all_to_all: max rows to one peer is 3 N - 2 (+ 30): 4, 7, 34, 37.
+ALL_TO_ALL_CAPACITY = {(2, 0): 4, (3, 0): 7, (2, 30): 34, (3, 30): 38}
+
+
+@functools.cache
+def launch(num_workers: int) -> dict:
+    out_dir = tempfile.mkdtemp(prefix=f"comm{num_workers}_")
+    run = run_workers(WORKER, num_workers, out_dir, timeout=180).check()
+    assert sorted(run.results) == list(range(num_workers))
+    return run.results
+
+
+def case(num_workers: int, name: str) -> dict:
+    """rank -> what the worker's case `name` saved; fails on its error."""
+    out = {}
+    for rank, result in launch(num_workers).items():
+        assert result["rank"] == rank and result["size"] == num_workers
+        value = result[name]
+        if isinstance(value, dict) and "error" in value:
+            pytest.fail(f"rank {rank} raised in {name}:\n{value['error']}")
+        out[rank] = value
+    return out
+
+
+def assert_stats(delta, **expected):
+    """`delta` has exactly `expected` {path: (bytes, calls)}, zero elsewhere."""
+    want = {path: {"bytes": 0, "calls": 0} for path in PATHS}
+    for path, (num_bytes, calls) in expected.items():
+        want[path] = {"bytes": num_bytes, "calls": calls}
+    assert delta == want
+
+
+def assert_equal(got, want, msg=""):
+    want = np.asarray(want)
+    assert got.dtype == want.dtype, msg
+    np.testing.assert_allclose(got, want, rtol=1e-6, err_msg=msg)
+
+
+# -- all_reduce
+
+
+def reference_all_reduce(n: int, op: str, scale: float = 1) -> list:
+    """One process's reduction of every rank's inputs."""
+    per_rank = [
+        [x * scale for x in comm_cases.all_reduce_inputs(r)] for r in range(n)
+    ]
+    out = []
+    for values in zip(*per_rank, strict=True):
+        stacked = np.stack(values)
+        if op == "max":
+            result = stacked.max(axis=0)
+        elif op == "sum":
+            result = stacked.sum(axis=0)
+        elif stacked.dtype.kind == "i":  # TF's integer Div truncates.
+            result = stacked.sum(axis=0) // n
+        else:
+            result = stacked.sum(axis=0) / n
+        out.append(result.astype(stacked.dtype))
+    return out
+
+
+def test_all_reduce_hand_checked(n):
+    got = case(n, "all_reduce_eager")[n - 1]
+    a, b, _, _, e, f, _ = got["sum"]["out"]
+    # a = (r + 1) [1, 2, 3], summed: [1, 2, 3] n (n + 1) / 2.
+    assert_equal(a, np.array([1, 2, 3], np.float32) * (n * (n + 1) // 2))
+    # b = arange(6) + 10 r, summed: n arange(6) + 10 n (n - 1) / 2.
+    b_sum = np.arange(6, dtype=np.int32) * n + 5 * n * (n - 1)
+    assert_equal(b, b_sum.reshape(2, 3))
+    assert_equal(e, np.array([7 * n * (n - 1) // 2], np.int32))
+    # f = arange(10) (-1)**r cancels in pairs of ranks.
+    assert_equal(f, np.arange(10, dtype=np.float32) * (n % 2))
+    # d = r - 1 everywhere: the max is n - 2.
+    assert_equal(got["max"]["out"][3], np.full([2, 2], n - 2.0, np.float32))
+    # Mean of b: arange(6) + 5 (n - 1), exact in int32.
+    b_mean = np.arange(6, dtype=np.int32) + 5 * (n - 1)
+    assert_equal(got["mean"]["out"][1], b_mean.reshape(2, 3))
+
+
+def test_all_reduce_eager(n):
+    for rank, got in case(n, "all_reduce_eager").items():
+        for op in ("sum", "mean", "max"):
+            for i, (value, want) in enumerate(
+                zip(got[op]["out"], reference_all_reduce(n, op), strict=True)
+            ):
+                assert_equal(value, want, f"rank {rank} {op} tensor {i}")
+            assert_stats(
+                got[op]["stats"], dense=(ALL_REDUCE_BYTES[n], NUM_BUCKETS)
+            )
+
+
+def test_all_reduce_in_tf_function_counts_every_call(n):
+    for rank, calls in case(n, "all_reduce_function").items():
+        for got, scale in zip(calls, (1, 3), strict=True):
+            out = got["out"]
+            for op in ("sum", "mean", "max"):
+                want = reference_all_reduce(n, op, scale)
+                for i, (value, w) in enumerate(zip(out[op], want, strict=True)):
+                    assert_equal(value, w, f"rank {rank} x{scale} {op} {i}")
+            for value, w in zip(
+                out["sum_doubled"],
+                reference_all_reduce(n, "sum", 2 * scale),
+                strict=True,
+            ):
+                assert_equal(value, w, f"rank {rank} x{scale} sum_doubled")
+            # 4 all-reduces of the same 7 tensors, every call.
+            assert_stats(
+                got["stats"],
+                dense=(4 * ALL_REDUCE_BYTES[n], 4 * NUM_BUCKETS),
+            )
+
+
+def test_repeated_eager_all_reduce_does_not_mix_up_calls(n):
+    for got in case(n, "all_reduce_repeated").values():
+        total = n * (n + 1) / 2
+        for k, value in enumerate(got["out"]):
+            assert_equal(value, np.array([k * total], np.float32), f"call {k}")
+        assert_stats(got["stats"], dense=(20 * (2 * (n - 1) * 4 // n), 20))
+
+
+# -- all_gather
+
+
+def check_all_gather(n, got, rows_of, capacity, rank):
+    sizes = [rows_of(r) for r in range(n)]
+    gathered, got_sizes = got["out"]
+    want = np.concatenate(
+        [comm_cases.gather_rows(r, sizes[r]) for r in range(n)]
+    )
+    assert_equal(gathered, want, f"rank {rank}")
+    assert_equal(got_sizes, np.array(sizes, np.int32), f"rank {rank}")
+    row_bytes = 2 * 4
+    assert_stats(
+        got["stats"],
+        sparse_pull=((n - 1) * sizes[rank] * row_bytes, 1),
+        padding=((n - 1) * (capacity - sizes[rank]) * row_bytes, 0),
+        control=((n - 1) * 4, 1),  # The sizes, one int32 per worker.
+    )
+
+
+def test_all_gather_eager_with_rows_per_rank(n):
+    for rank, got in case(n, "all_gather_eager").items():
+        check_all_gather(n, got, lambda r: r + 1, n, rank)
+
+
+def test_all_gather_in_tf_function_with_changing_capacity(n):
+    extra = comm_cases.GATHER_EXTRA_ROWS
+    for rank, (first, second) in case(n, "all_gather_function").items():
+        check_all_gather(n, first, lambda r: r + 1, n, rank)
+        check_all_gather(
+            n, second, lambda r: extra * r + 17, GATHER_CAPACITY[n], rank
+        )
+
+
+# -- all_to_all
+
+
+def check_all_to_all(n, got, extra, rank):
+    received, recv_counts = got["out"]
+    want = np.concatenate(
+        [comm_cases.all_to_all_rows(src, rank, extra) for src in range(n)]
+    )
+    assert_equal(received, want, f"rank {rank} extra {extra}")
+    assert_equal(
+        recv_counts,
+        np.array(
+            [comm_cases.send_count(src, rank, extra) for src in range(n)],
+            np.int32,
+        ),
+    )
+    sent = sum(
+        comm_cases.send_count(rank, dst, extra)
+        for dst in range(n)
+        if dst != rank
+    )
+    capacity = ALL_TO_ALL_CAPACITY[(n, extra)]
+    row_bytes = 3 * 4
+    assert_stats(
+        got["stats"],
+        sparse_push=(sent * row_bytes, 1),
+        padding=(((n - 1) * capacity - sent) * row_bytes, 0),
+        # Gather of the N x N count matrix, then a max of the capacity.
+        control=((n - 1) * n * 4 + 2 * (n - 1) * 4 // n, 2),
+    )
+
+
+def test_all_to_all_eager(n):
+    for rank, got in case(n, "all_to_all_eager").items():
+        check_all_to_all(n, got, 0, rank)
+
+
+def test_all_to_all_in_tf_function_with_changing_capacity(n):
+    extras = (0, comm_cases.ALL_TO_ALL_EXTRA)
+    for rank, calls in case(n, "all_to_all_function").items():
+        for got, extra in zip(calls, extras, strict=True):
+            check_all_to_all(n, got, extra, rank)
+
+
+# -- broadcast and barrier
+
+
+def test_broadcast_from_first_and_last_rank(n):
+    roots = {"root0": 0, "root_last": n - 1, "root_last_function": n - 1}
+    for rank, got in case(n, "broadcast").items():
+        for name, root in roots.items():
+            msg = f"rank {rank} {name}"
+            want = comm_cases.broadcast_input(root)
+            assert_equal(got[name]["out"], want, msg)
+            stats = got[name]["stats"]
+            if rank == root:
+                assert_stats(stats, control=((n - 1) * 2 * 3 * 4, 1))
+            else:
+                # Receivers send nothing.
+                assert all(s["bytes"] == 0 for s in stats.values()), msg
+
+
+def test_barrier_waits_for_the_last_worker(n):
+    results = case(n, "barrier")
+    # Rank 0 sleeps 1 s before it enters; no one may leave before that.
+    last_in = results[0]["entered"]
+    for rank, got in results.items():
+        assert got["left"] >= last_in, f"rank {rank} left early"
+        assert_stats(got["stats"], control=(2 * (n - 1) * 4 // n, 1))

@@ -1,0 +1,177 @@
+"""Worker: runs every collective on rank-dependent inputs, saves the output.
+
+Run by `tests/comm/test_collectives_multiprocess.py` through
+`keras-hybrid-run`. Each case saves its outputs as numpy values and the
+`CommStats` delta it caused; a case that raises saves its traceback so the
+test can show it, and the worker goes on with the next case.
+"""
+
+import time
+import traceback
+
+import comm_cases  # noqa: I001  (sits beside this script)
+import numpy as np
+import tensorflow as tf
+from absl import app
+from absl import flags
+
+import keras_hybrid as kh
+from keras_hybrid.testing.multiprocess import save_result
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("out_dir", None, "Where to save this rank's results.")
+flags.DEFINE_float("timeout", 30, "Collective timeout in seconds.")
+
+
+def _np(tree):
+    return tf.nest.map_structure(lambda t: np.asarray(t), tree)
+
+
+def _measure(comm, fn, *args):
+    """Runs `fn(*args)`; returns its numpy output and the stats it added."""
+    before = comm.stats.snapshot()
+    out = fn(*args)
+    return {"out": _np(out), "stats": comm.stats.delta(before)}
+
+
+def all_reduce_eager(comm):
+    tensors = [tf.constant(x) for x in comm_cases.all_reduce_inputs(comm.rank)]
+    return {
+        op: _measure(comm, comm.all_reduce, tensors, op)
+        for op in ("sum", "mean", "max")
+    }
+
+
+def all_reduce_function(comm):
+    @tf.function
+    def step(tensors):
+        doubled = [t + t for t in tensors]
+        return {
+            "sum": comm.all_reduce(tensors, "sum"),
+            "mean": comm.all_reduce(tensors, "mean"),
+            "max": comm.all_reduce(tensors, "max"),
+            # Same content as "sum" in the same graph: a second key.
+            "sum_doubled": comm.all_reduce(doubled, "sum"),
+        }
+
+    inputs = comm_cases.all_reduce_inputs(comm.rank)
+    return [
+        _measure(comm, step, [tf.constant(x * k) for x in inputs])
+        for k in (1, 3)
+    ]
+
+
+def all_reduce_repeated(comm):
+    # Eager calls of one content reuse one instance key; a value mixed up
+    # between consecutive calls would show here.
+    return _measure(
+        comm,
+        lambda: [
+            comm.all_reduce([tf.constant([k * (comm.rank + 1.0)])])[0]
+            for k in range(20)
+        ],
+    )
+
+
+def all_gather_eager(comm):
+    rows = comm_cases.gather_rows(comm.rank, comm.rank + 1)
+    return _measure(comm, comm.all_gather, tf.constant(rows), "sparse_pull")
+
+
+def all_gather_function(comm):
+    @tf.function(input_signature=[tf.TensorSpec([None, 2], tf.float32)])
+    def gather(x):
+        return comm.all_gather(x, "sparse_pull")
+
+    r = comm.rank
+    first = comm_cases.gather_rows(r, r + 1)
+    second = comm_cases.gather_rows(r, comm_cases.GATHER_EXTRA_ROWS * r + 17)
+    return [_measure(comm, gather, tf.constant(x)) for x in (first, second)]
+
+
+def _all_to_all_input(comm, extra):
+    blocks = [
+        comm_cases.all_to_all_rows(comm.rank, dst, extra)
+        for dst in range(comm.size)
+    ]
+    counts = [len(b) for b in blocks]
+    return tf.constant(np.concatenate(blocks)), tf.constant(counts, tf.int32)
+
+
+def all_to_all_eager(comm):
+    x, counts = _all_to_all_input(comm, 0)
+    return _measure(comm, comm.all_to_all, x, counts, "sparse_push")
+
+
+def all_to_all_function(comm):
+    @tf.function(
+        input_signature=[
+            tf.TensorSpec([None, 3], tf.float32),
+            tf.TensorSpec([comm.size], tf.int32),
+        ]
+    )
+    def exchange(x, counts):
+        return comm.all_to_all(x, counts, "sparse_push")
+
+    return [
+        _measure(comm, exchange, *_all_to_all_input(comm, extra))
+        for extra in (0, comm_cases.ALL_TO_ALL_EXTRA)
+    ]
+
+
+def broadcast(comm):
+    x = tf.constant(comm_cases.broadcast_input(comm.rank))
+    last = comm.size - 1
+    return {
+        "root0": _measure(comm, comm.broadcast, x, 0),
+        "root_last": _measure(comm, comm.broadcast, x, last),
+        "root_last_function": _measure(
+            comm, tf.function(lambda t: comm.broadcast(t, last)), x
+        ),
+    }
+
+
+def barrier(comm):
+    # Rank 0 arrives late: nobody may leave before it has arrived.
+    if comm.rank == 0:
+        time.sleep(1.0)
+    entered = time.time()
+    result = _measure(comm, comm.barrier)
+    result["entered"] = entered
+    result["left"] = time.time()
+    return result
+
+
+# A collective that fails aborts every later one in the process, so the
+# cases least likely to fail run first.
+CASES = (
+    barrier,
+    broadcast,
+    all_reduce_eager,
+    all_reduce_function,
+    all_reduce_repeated,
+    all_gather_eager,
+    all_gather_function,
+    all_to_all_eager,
+    all_to_all_function,
+)
+
+
+def main(argv):
+    del argv
+    strategy = kh.HybridStrategy(
+        timeout_seconds=FLAGS.timeout, bucket_bytes=comm_cases.BUCKET_BYTES
+    )
+    comm = strategy.communicator
+    results = {"rank": comm.rank, "size": comm.size}
+    for case in CASES:
+        try:
+            results[case.__name__] = case(comm)
+        except Exception:  # noqa: BLE001  (the test shows the traceback)
+            results[case.__name__] = {"error": traceback.format_exc()}
+    save_result(FLAGS.out_dir, strategy.rank, results)
+
+
+if __name__ == "__main__":
+    flags.mark_flag_as_required("out_dir")
+    app.run(main)

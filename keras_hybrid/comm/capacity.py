@@ -12,8 +12,9 @@ import tensorflow as tf
 
 _EXACT = 32
 _STEPS = 16
-# Enough buckets for any count below 2**30.
-NUM_BUCKETS = _EXACT + 1 + _STEPS * 26
+# Buckets of counts below 2**30: 0..32 exact, then exponents 1..25 of 16
+# steps (the last bucket is 2**30 itself).
+NUM_BUCKETS = _EXACT + 1 + _STEPS * 25
 
 
 def _bit_length(x: tf.Tensor) -> tf.Tensor:

@@ -43,6 +43,10 @@ class CommStats:
 
     def record(self, path: str, num_bytes, calls: int = 1) -> None:
         """Adds `num_bytes` (int or int tensor) sent on `path`."""
+        if path not in PATHS:
+            raise ValueError(
+                f"`path` must be one of {PATHS}. Received: path={path!r}"
+            )
         index = PATHS.index(path)
         num_bytes = tf.cast(num_bytes, tf.int64)
         self._bytes.scatter_add(

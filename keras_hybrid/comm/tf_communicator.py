@@ -134,10 +134,14 @@ class TFCommunicator(Communicator):
         key, cap = self._keys.bucketed_key(
             base, self._agree_capacity(cap_needed)
         )
-        # One block of `cap` rows per destination.
+        # AllToAllV2 sends slice j of axis 0 to worker j: one block of `cap`
+        # rows per destination.
         blocks = tf.split(tensor, send_counts, num=self.size)
-        padded = tf.concat([_pad_rows(b, cap) for b in blocks], axis=0)
+        padded = tf.stack([_pad_rows(b, cap) for b in blocks])
         received = self._collective(collective_ops.all_to_all_v2, padded, key)
+        received = tf.reshape(
+            received, tf.concat([[-1], tf.shape(tensor)[1:]], axis=0)
+        )
         sent_rows = tf.reduce_sum(send_counts) - send_counts[self.rank]
         pad_rows = (self.size - 1) * cap - sent_rows
         self._charge_rows(path, tensor, sent_rows, pad_rows)
@@ -180,6 +184,7 @@ class TFCommunicator(Communicator):
             return self._collective(
                 collective_ops.broadcast_send_v2, tensor, key
             )
+        self.stats.record(path, 0)  # receivers send nothing; one call
         return self._collective(
             collective_ops.broadcast_recv_v2,
             tf.shape(tensor),

@@ -101,6 +101,19 @@ def test_worker_killed_mid_epoch_stops_the_launch_and_names_the_rank():
     assert time.monotonic() - start < 60
 
 
+def test_diverged_collectives_time_out_instead_of_hanging():
+    start = time.monotonic()
+    run = run_workers(
+        os.path.join(HERE, "diverge_worker.py"),
+        2,
+        tempfile.mkdtemp(prefix="diverge_"),
+        timeout=120,
+    )
+    assert run.returncode != 0
+    assert "DeadlineExceeded" in run.stderr
+    assert time.monotonic() - start < 60
+
+
 def _free_ports(n):
     socks = [socket.socket() for _ in range(n)]
     for s in socks:

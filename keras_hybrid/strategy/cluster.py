@@ -86,10 +86,33 @@ def resolve(cluster_resolver=None) -> ClusterInfo:
     )
 
 
+# The cluster this process joined. TensorFlow serves one cluster per process
+# for its lifetime; enabling collective ops again tears down the running
+# server under the feet of its peers.
+_joined: ClusterInfo | None = None
+
+
 def start_server(info: ClusterInfo) -> None:
-    """Starts this worker's server so that collectives reach its peers."""
+    """Starts this worker's server so that collectives reach its peers.
+
+    A second strategy in the same process reuses the running server if it
+    names the same cluster, and raises `ValueError` otherwise.
+    """
+    global _joined
     if info.cluster_spec is None:
         return
+    if _joined is not None:
+        if _joined == info:
+            return
+        raise ValueError(
+            "This process already joined a cluster as worker "
+            f"{_joined.rank} of {_joined.size} "
+            f"({_joined.cluster_spec.as_dict()}); TensorFlow serves one "
+            "cluster per process. Received another: worker "
+            f"{info.rank} of {info.size} ({info.cluster_spec.as_dict()}). "
+            "Create every HybridStrategy of a process from the same "
+            "cluster, or start a new process."
+        )
     leader = f"/job:{_JOB}/replica:0/task:0"
     ctx = context.context()
     ctx.configure_collective_ops(
@@ -107,6 +130,7 @@ def start_server(info: ClusterInfo) -> None:
     )
     ctx.enable_collective_ops(server_def)
     ctx.ensure_initialized()
+    _joined = info
     logging.info(
         "keras-hybrid worker %d/%d serving on %s",
         info.rank,

@@ -101,6 +101,26 @@ def test_worker_killed_mid_epoch_stops_the_launch_and_names_the_rank():
     assert time.monotonic() - start < 60
 
 
+def test_second_strategy_in_a_process_reuses_the_server():
+    run = run_workers(
+        os.path.join(HERE, "two_strategies_worker.py"),
+        2,
+        tempfile.mkdtemp(prefix="twice_"),
+        timeout=180,
+    ).check()
+    # Both strategies trained, and the replicas agree after each.
+    for result in run.results.values():
+        for a, b in zip(
+            run.results[0]["weights"][0], result["weights"][0], strict=True
+        ):
+            np.testing.assert_array_equal(a, b)
+        for a, b in zip(
+            run.results[0]["weights"][1], result["weights"][1], strict=True
+        ):
+            np.testing.assert_array_equal(a, b)
+        assert "already joined a cluster" in result["error"]
+
+
 def test_diverged_collectives_time_out_instead_of_hanging():
     start = time.monotonic()
     run = run_workers(

@@ -61,8 +61,9 @@ def train(epochs: int, batch_size: int, num_samples: int, lr: float):
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    train(FLAGS.epochs, FLAGS.batch_size, FLAGS.num_samples,
-          FLAGS.learning_rate)
+    train(
+        FLAGS.epochs, FLAGS.batch_size, FLAGS.num_samples, FLAGS.learning_rate
+    )
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ class CommStats:
     stats = strategy.communicator.stats
     before = stats.snapshot()
     model.fit(...)
-    print(stats.delta(before))   # {"dense": {"bytes": ..., "calls": ...}}
+    sent = stats.delta(before)   # {"dense": {"bytes": ..., "calls": ...}}
     ```
     """
 

@@ -7,6 +7,12 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
+QUICKSTART = [
+    "examples/quickstart/main.py",
+    "--epochs=2",
+    "--num_samples=512",
+    "--batch_size=64",
+]
 
 
 def _run(args, timeout=240):
@@ -22,35 +28,15 @@ def _run(args, timeout=240):
 
 
 def test_quickstart_one_process():
-    out = _run(
-        [
-            sys.executable,
-            "examples/quickstart/main.py",
-            "--epochs=2",
-            "--num_samples=512",
-            "--batch_size=64",
-        ]
-    )
+    out = _run([sys.executable, *QUICKSTART])
     assert out.returncode == 0, out.stderr[-3000:]
     assert "1 worker(s); global loss per epoch:" in out.stderr
 
 
 @pytest.mark.multiprocess
 def test_quickstart_two_workers_like_make_demo():
-    out = _run(
-        [
-            sys.executable,
-            "-m",
-            "keras_hybrid.run",
-            "-np",
-            "2",
-            sys.executable,
-            "examples/quickstart/main.py",
-            "--epochs=2",
-            "--num_samples=512",
-            "--batch_size=64",
-        ]
-    )
+    launcher = [sys.executable, "-m", "keras_hybrid.run", "-np", "2"]
+    out = _run([*launcher, sys.executable, *QUICKSTART])
     assert out.returncode == 0, out.stderr[-3000:]
     assert "2 worker(s); global loss per epoch:" in out.stderr
     losses = out.stderr.split("global loss per epoch:")[1].split("\n")[0]

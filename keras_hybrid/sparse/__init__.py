@@ -1,0 +1,1 @@
+"""Sparse variables: row-partitioned tables and their exchanges."""

@@ -52,7 +52,7 @@ class TFCommunicator(Communicator):
         buckets: list[list[int]] = []
         open_bucket: dict = {}
         for i, t in enumerate(tensors):
-            nbytes = t.shape.num_elements() * t.dtype.size
+            nbytes = _static_bytes(t)
             current = open_bucket.get(t.dtype)
             if current is None or current[1] + nbytes > self.bucket_bytes:
                 current = [[], 0]
@@ -74,7 +74,7 @@ class TFCommunicator(Communicator):
             merge_op=_MERGE_OPS[op],
             final_op="Div" if op == "mean" else "Id",
         )
-        nbytes = flat.shape.num_elements() * flat.dtype.size
+        nbytes = _static_bytes(flat)
         self.stats.record(path, 2 * (self.size - 1) * nbytes // self.size)
         sizes = [t.shape.num_elements() for t in tensors]
         return [
@@ -115,7 +115,7 @@ class TFCommunicator(Communicator):
         gathered = self._collective(collective_ops.all_gather_v2, tensor, key)
         self.stats.record(
             path,
-            (self.size - 1) * tensor.shape.num_elements() * tensor.dtype.size,
+            (self.size - 1) * _static_bytes(tensor),
         )
         return gathered
 
@@ -179,7 +179,7 @@ class TFCommunicator(Communicator):
             f"broadcast/{root}/" + instance_keys.describe([tensor])
         )
         if self.rank == root:
-            nbytes = tensor.shape.num_elements() * tensor.dtype.size
+            nbytes = _static_bytes(tensor)
             self.stats.record(path, (self.size - 1) * nbytes)
             return self._collective(
                 collective_ops.broadcast_send_v2, tensor, key
@@ -191,6 +191,11 @@ class TFCommunicator(Communicator):
             key,
             dtype=tensor.dtype,
         )
+
+
+def _static_bytes(tensor: tf.Tensor) -> int:
+    """Bytes of a tensor whose shape is fully known at trace time."""
+    return tensor.shape.num_elements() * tensor.dtype.size
 
 
 def _i64(x) -> tf.Tensor:

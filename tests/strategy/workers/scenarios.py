@@ -17,13 +17,14 @@ def run_case(case, strategy, callbacks=()):
     rank = strategy.rank if strategy else 0
     with scope:
         model = _model(case, seed=100 + rank)
-        models.compile_model(model, "sgd")
         if case == "embedding":
             model.compile(
                 optimizer=keras.optimizers.SGD(0.5),
                 loss="mse",
                 metrics=["mae"],
             )
+        else:
+            models.compile_model(model, "sgd")
     return globals()[f"_run_{case}"](model, strategy, list(callbacks))
 
 

@@ -1,6 +1,7 @@
 """The `Communicator` interface every engine implements."""
 
 import abc
+import dataclasses
 
 import tensorflow as tf
 
@@ -65,13 +66,31 @@ class Communicator(abc.ABC):
         tensor: tf.Tensor,
         send_counts: tf.Tensor,
         path: str = "control",
+        plan: "ExchangePlan | None" = None,
     ) -> tuple:
         """Sends `send_counts[j]` consecutive rows of `tensor` to worker j.
+
+        Args:
+            tensor: Rows grouped by destination rank.
+            send_counts: Int vector `[size]`.
+            path: String. The `CommStats` path charged.
+            plan: Optional `ExchangePlan` from `plan_exchange` whose
+                `send_counts` equal these. It saves the two small control
+                collectives that agree on counts and capacity. Its
+                `reversed()` plan sends replies back the same way.
 
         Returns:
             `(received, recv_counts)`: the rows received, grouped by source
             rank in rank order, and how many came from each worker.
         """
+
+    @abc.abstractmethod
+    def plan_exchange(
+        self, send_counts: tf.Tensor, flag: tf.Tensor | int = 0
+    ) -> "ExchangePlan":
+        """Agrees on the counts and capacity of an all-to-all in one
+        control collective, and shares one int `flag` per worker (for
+        example "my input was invalid") on the way."""
 
     @abc.abstractmethod
     def broadcast(
@@ -82,6 +101,29 @@ class Communicator(abc.ABC):
     def barrier(self) -> None:
         """Returns once every worker has reached the barrier."""
         self.all_reduce([tf.zeros([1], tf.int32)], path="control")
+
+
+@dataclasses.dataclass(frozen=True)
+class ExchangePlan:
+    """Counts and padding capacity of one all-to-all, known to all workers.
+
+    Attributes:
+        send_counts: Int32 `[size]`: rows this worker sends to each worker.
+        recv_counts: Int32 `[size]`: rows it receives from each worker.
+        capacity: Int32 scalar on the capacity ladder, >= every count.
+        flags: Int32 `[size]`: the `flag` each worker passed.
+    """
+
+    send_counts: tf.Tensor
+    recv_counts: tf.Tensor
+    capacity: tf.Tensor
+    flags: tf.Tensor
+
+    def reversed(self) -> "ExchangePlan":
+        """The plan that sends replies back to where requests came from."""
+        return ExchangePlan(
+            self.recv_counts, self.send_counts, self.capacity, self.flags
+        )
 
 
 def make_communicator(

@@ -8,9 +8,11 @@ per step). Tested on TF 2.21.
 import tensorflow as tf
 from tensorflow.python.ops import collective_ops
 
+from keras_hybrid.comm import capacity
 from keras_hybrid.comm import instance_keys
 from keras_hybrid.comm.communicator import REDUCE_OPS
 from keras_hybrid.comm.communicator import Communicator
+from keras_hybrid.comm.communicator import ExchangePlan
 
 _GROUP_KEY = 1
 _MERGE_OPS = {"sum": "Add", "mean": "Add", "max": "Max"}
@@ -119,21 +121,43 @@ class TFCommunicator(Communicator):
         )
         return gathered
 
-    def all_to_all(self, tensor, send_counts, path="control"):
+    def plan_exchange(self, send_counts, flag=0):
+        send_counts = tf.cast(tf.reshape(send_counts, [self.size]), tf.int32)
+        flag = tf.reshape(tf.cast(flag, tf.int32), [1])
+        if self.size == 1:
+            cap = capacity.capacity_for(tf.reduce_max(send_counts))
+            return ExchangePlan(send_counts, send_counts, cap, flag)
+        rows = tf.reshape(
+            self._gather_fixed(tf.concat([send_counts, flag], 0), "control"),
+            [self.size, self.size + 1],
+        )
+        matrix = rows[:, : self.size]
+        return ExchangePlan(
+            send_counts,
+            matrix[:, self.rank],
+            capacity.capacity_for(tf.reduce_max(matrix)),
+            rows[:, self.size],
+        )
+
+    def all_to_all(self, tensor, send_counts, path="control", plan=None):
         tensor = tf.convert_to_tensor(tensor)
         send_counts = tf.cast(tf.reshape(send_counts, [self.size]), tf.int32)
         if self.size == 1:
             return tf.identity(tensor), send_counts
-        recv_counts = self._exchange_counts(send_counts)
         base = self._keys.base_key(
             "all_to_all/" + instance_keys.describe([tensor], rows_vary=True)
         )
-        cap_needed = tf.maximum(
-            tf.reduce_max(send_counts), tf.reduce_max(recv_counts)
-        )
-        key, cap = self._keys.bucketed_key(
-            base, self._agree_capacity(cap_needed)
-        )
+        if plan is None:
+            recv_counts = self._exchange_counts(send_counts)
+            cap_needed = tf.maximum(
+                tf.reduce_max(send_counts), tf.reduce_max(recv_counts)
+            )
+            key, cap = self._keys.bucketed_key(
+                base, self._agree_capacity(cap_needed)
+            )
+        else:
+            recv_counts = plan.recv_counts
+            key, cap = self._keys.bucketed_key(base, plan.capacity)
         # AllToAllV2 sends slice j of axis 0 to worker j: one block of `cap`
         # rows per destination.
         blocks = tf.split(tensor, send_counts, num=self.size)
@@ -207,16 +231,16 @@ def _row_bytes(tensor: tf.Tensor) -> tf.Tensor:
     return tf.cast(row, tf.int64) * tensor.dtype.size
 
 
-def _pad_rows(tensor: tf.Tensor, capacity: tf.Tensor) -> tf.Tensor:
+def _pad_rows(tensor: tf.Tensor, cap: tf.Tensor) -> tf.Tensor:
     rows = tf.shape(tensor)[0]
     paddings = tf.concat(
-        [[[0, capacity - rows]], tf.zeros([tf.rank(tensor) - 1, 2], tf.int32)],
+        [[[0, cap - rows]], tf.zeros([tf.rank(tensor) - 1, 2], tf.int32)],
         axis=0,
     )
     return tf.pad(tensor, paddings)
 
 
-def _unpad(blocks, counts, capacity, size):
+def _unpad(blocks, counts, cap, size):
     """Keeps the first counts[j] rows of each of the `size` blocks."""
-    parts = tf.split(blocks, size * [capacity], num=size)
+    parts = tf.split(blocks, size * [cap], num=size)
     return tf.concat([p[: counts[j]] for j, p in enumerate(parts)], axis=0)

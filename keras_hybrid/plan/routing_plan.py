@@ -16,9 +16,9 @@ class VariablePlan:
             (rows partitioned over shards, pulled and pushed by id).
         shape: Tuple of ints. Full shape.
         bytes: Int. Full size in bytes.
-        source: String. Why this kind: `"gradient"` (an `IndexedSlices`
-            gradient was seen), `"layer"` (created by an embedding layer),
-            `"default"`, or `"override"`.
+        source: String. Why this kind: `"layer"` (the table of a
+            `keras.layers.Embedding`), `"default"`, `"override"`, or
+            `"too few rows"` (fewer rows than shards, kept dense).
         partition: `RowPartition` for sparse variables, else `None`.
     """
 
@@ -108,7 +108,10 @@ def make_plan(
                     f"A scalar cannot be partitioned by rows. Received: "
                     f"{path!r} with shape () made sparse."
                 )
-            partition = RowPartition.create(shape[0], min(num_shards, shape[0]))
+            if shape[0] < num_shards:
+                kind, source = "dense", "too few rows"
+            else:
+                partition = RowPartition.create(shape[0], num_shards)
         size = dtype_size
         for d in shape:
             size *= d

@@ -3,7 +3,7 @@
 Private hooks touched (tested on TF 2.21 with Keras 3.15):
 - subclasses `one_device_strategy.OneDeviceExtended` and overrides
   `_call_for_each_replica`, `_reduce_to`, `_batch_reduce_to`,
-  `_gather_to_implementation`, `_create_variable`,
+  `_gather_to_implementation`, `_create_variable`, `_update`,
   `_experimental_distribute_dataset`, `_distribute_datasets_from_function`,
   `_experimental_distribute_values_from_function`, `_num_replicas_in_sync`,
   `_in_multi_worker_mode`, `should_checkpoint`, `should_save_summary`;
@@ -21,10 +21,13 @@ from tensorflow.python.distribute import distribute_lib
 from tensorflow.python.distribute import one_device_strategy
 from tensorflow.python.framework import indexed_slices
 
+from keras_hybrid.sparse import sharded_table
+from keras_hybrid.sparse import table_gradients
 from keras_hybrid.strategy import global_metrics
 from keras_hybrid.strategy import global_read_variable
 from keras_hybrid.strategy import input_sharding
 from keras_hybrid.strategy.global_read_variable import GlobalReadVariable
+from keras_hybrid.strategy.variable_router import VariableRouter
 
 _ON_READ = tf.VariableSynchronization.ON_READ
 _REDUCE_OPS = {
@@ -44,10 +47,13 @@ class _HybridReplicaContext(distribute_lib.ReplicaContext):
 class HybridExtended(one_device_strategy.OneDeviceExtended):
     """Extended of `HybridStrategy` (see the module docstring)."""
 
-    def __init__(self, container_strategy, device, communicator) -> None:
+    def __init__(
+        self, container_strategy, device, communicator, variable_kinds=None
+    ) -> None:
         super().__init__(container_strategy, device)
         self._communicator = communicator
         self._warned_indexed_slices = False
+        self.router = VariableRouter(communicator, variable_kinds)
 
     @property
     def communicator(self):
@@ -65,6 +71,10 @@ class HybridExtended(one_device_strategy.OneDeviceExtended):
         ):
             with global_read_variable.local_reads():
                 outputs = fn(*args, **kwargs)
+            if not tf.executing_eagerly():
+                sharded_table.check_whole_reads(
+                    tf.compat.v1.get_default_graph()
+                )
             model = global_metrics.keras_model_of_step(fn)
             if model is not None:
                 outputs = global_metrics.globalize_logs(
@@ -119,7 +129,10 @@ class HybridExtended(one_device_strategy.OneDeviceExtended):
             for i, value in zip(dense, reduced, strict=True):
                 results[i] = value
         for i, value in enumerate(values):
-            if isinstance(value, indexed_slices.IndexedSlices):
+            if table_gradients.table_of(value) is not None:
+                # Pushed to this owner already, summed over workers.
+                results[i] = table_gradients.aggregate(value)
+            elif isinstance(value, indexed_slices.IndexedSlices):
                 results[i] = self._gather_indexed_slices(value, op)
         return results
 
@@ -152,10 +165,20 @@ class HybridExtended(one_device_strategy.OneDeviceExtended):
 
     # -- variables
 
+    def _update(self, var, fn, args, kwargs, group):
+        if args:
+            self.router.observe_gradient(var, args[0])
+        # The optimizer sees (and writes) the rows this shard owns.
+        with sharded_table.local_reads():
+            return super()._update(var, fn, args, kwargs, group)
+
     def _create_variable(self, next_creator, **kwargs):
         with tf.device(self._device):
             if kwargs.get("synchronization") == _ON_READ:
                 return self._create_global_read_variable(kwargs)
+            table = self.router.create(next_creator, kwargs)
+            if table is not None:
+                return table
             if self._communicator.size > 1:
                 kwargs["initial_value"] = self._broadcast_initial_value(
                     kwargs["initial_value"], kwargs.get("dtype")

@@ -46,6 +46,13 @@ class HybridStrategy(tf.distribute.Strategy):
         log_all_ranks: Boolean. If `False`, ranks other than 0 do not print
             Keras' console output (progress bar, epoch lines); their own
             log lines still show. Defaults to `False`.
+        variable_kinds: Optional dict mapping a variable path (e.g.
+            `"item_embedding/embeddings"`) or a regex to `"dense"` or
+            `"sparse"`, overriding the plan: an exact path wins, else the
+            one regex that full-matches; two matching regexes are an error.
+            By default the tables of `keras.layers.Embedding` are sparse
+            (partitioned by rows over the workers) unless they have a
+            regularizer or constraint, and everything else is dense.
 
     Example:
 
@@ -70,6 +77,7 @@ class HybridStrategy(tf.distribute.Strategy):
         timeout_seconds: float = 300.0,
         bucket_bytes: int = DEFAULT_BUCKET_BYTES,
         log_all_ranks: bool = False,
+        variable_kinds: dict | None = None,
     ) -> None:
         engine = _choose_engine(engine)
         _check_positive("timeout_seconds", timeout_seconds)
@@ -85,7 +93,9 @@ class HybridStrategy(tf.distribute.Strategy):
         )
         self._cluster_info = info
         self._engine = engine
-        super().__init__(HybridExtended(self, _local_device(info), comm))
+        super().__init__(
+            HybridExtended(self, _local_device(info), comm, variable_kinds)
+        )
         if info.rank != 0 and not log_all_ranks:
             quiet_ranks.quiet_keras_console()
         self._agree_on_random_seed()
@@ -117,7 +127,29 @@ class HybridStrategy(tf.distribute.Strategy):
         """The `keras_hybrid.comm.Communicator` (with its `stats`)."""
         return self.extended.communicator
 
+    @property
+    def plan(self):
+        """`RoutingPlan` of the trainable variables created so far: kind
+        (dense or sparse), shape, bytes, and row layout of each.
+        `print(strategy.plan)` shows it as a table."""
+        return self.extended.router.plan()
+
     # -- helpers for users
+
+    def gather_variable(self, variable) -> np.ndarray:
+        """The full value of `variable`, gathered if it is partitioned.
+
+        Heavy for a partitioned table: every worker must call it at the
+        same time (it is a collective) and each gets the whole table.
+        `model.get_weights()` and `layer.get_weights()` do the same.
+
+        Args:
+            variable: A `keras.Variable` or `tf.Variable`.
+
+        Returns:
+            A NumPy array with the variable's full value.
+        """
+        return np.asarray(variable.numpy())
 
     def gather_predictions(self, predictions, batch_size: int) -> np.ndarray:
         """Puts every rank's `predict` output back into global input order.

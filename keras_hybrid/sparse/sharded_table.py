@@ -1,0 +1,173 @@
+"""`ShardedTable`: the rows of a partitioned table that this worker owns.
+
+A sparse variable lives as one `ShardedTable` per worker, holding the rows
+its `RowPartition` gives this shard. What a whole read returns depends on
+who reads:
+
+- a gather (`tf.gather`, `ops.take`, `tf.nn.embedding_lookup`) calls
+  `sparse_read`, which pulls the rows of any ids from their owners;
+- the optimizer, inside `extended.update` (see `local_reads`), sees the
+  local rows: it updates only what this shard owns;
+- anything else gets an empty `[0, ...]` stand-in, which `ops.take` uses
+  only for its shape. `check_whole_reads` turns any other use, found at
+  trace time, into a clear error instead of a wrong result;
+- `numpy()` (so `get_weights()`) gathers the whole table from all workers.
+
+Private hooks touched (TF 2.21): subclasses `ResourceVariable` and
+overrides `_dense_var_to_tensor`, like `GlobalReadVariable`.
+"""
+
+import contextlib
+import threading
+import weakref
+
+import numpy as np
+import tensorflow as tf
+from tensorflow.python.ops import resource_variable_ops
+
+ROLES = ("table", "slot")
+_state = threading.local()
+# graph -> [(stand-in tensor, table)] of whole reads made while tracing.
+_whole_reads: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+@contextlib.contextmanager
+def local_reads():
+    """Within, whole reads of a table give this shard's rows."""
+    previous = getattr(_state, "local", False)
+    _state.local = True
+    try:
+        yield
+    finally:
+        _state.local = previous
+
+
+def _in_local_reads() -> bool:
+    return getattr(_state, "local", False)
+
+
+class ShardedTable(resource_variable_ops.ResourceVariable):
+    """One shard of a row-partitioned variable (see the module docstring).
+
+    Args:
+        path: String. The Keras path of the full variable.
+        full_shape: Tuple of ints. Shape of the whole table.
+        partition: `RowPartition` of the table.
+        communicator: The job's `Communicator`; its rank is the shard.
+        role: String, one of `ROLES`: `"table"` (a model variable, read by
+            gathers) or `"slot"` (optimizer state that follows a table).
+        **kwargs: Passed to `tf.Variable`; `initial_value` gives the local
+            rows.
+    """
+
+    def __init__(
+        self, *, path, full_shape, partition, communicator, role, **kwargs
+    ) -> None:
+        super().__init__(**kwargs)
+        self.path = path
+        self.full_shape = tuple(full_shape)
+        self.partition = partition
+        self.communicator = communicator
+        self.role = role
+
+    @property
+    def shard(self) -> int:
+        return self.communicator.rank
+
+    # -- reads
+
+    def sparse_read(self, indices, name=None):
+        """Rows of global `indices`, pulled from the shards that own them."""
+        del name
+        from keras_hybrid.sparse import lookup
+
+        if self.role != "table":
+            raise TypeError(
+                f"Optimizer state {self.path!r} is partitioned with its "
+                "table and cannot be gathered by id."
+            )
+        return lookup.pull(self, indices)
+
+    def read_local_rows(self, local_indices):
+        """Gathers rows of this shard by local index (owner side)."""
+        return super().sparse_read(local_indices)
+
+    def _dense_var_to_tensor(self, dtype=None, name=None, as_ref=False):
+        if self.role == "slot" or _in_local_reads() or as_ref:
+            return super()._dense_var_to_tensor(
+                dtype=dtype, name=name, as_ref=as_ref
+            )
+        local = super()._dense_var_to_tensor(dtype=dtype, name=name)
+        stand_in = local[:0]
+        if not tf.executing_eagerly():
+            graph = tf.compat.v1.get_default_graph()
+            _whole_reads.setdefault(graph, []).append((stand_in, self))
+        return stand_in
+
+    def numpy(self):
+        """The whole table, gathered from every worker (a collective)."""
+        return self.gather_full()
+
+    def __array__(self, dtype=None, copy=None):
+        del copy
+        value = self.gather_full()
+        return value if dtype is None else value.astype(dtype)
+
+    def gather_full(self) -> np.ndarray:
+        """Gathers the full table on every worker. Heavy: every worker
+        must call it at the same time, and each ends up holding the whole
+        table."""
+        if not tf.executing_eagerly():
+            raise RuntimeError(
+                f"The full value of partitioned table {self.path!r} can "
+                "only be gathered eagerly, e.g. with `get_weights()`."
+            )
+        local = super()._dense_var_to_tensor()
+        gathered, sizes = self.communicator.all_gather(local, path="control")
+        gathered, sizes = gathered.numpy(), sizes.numpy()
+        full = np.empty(self.full_shape, dtype=gathered.dtype)
+        start = 0
+        for shard, rows in enumerate(sizes):
+            ids = self.partition.ids_on_shard(shard)
+            full[ids] = gathered[start : start + rows]
+            start += rows
+        return full
+
+    # -- writes
+
+    def assign(self, value, use_locking=None, name=None, read_value=True):
+        """Inside `local_reads` assigns this shard's rows; otherwise takes
+        the rows this shard owns from a full-table `value` (`set_weights`).
+        """
+        if not _in_local_reads():
+            value = tf.convert_to_tensor(value, dtype=self.dtype)
+            if value.shape[0] != self.full_shape[0]:
+                raise ValueError(
+                    f"Assigning to partitioned table {self.path!r} needs "
+                    f"the full table of shape {self.full_shape}. Received: "
+                    f"value.shape={tuple(value.shape)}"
+                )
+            ids = self.partition.ids_on_shard(self.shard)
+            value = tf.gather(value, ids)
+        return super().assign(value, use_locking, name, read_value)
+
+
+def check_whole_reads(graph) -> None:
+    """Raises if a table traced in `graph` was read as a whole tensor.
+
+    Raises:
+        ValueError: Naming the table and the op that used the whole value.
+    """
+    reads = _whole_reads.pop(graph, [])
+    for stand_in, table in reads:
+        users = stand_in.consumers()
+        if users:
+            raise ValueError(
+                f"Partitioned table {table.path!r} was read as a whole "
+                f"tensor by op {users[0].name!r} ({users[0].type}). A "
+                "table split over workers can only be read by id "
+                "(`ops.take`, `tf.gather`, `tf.nn.embedding_lookup`). "
+                "If the layer needs the whole value, keep the variable "
+                "dense: `HybridStrategy(variable_kinds="
+                f"{{{table.path!r}: 'dense'}})`."
+            )

@@ -1,0 +1,135 @@
+"""Initial rows of one shard, the same whatever the number of shards.
+
+A table is defined as fixed blocks of `BLOCK_ROWS` rows. Block b is drawn by
+the layer's initializer with a seed derived from (seed, b), so every row's
+initial value depends on the seed and its id only. A shard draws the blocks
+one at a time and keeps its own rows: it never holds the whole table, and
+1, 2 or 4 shards start from the same table.
+
+Initializers whose scale depends on the full shape (the `VarianceScaling`
+family: Glorot, He, LeCun) are rescaled so a block has the variance the full
+table would have. Initializers that couple rows (`Orthogonal`, `Identity`)
+cannot be drawn by blocks and raise.
+"""
+
+import math
+import random
+
+import keras
+import numpy as np
+
+BLOCK_ROWS = 4096
+_ROW_INDEPENDENT = (
+    keras.initializers.Zeros,
+    keras.initializers.Ones,
+    keras.initializers.Constant,
+)
+_WHOLE_SHAPE = (keras.initializers.Orthogonal, keras.initializers.Identity)
+
+
+def check_initializer(initializer, path: str) -> None:
+    """Raises `NotImplementedError` for initializers that couple rows."""
+    if isinstance(initializer, _WHOLE_SHAPE):
+        raise NotImplementedError(
+            f"Partitioned table {path!r} uses "
+            f"{type(initializer).__name__}, which needs the whole table at "
+            "once. Use a row-wise initializer (e.g. 'uniform', 'normal', "
+            "'glorot_uniform'), or keep the table dense with "
+            f"`HybridStrategy(variable_kinds={{{path!r}: 'dense'}})`."
+        )
+
+
+def base_seed(initializer) -> int:
+    """The initializer's integer seed, or a fresh one if it has none."""
+    seed = getattr(initializer, "seed", None)
+    if isinstance(seed, int) and not isinstance(seed, bool):
+        return seed
+    return random.randint(1, 2**31 - 2)
+
+
+def shard_rows(
+    initializer,
+    full_shape: tuple,
+    dtype: str,
+    partition,
+    shard: int,
+    seed: int,
+) -> np.ndarray:
+    """Initial values of the rows `shard` stores, in local-index order.
+
+    Args:
+        initializer: A Keras initializer or a callable `(shape, dtype)`.
+        full_shape: Tuple of ints. Shape of the whole table.
+        dtype: String. Variable dtype.
+        partition: The table's `RowPartition`.
+        shard: Int. The shard whose rows are wanted.
+        seed: Int. Seed of the table (equal on all workers).
+
+    Returns:
+        A NumPy array of shape `(rows_on_shard, *full_shape[1:])`.
+    """
+    row_shape = tuple(full_shape[1:])
+    num_local = partition.rows_on_shard(shard)
+    if isinstance(initializer, _ROW_INDEPENDENT):
+        return _numpy(initializer((num_local, *row_shape), dtype=dtype))
+    num_rows = full_shape[0]
+    parts, part_ids = [], []
+    for block in range(math.ceil(num_rows / BLOCK_ROWS)):
+        ids = np.arange(
+            block * BLOCK_ROWS,
+            min(num_rows, (block + 1) * BLOCK_ROWS),
+            dtype=np.int64,
+        )
+        mine = partition.shard_of(ids) == shard
+        if not mine.any():
+            continue
+        block_init = _block_initializer(
+            initializer, seed, block, (len(ids), *row_shape), full_shape
+        )
+        values = _numpy(block_init((len(ids), *row_shape), dtype=dtype))
+        parts.append(values[mine])
+        part_ids.append(ids[mine])
+    rows = np.empty((num_local, *row_shape), dtype=parts[0].dtype)
+    rows[partition.local_index(np.concatenate(part_ids))] = np.concatenate(
+        parts
+    )
+    return rows
+
+
+def _block_initializer(initializer, seed, block, block_shape, full_shape):
+    """The initializer that draws `block` of a table seeded with `seed`."""
+    block_seed = (seed * 1_000_003 + block) % (2**31 - 1)
+    if isinstance(initializer, keras.initializers.VarianceScaling):
+        scale = initializer.scale * _fan(block_shape, initializer.mode)
+        scale /= _fan(full_shape, initializer.mode)
+        return keras.initializers.VarianceScaling(
+            scale=scale,
+            mode=initializer.mode,
+            distribution=initializer.distribution,
+            seed=block_seed,
+        )
+    if isinstance(initializer, keras.initializers.Initializer) and hasattr(
+        initializer, "seed"
+    ):
+        config = initializer.get_config()
+        config["seed"] = block_seed
+        return type(initializer).from_config(config)
+    return initializer
+
+
+def _fan(shape: tuple, mode: str) -> float:
+    """Keras' fan of `shape` for a `VarianceScaling` `mode`."""
+    if len(shape) == 1:
+        fan_in = fan_out = shape[0]
+    else:
+        receptive = math.prod(shape[:-2])
+        fan_in, fan_out = shape[-2] * receptive, shape[-1] * receptive
+    if mode == "fan_in":
+        return max(1.0, fan_in)
+    if mode == "fan_out":
+        return max(1.0, fan_out)
+    return max(1.0, (fan_in + fan_out) / 2.0)
+
+
+def _numpy(value) -> np.ndarray:
+    return keras.ops.convert_to_numpy(value)

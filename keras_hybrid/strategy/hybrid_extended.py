@@ -69,13 +69,15 @@ class HybridExtended(one_device_strategy.OneDeviceExtended):
                 strategy, replica_id_in_sync_group=self._communicator.rank
             ),
         ):
+            model = global_metrics.keras_model_of_step(fn)
+            if model is not None and model.optimizer is not None:
+                _check_optimizer(model.optimizer, model.trainable_variables)
             with global_read_variable.local_reads():
                 outputs = fn(*args, **kwargs)
             if not tf.executing_eagerly():
                 sharded_table.check_whole_reads(
                     tf.compat.v1.get_default_graph()
                 )
-            model = global_metrics.keras_model_of_step(fn)
             if model is not None:
                 outputs = global_metrics.globalize_logs(
                     model, outputs, self._communicator
@@ -244,3 +246,13 @@ class HybridExtended(one_device_strategy.OneDeviceExtended):
         return value_fn(
             tf.distribute.experimental.ValueContext(comm.rank, comm.size)
         )
+
+
+def _check_optimizer(optimizer, variables) -> None:
+    """Refuses, before tracing, optimizers that cannot update a shard."""
+    from keras_hybrid.optimizers import sparse_support
+    from keras_hybrid.optimizers.hybrid_optimizer import HybridOptimizer
+
+    wrapped = isinstance(optimizer, HybridOptimizer)
+    inner = optimizer.inner_optimizer if wrapped else optimizer
+    sparse_support.check(inner, variables, wrapped=wrapped)

@@ -1,0 +1,1 @@
+"""Optimizer routing for partitioned tables."""

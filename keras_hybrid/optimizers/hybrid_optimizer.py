@@ -177,7 +177,9 @@ class HybridOptimizer(keras.optimizers.Optimizer):
         steps = self.accumulation_steps
         mean_grads = []
         with sharded_table.local_reads():
-            for grad, var, acc in zip(grads, variables, accumulators):
+            for grad, var, acc in zip(
+                grads, variables, accumulators, strict=True
+            ):
                 total = tf.convert_to_tensor(grad) + acc.value
                 mean_grads.append(_as_gradient_of(var, total / steps))
         self.inner_optimizer.apply(mean_grads, variables)

@@ -69,7 +69,7 @@ def test_validation_sample_class_weights_and_steps_per_epoch():
             )
 
 
-def test_indexed_slices_are_all_gathered_not_densified():
+def test_indexed_slices_of_a_dense_table_are_all_gathered_not_densified():
     run = _launch("embedding").check()
     ref = _reference("embedding")
     assert "IndexedSlices gradients are all-gathered" in run.stderr

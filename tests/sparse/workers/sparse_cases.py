@@ -1,0 +1,72 @@
+"""Models, data and optimizers shared by the sparse-table workers and the
+tests that compute their plain-Keras references.
+
+Ids are Zipf-skewed so that every batch looks up some ids several times:
+that is where deduplicating sparse gradients matters (Adam squares the
+summed gradient of an id, not each occurrence).
+"""
+
+import keras
+import numpy as np
+
+VOCAB = 500
+SEQ = 6
+BATCH = 32
+STEPS = 20
+SEED = 7
+MODELS = ("one_table", "two_tables")
+OPTIMIZERS = ("sgd", "adam")
+# Paths of the variables each model trains, in `get_weights()` order.
+TABLES = {
+    "one_table": ("table/embeddings",),
+    "two_tables": ("table_a/embeddings", "table_b/embeddings"),
+}
+DENSE = ("head/kernel", "head/bias")
+
+
+def make_data(num_samples: int = STEPS * BATCH, seed: int = 0):
+    """Ids (n, SEQ) with Zipf-ish repeats, and 3-class labels."""
+    rng = np.random.default_rng(seed)
+    ranks = (rng.zipf(1.3, size=(num_samples, SEQ)) - 1) % VOCAB
+    # Hot ids scattered over the vocabulary rather than all near 0.
+    ids = rng.permutation(VOCAB)[ranks].astype("int32")
+    scores = rng.normal(size=(VOCAB, 3)).astype("float32")
+    y = np.argmax(scores[ids].sum(axis=1), axis=1).astype("int32")
+    return ids, y
+
+
+def build_model(name: str) -> keras.Model:
+    """`one_table`: Embedding(500, 8) -> mean -> Dense(3); `two_tables`:
+    Embedding(500, 8) and Embedding(500, 4) of the same ids, concatenated,
+    -> mean -> Dense(3)."""
+    ids = keras.Input((SEQ,), dtype="int32", name="ids")
+    if name == "one_table":
+        x = keras.layers.Embedding(VOCAB, 8, name="table")(ids)
+    elif name == "two_tables":
+        a = keras.layers.Embedding(VOCAB, 8, name="table_a")(ids)
+        b = keras.layers.Embedding(VOCAB, 4, name="table_b")(ids)
+        x = keras.layers.Concatenate(name="concat")([a, b])
+    else:
+        raise ValueError(f"Unknown model {name!r}; use one of {MODELS}.")
+    x = keras.layers.GlobalAveragePooling1D(name="pool")(x)
+    outputs = keras.layers.Dense(3, name="head")(x)
+    return keras.Model(ids, outputs, name=name)
+
+
+def make_optimizer(name: str, **kwargs) -> keras.optimizers.Optimizer:
+    """Plain SGD (lr 0.1) or Adam (lr 0.01); `kwargs` go to it."""
+    if name == "sgd":
+        return keras.optimizers.SGD(learning_rate=0.1, **kwargs)
+    if name == "adam":
+        return keras.optimizers.Adam(learning_rate=0.01, **kwargs)
+    raise ValueError(f"Unknown optimizer {name!r}; use one of {OPTIMIZERS}.")
+
+
+def make_loss():
+    return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+def key(model: str, optimizer: str, accumulation: int = 0) -> str:
+    """Name of one training config in a worker's results."""
+    name = f"{model}/{optimizer}"
+    return f"{name}/accum{accumulation}" if accumulation else name

@@ -40,7 +40,7 @@ ACCUM_KEYS = [cases.key("one_table", o, ACCUMULATION) for o in cases.OPTIMIZERS]
 @functools.cache
 def launch(num_workers: int) -> dict:
     """{rank: {config key: result}} of one launch of all configs."""
-    configs = [[m, o, 0] for m, o in CONFIGS]
+    configs = [[m, o, 0] for m, o in CONFIGS] + [["one_table", "sgd_sum", 0]]
     if num_workers <= 2:
         configs += [["one_table", o, ACCUMULATION] for o in cases.OPTIMIZERS]
     out_dir = tempfile.mkdtemp(prefix=f"sparse_eq{num_workers}_")
@@ -106,7 +106,7 @@ def fit_reference(model_name: str, opt_name: str, accumulation=0) -> list:
 
 
 @functools.cache
-def dedup_reference(model_name: str, opt_name: str) -> list:
+def dedup_reference(model_name: str, opt_name: str, table_scale=1) -> list:
     """Plain Keras custom loop with DEDUPLICATED embedding gradients.
 
     Same model, initial weights (`set_weights`), data and batches as the
@@ -125,7 +125,12 @@ def dedup_reference(model_name: str, opt_name: str) -> list:
         with tf.GradientTape() as tape:
             loss = loss_fn(y, model(x, training=True))
         grads = tape.gradient(loss, [v.value for v in variables])
-        optimizer.apply([tf.convert_to_tensor(g) for g in grads], variables)
+        grads = [
+            tf.convert_to_tensor(g)
+            * (table_scale if isinstance(g, tf.IndexedSlices) else 1)
+            for g in grads
+        ]
+        optimizer.apply(grads, variables)
     return model.get_weights()
 
 
@@ -271,3 +276,20 @@ def test_gradient_accumulation_with_sparse_table(opt_name):
         assert_weights_close(
             got["final"], one["final"], msg=f"{key}: 2 workers, rank {rank}"
         )
+
+
+@pytest.mark.parametrize("num_workers", [2, 4])
+def test_sparse_gradients_sum_scales_table_gradients_by_workers(num_workers):
+    """`HybridOptimizer(sparse_gradients="sum")` (Parallax's
+    `average_sparse=False`): table gradients are summed over workers, i.e.
+    N times the global mean, while dense gradients stay averaged."""
+    initial = launch(1)[0][cases.key("one_table", "sgd_sum")]["initial"]
+    assert_weights_close(
+        initial, initial_weights(cases.key("one_table", "sgd"))
+    )
+    want = dedup_reference("one_table", "sgd", table_scale=num_workers)
+    mean = launch(num_workers)[0][cases.key("one_table", "sgd")]["final"]
+    for rank, result in launch(num_workers).items():
+        got = result[cases.key("one_table", "sgd_sum")]["final"]
+        assert_weights_close(got, want, msg=f"rank {rank}")
+        assert max_difference(got, mean) > 1e-3

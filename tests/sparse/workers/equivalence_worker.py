@@ -50,7 +50,12 @@ def train_one(strategy, model_name, opt_name, accumulation):
         extra["gradient_accumulation_steps"] = accumulation
     with strategy.scope():
         model = cases.build_model(model_name)
-        optimizer = cases.make_optimizer(opt_name, **extra)
+        if opt_name == "sgd_sum":  # table gradients summed over workers
+            optimizer = kh.HybridOptimizer(
+                cases.make_optimizer("sgd"), sparse_gradients="sum"
+            )
+        else:
+            optimizer = cases.make_optimizer(opt_name, **extra)
         if accumulation:
             optimizer = kh.HybridOptimizer(optimizer)
         model.compile(optimizer=optimizer, loss=cases.make_loss())

@@ -26,6 +26,7 @@ import tensorflow as tf
 from tensorflow.python.ops import resource_variable_ops
 
 ROLES = ("table", "slot")
+_SHAPE_OPS = ("Shape", "ShapeN")
 _state = threading.local()
 # graph -> [(stand-in tensor, table)] of whole reads made while tracing.
 _whole_reads: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -98,7 +99,12 @@ class ShardedTable(resource_variable_ops.ResourceVariable):
                 dtype=dtype, name=name, as_ref=as_ref
             )
         local = super()._dense_var_to_tensor(dtype=dtype, name=name)
-        stand_in = local[:0]
+        # Zero rows, and an unknown row count for shape inference: a use
+        # that would check rows against something else is still traced, so
+        # `check_whole_reads` can name the table instead of a shape error.
+        stand_in = tf.compat.v1.placeholder_with_default(
+            local[:0], [None, *self.full_shape[1:]]
+        )
         if not tf.executing_eagerly():
             graph = tf.compat.v1.get_default_graph()
             _whole_reads.setdefault(graph, []).append((stand_in, self))
@@ -160,14 +166,23 @@ def check_whole_reads(graph) -> None:
     """
     reads = _whole_reads.pop(graph, [])
     for stand_in, table in reads:
-        users = stand_in.consumers()
+        # `ops.take` asks for the row count (to wrap negative ids); with
+        # zero rows, negative ids stay negative and are reported.
+        users = [op for op in stand_in.consumers() if op.type not in _SHAPE_OPS]
         if users:
+            hint = ""
+            if users[0].type == "GatherV2":
+                hint = (
+                    " `tf.nn.embedding_lookup` turns a `keras.Variable` "
+                    "into a tensor first: pass its `.value` (the "
+                    "`tf.Variable`), or use `ops.take`/`tf.gather`."
+                )
             raise ValueError(
                 f"Partitioned table {table.path!r} was read as a whole "
                 f"tensor by op {users[0].name!r} ({users[0].type}). A "
                 "table split over workers can only be read by id "
-                "(`ops.take`, `tf.gather`, `tf.nn.embedding_lookup`). "
-                "If the layer needs the whole value, keep the variable "
-                "dense: `HybridStrategy(variable_kinds="
+                "(`ops.take`, `tf.gather`, `tf.nn.embedding_lookup`)."
+                f"{hint} If the layer needs the whole value, keep the "
+                "variable dense: `HybridStrategy(variable_kinds="
                 f"{{{table.path!r}: 'dense'}})`."
             )

@@ -73,7 +73,7 @@ def shard_rows(
     if isinstance(initializer, _ROW_INDEPENDENT):
         return _numpy(initializer((num_local, *row_shape), dtype=dtype))
     num_rows = full_shape[0]
-    parts, part_ids = [], []
+    rows = None
     for block in range(math.ceil(num_rows / BLOCK_ROWS)):
         ids = np.arange(
             block * BLOCK_ROWS,
@@ -87,12 +87,11 @@ def shard_rows(
             initializer, seed, block, (len(ids), *row_shape), full_shape
         )
         values = _numpy(block_init((len(ids), *row_shape), dtype=dtype))
-        parts.append(values[mine])
-        part_ids.append(ids[mine])
-    rows = np.empty((num_local, *row_shape), dtype=parts[0].dtype)
-    rows[partition.local_index(np.concatenate(part_ids))] = np.concatenate(
-        parts
-    )
+        if rows is None:
+            rows = np.empty((num_local, *row_shape), dtype=values.dtype)
+        # One block at a time, straight into place: the shard is the only
+        # table-sized buffer.
+        rows[partition.local_index(ids[mine])] = values[mine]
     return rows
 
 

@@ -89,6 +89,10 @@ class Lookup(keras.layers.Layer):
             return ops.take(self.table, ids, axis=0)
         if self.mode == "gather":
             return tf.gather(self.table, ids)
+        if self.mode == "embedding_lookup":
+            # Given a `keras.Variable`, `tf.nn.embedding_lookup` converts it
+            # to a tensor first; its `tf.Variable` is gathered by id.
+            return tf.nn.embedding_lookup(self.table.value, ids)
         return tf.nn.embedding_lookup(self.table, ids)
 
 
@@ -169,9 +173,19 @@ class LookupsInOneProcessTest(TestCase):
         self._compare_custom("gather")
 
     def test_tf_nn_embedding_lookup_on_a_custom_table(self):
-        # `tf.nn.embedding_lookup` converts params that are not TF resource
-        # variables (a Keras variable is not) to a tensor before gathering.
         self._compare_custom("embedding_lookup")
+
+    def test_embedding_lookup_of_the_keras_variable_names_the_fix(self):
+        # `tf.nn.embedding_lookup` converts params that are not TF resource
+        # variables (a Keras variable is not) to a tensor before gathering:
+        # a whole read, refused with the fix in the message.
+        strategy = HybridStrategy(variable_kinds={"lookup/table": "sparse"})
+        with strategy.scope():
+            model = _pooled_model(
+                (4,), "int32", Lookup("keras_variable", 40, 6, name="lookup")
+            )
+        with self.assertRaisesRegex(ValueError, "pass its `.value`"):
+            model.predict(self._ids((8, 4)).astype("int32"), verbose=0)
 
     def test_mask_zero(self):
         x = self._ids((32, 5)).astype("int32")

@@ -26,7 +26,7 @@ from keras_hybrid.testing import run_workers
 HERE = os.path.join(os.path.dirname(__file__), "workers")
 WORKER = os.path.join(HERE, "stays_sparse_worker.py")
 sys.path.insert(0, HERE)
-import stays_sparse_worker  # noqa: E402
+import graph_scan  # noqa: E402
 
 V, D = 20000, 16
 TABLE_BYTES = V * D * 4
@@ -187,6 +187,6 @@ class StaysSparseInProcessTest(TestCase):
 
         densify(tf.constant([1, 2, 3]))
         graph = densify.get_concrete_function(tf.constant([1, 2, 3])).graph
-        full, _, _ = stays_sparse_worker._inspect([graph], V, V // 2)
+        full, _, _ = graph_scan.inspect([graph], V, V // 2)
         types = {op["type"] for op in full}
         self.assertIn("UnsortedSegmentSum", types)

@@ -17,34 +17,30 @@ Private hooks touched (TF 2.21): subclasses `ResourceVariable` and
 overrides `_dense_var_to_tensor`, like `GlobalReadVariable`.
 """
 
-import contextlib
-import threading
 import weakref
 
 import numpy as np
 import tensorflow as tf
 from tensorflow.python.ops import resource_variable_ops
 
+from keras_hybrid.utils.thread_flag import ThreadFlag
+
 ROLES = ("table", "slot")
 _SHAPE_OPS = ("Shape", "ShapeN")
-_state = threading.local()
 # graph -> [(stand-in tensor, table)] of whole reads made while tracing.
 _whole_reads: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-@contextlib.contextmanager
+_local_reads = ThreadFlag()
+
+
 def local_reads():
     """Within, whole reads of a table give this shard's rows."""
-    previous = getattr(_state, "local", False)
-    _state.local = True
-    try:
-        yield
-    finally:
-        _state.local = previous
+    return _local_reads.scope()
 
 
 def _in_local_reads() -> bool:
-    return getattr(_state, "local", False)
+    return bool(_local_reads)
 
 
 class ShardedTable(resource_variable_ops.ResourceVariable):

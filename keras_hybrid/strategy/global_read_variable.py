@@ -13,16 +13,14 @@ return of `evaluate`, callbacks) a read returns the value reduced over all
 workers, so every rank sees the same, exact global metric.
 """
 
-import contextlib
-import threading
-
 import tensorflow as tf
 from tensorflow.python.ops import resource_variable_ops
 
-_state = threading.local()
+from keras_hybrid.utils.thread_flag import ThreadFlag
+
+_local_reads = ThreadFlag()
 
 
-@contextlib.contextmanager
 def local_reads():
     """Within this context, global-read variables read this worker's copy.
 
@@ -30,12 +28,7 @@ def local_reads():
     (saving on the chief): a global read is a collective that every worker
     must join.
     """
-    previous = getattr(_state, "local", False)
-    _state.local = True
-    try:
-        yield
-    finally:
-        _state.local = previous
+    return _local_reads.scope()
 
 
 class GlobalReadVariable(resource_variable_ops.ResourceVariable):
@@ -52,7 +45,7 @@ class GlobalReadVariable(resource_variable_ops.ResourceVariable):
         return self._reduce_op
 
     def _global(self, value: tf.Tensor) -> tf.Tensor:
-        if self._communicator.size == 1 or getattr(_state, "local", False):
+        if self._communicator.size == 1 or bool(_local_reads):
             return value
         (reduced,) = self._communicator.all_reduce(
             [value], op=self._reduce_op, path="control"

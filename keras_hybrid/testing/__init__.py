@@ -3,6 +3,7 @@ worker processes through the package's launcher."""
 
 from keras_hybrid.testing.multiprocess import WorkerRun
 from keras_hybrid.testing.multiprocess import run_workers
+from keras_hybrid.testing.test_case import OneProcessTestCase
 from keras_hybrid.testing.test_case import TestCase
 
-__all__ = ["TestCase", "WorkerRun", "run_workers"]
+__all__ = ["OneProcessTestCase", "TestCase", "WorkerRun", "run_workers"]

@@ -1,6 +1,8 @@
 """Shared `TestCase`: resets Keras state between tests."""
 
+import os
 import unittest
+from unittest import mock
 
 import keras
 import numpy as np
@@ -26,3 +28,16 @@ class TestCase(unittest.TestCase):
             rtol=0,
             err_msg=msg or "",
         )
+
+
+class OneProcessTestCase(TestCase):
+    """A `TestCase` that hides any cluster from the environment, so a
+    `HybridStrategy` built in the test is a plain single process."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        patcher = mock.patch.dict(os.environ)
+        patcher.start()
+        self.addCleanup(patcher.stop)
+        os.environ.pop("TF_CONFIG", None)
+        os.environ.pop("KERAS_HYBRID_ENGINE", None)

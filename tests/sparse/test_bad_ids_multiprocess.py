@@ -11,7 +11,6 @@ rank 0 names rank 1 and stops too. No weight changes in the failing step.
 import os
 import tempfile
 import time
-from unittest import mock
 
 import keras
 import numpy as np
@@ -21,7 +20,7 @@ from keras import ops
 
 from keras_hybrid import HybridStrategy
 from keras_hybrid.sparse.sharded_table import ShardedTable
-from keras_hybrid.testing import TestCase
+from keras_hybrid.testing import OneProcessTestCase
 from keras_hybrid.testing import run_workers
 
 WORKER = os.path.join(os.path.dirname(__file__), "workers", "bad_ids_worker.py")
@@ -104,16 +103,8 @@ def _pooled_model(ids_shape, ids_dtype, embed):
     return keras.Model(ids, keras.layers.Dense(1)(x))
 
 
-class LookupsInOneProcessTest(TestCase):
+class LookupsInOneProcessTest(OneProcessTestCase):
     """One worker, no launcher: the table is still a `ShardedTable`."""
-
-    def setUp(self):
-        super().setUp()
-        patcher = mock.patch.dict(os.environ)
-        patcher.start()
-        self.addCleanup(patcher.stop)
-        os.environ.pop("TF_CONFIG", None)
-        os.environ.pop("KERAS_HYBRID_ENGINE", None)
 
     def _compare(self, build, x, table_path, variable_kinds=None):
         """Trains a plain copy and a strategy copy from the same weights;

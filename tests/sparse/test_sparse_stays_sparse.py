@@ -11,7 +11,6 @@ table and `variable_kinds`.
 import os
 import sys
 import tempfile
-from unittest import mock
 
 import keras
 import numpy as np
@@ -20,7 +19,7 @@ import tensorflow as tf
 from keras import ops
 
 from keras_hybrid import HybridStrategy
-from keras_hybrid.testing import TestCase
+from keras_hybrid.testing import OneProcessTestCase
 from keras_hybrid.testing import run_workers
 
 HERE = os.path.join(os.path.dirname(__file__), "workers")
@@ -122,15 +121,7 @@ class WholeTable(keras.layers.Layer):
         return scores
 
 
-class StaysSparseInProcessTest(TestCase):
-    def setUp(self):
-        super().setUp()
-        patcher = mock.patch.dict(os.environ)
-        patcher.start()
-        self.addCleanup(patcher.stop)
-        os.environ.pop("TF_CONFIG", None)
-        os.environ.pop("KERAS_HYBRID_ENGINE", None)
-
+class StaysSparseInProcessTest(OneProcessTestCase):
     def _fit_whole_table(self, reduce):
         strategy = HybridStrategy(
             variable_kinds={"whole_table/table": "sparse"}

@@ -10,21 +10,14 @@ import tensorflow as tf
 
 from keras_hybrid import HybridStrategy
 from keras_hybrid.strategy import quiet_ranks
+from keras_hybrid.testing import OneProcessTestCase
 from keras_hybrid.testing import TestCase
 from keras_hybrid.testing import models
 
 _Resolver = tf.distribute.cluster_resolver.SimpleClusterResolver
 
 
-class HybridStrategyArgsTest(TestCase):
-    def setUp(self):
-        super().setUp()
-        patcher = mock.patch.dict(os.environ)
-        patcher.start()
-        self.addCleanup(patcher.stop)
-        os.environ.pop("TF_CONFIG", None)
-        os.environ.pop("KERAS_HYBRID_ENGINE", None)
-
+class HybridStrategyArgsTest(OneProcessTestCase):
     def test_unknown_engine(self):
         with self.assertRaisesRegex(ValueError, r"`engine` must be one of"):
             HybridStrategy(engine="nccl")

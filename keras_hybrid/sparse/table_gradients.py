@@ -29,11 +29,9 @@ def table_of(value):
     return getattr(value.dense_shape, _MARK, None)
 
 
-def aggregate(value: tf.IndexedSlices, scale: float = 1.0):
+def aggregate(value: tf.IndexedSlices) -> tf.IndexedSlices:
     """Sums the rows pushed for the same id (one entry per id), so
     optimizers that square gradients follow dense-gradient semantics."""
     ids, slot = tf.unique(value.indices)
     rows = tf.math.unsorted_segment_sum(value.values, slot, tf.size(ids))
-    if scale != 1.0:
-        rows = rows * tf.cast(scale, rows.dtype)
     return tf.IndexedSlices(rows, ids, value.dense_shape)

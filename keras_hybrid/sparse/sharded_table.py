@@ -116,24 +116,40 @@ class ShardedTable(resource_variable_ops.ResourceVariable):
         return value if dtype is None else value.astype(dtype)
 
     def gather_full(self) -> np.ndarray:
-        """Gathers the full table on every worker. Heavy: every worker
-        must call it at the same time, and each ends up holding the whole
-        table."""
+        """Gathers the full table on every worker, one shard at a time.
+
+        Every worker must call it at the same time (each shard is a
+        broadcast from its owner). Each worker ends up holding the whole
+        table once, plus at most two shards in flight: the rows are copied
+        into place as each shard arrives, never gathered whole first.
+        """
         if not tf.executing_eagerly():
             raise RuntimeError(
                 f"The full value of partitioned table {self.path!r} can "
                 "only be gathered eagerly, e.g. with `get_weights()`."
             )
-        local = super()._dense_var_to_tensor()
-        gathered, sizes = self.communicator.all_gather(local, path="control")
-        gathered, sizes = gathered.numpy(), sizes.numpy()
-        full = np.empty(self.full_shape, dtype=gathered.dtype)
-        start = 0
-        for shard, rows in enumerate(sizes):
-            ids = self.partition.ids_on_shard(shard)
-            full[ids] = gathered[start : start + rows]
-            start += rows
+        local = self.local_rows()
+        full = np.empty(self.full_shape, dtype=self.dtype.as_numpy_dtype)
+        for shard in range(self.communicator.size):
+            if shard == self.shard:
+                rows = local
+            else:
+                rows = tf.zeros(
+                    [self.partition.rows_on_shard(shard), *self.full_shape[1:]],
+                    self.dtype,
+                )
+            rows = self.communicator.broadcast(rows, root=shard)
+            full[self.partition.ids_on_shard(shard)] = rows.numpy()
+            del rows
         return full
+
+    def local_rows(self) -> tf.Tensor:
+        """This shard's rows, in local order (`partition.ids_on_shard`)."""
+        return super()._dense_var_to_tensor()
+
+    def assign_local_rows(self, rows) -> None:
+        """Replaces this shard's rows (local order) without communication."""
+        super().assign(rows)
 
     # -- writes
 

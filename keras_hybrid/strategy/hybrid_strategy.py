@@ -6,6 +6,8 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from keras_hybrid import checkpoint
+from keras_hybrid.checkpoint import chief_writes
 from keras_hybrid.comm import communicator as communicator_lib
 from keras_hybrid.strategy import cluster
 from keras_hybrid.strategy import input_sharding
@@ -99,6 +101,8 @@ class HybridStrategy(tf.distribute.Strategy):
         if info.rank != 0 and not log_all_ranks:
             quiet_ranks.quiet_keras_console()
         self._agree_on_random_seed()
+        if info.size > 1:
+            chief_writes.install(self)
 
     # -- where this process sits
 
@@ -150,6 +154,20 @@ class HybridStrategy(tf.distribute.Strategy):
             A NumPy array with the variable's full value.
         """
         return np.asarray(variable.numpy())
+
+    def save_checkpoint(self, model, directory: str, **kwargs) -> str:
+        """Saves a sharded checkpoint of `model`: each worker writes its own
+        table rows in parallel. Every worker must call it. See
+        `keras_hybrid.checkpoint.save_checkpoint` for the arguments."""
+        return checkpoint.save_checkpoint(
+            model, directory, strategy=self, **kwargs
+        )
+
+    def restore_checkpoint(self, model, path: str) -> dict:
+        """Restores a sharded checkpoint saved by any number of workers.
+        Every worker must call it. See
+        `keras_hybrid.checkpoint.restore_checkpoint`."""
+        return checkpoint.restore_checkpoint(model, path, strategy=self)
 
     def gather_predictions(self, predictions, batch_size: int) -> np.ndarray:
         """Puts every rank's `predict` output back into global input order.

@@ -1,0 +1,15 @@
+"""Keras callbacks for training under `HybridStrategy`."""
+
+import importlib
+
+_EXPORTS = {
+    "ShardedCheckpoint": "keras_hybrid.callbacks.sharded_checkpoint",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -168,5 +168,11 @@ def _publish(entries, tmp, final, world, step, epoch, records) -> None:
 
 
 def _prune(directory: str, keep: int) -> None:
+    """Deletes all but the newest `keep` checkpoints, and the folders of
+    saves that died half-way (a save has just completed, so no other is
+    in progress)."""
     for path in manifest_lib.list_checkpoints(directory)[:-keep]:
         shutil.rmtree(path, ignore_errors=True)
+    for name in os.listdir(directory):
+        if name.startswith("ckpt-") and name.endswith((".tmp", ".old")):
+            shutil.rmtree(os.path.join(directory, name), ignore_errors=True)

@@ -55,6 +55,7 @@ SEGMENT_SEED = 11
 
 
 def build(strategy, name="two_tables"):
+    keras.utils.set_random_seed(cases.SEED)  # every model starts the same
     with strategy.scope():
         model = cases.build_model(name)
         model.compile(
@@ -203,7 +204,6 @@ def crash(strategy):
 
 def main(argv):
     del argv
-    keras.utils.set_random_seed(cases.SEED)
     strategy = kh.HybridStrategy(timeout_seconds=60)
     result = globals()[FLAGS.phase](strategy)
     save_result(FLAGS.out_dir, strategy.rank, result)

@@ -26,7 +26,8 @@ Private hooks touched (Keras 3.15 / TF 2.21): module attributes
 `keras.src.saving.saving_api.save_model` and `save_weights`,
 `keras.src.export.export_saved_model`, and the `file_utils` attribute of
 `keras.src.callbacks.backup_and_restore`, `model_checkpoint` and
-`csv_logger` (all looked up at call time). `install` is idempotent;
+`csv_logger` (all looked up at call time); tables are written to `.h5`
+files by `h5_streaming`. `install` is idempotent;
 `uninstall` restores them.
 """
 
@@ -38,6 +39,7 @@ import threading
 
 from absl import logging
 
+from keras_hybrid.checkpoint import h5_streaming
 from keras_hybrid.checkpoint.world import World
 
 _lock = threading.Lock()
@@ -69,6 +71,7 @@ def install(strategy) -> None:
         for (module, name), replacement in patches.items():
             _originals[(module, name)] = getattr(module, name)
             setattr(module, name, replacement)
+        h5_streaming.install(lambda: _active["strategy"].is_chief)
 
 
 def uninstall() -> None:
@@ -77,6 +80,7 @@ def uninstall() -> None:
         for (module, name), original in _originals.items():
             setattr(module, name, original)
         _originals.clear()
+        h5_streaming.uninstall()
         _active["strategy"] = None
 
 

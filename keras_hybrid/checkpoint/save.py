@@ -107,13 +107,18 @@ def _write_own_files(entries, tmp, world) -> dict:
     for index, entry in enumerate(entries):
         if entry.table is not None:
             name = manifest_lib.table_file(index, world.rank, world.size)
-            value = entry.table.local_rows().numpy()
+            table = entry.table
+            records[name] = shard_files.write_blocks(
+                os.path.join(tmp, name),
+                table.shape,
+                table.dtype.as_numpy_dtype,
+                table.local_blocks(),
+            )
         elif world.is_chief:
             name = manifest_lib.dense_file(index)
             value = np.asarray(entry.variable.numpy())
-        else:
-            continue
-        records[name] = shard_files.write_array(os.path.join(tmp, name), value)
+            path = os.path.join(tmp, name)
+            records[name] = shard_files.write_array(path, value)
     shard_files.write_json(os.path.join(tmp, own + ".json"), records)
     return records
 

@@ -20,13 +20,36 @@ _CHUNK = 64 * 2**20
 def write_array(path: str, array: np.ndarray) -> dict:
     """Writes `array` to `path` atomically; returns `{"bytes", "crc32"}`."""
     array = np.require(array, requirements="C")
+    return write_blocks(path, array.shape, array.dtype, [array])
+
+
+def write_blocks(path: str, shape, dtype, blocks) -> dict:
+    """Writes an array of `shape` from consecutive row `blocks` (an
+    iterable of arrays), holding one block at a time. Atomic like
+    `write_array`, and readable by `np.load`."""
+    dtype = np.dtype(dtype)
+    header = {
+        "descr": np.lib.format.dtype_to_descr(dtype),
+        "fortran_order": False,
+        "shape": tuple(shape),
+    }
     partial = path + ".partial"
+    crc, rows = 0, 0
     with open(partial, "wb") as f:
-        np.save(f, array, allow_pickle=False)
+        np.lib.format.write_array_header_1_0(f, header)
+        for block in blocks:
+            block = np.require(block, dtype=dtype, requirements="C")
+            rows += block.shape[0] if block.ndim else 1
+            crc = _crc32(block, crc)
+            f.write(block.tobytes())
         f.flush()
         os.fsync(f.fileno())
+    expected = shape[0] if len(shape) else 1
+    if rows != expected:
+        os.remove(partial)
+        raise ValueError(f"{path!r}: got {rows} rows for shape {shape}.")
     os.replace(partial, path)
-    return {"bytes": os.path.getsize(path), "crc32": _crc32(array)}
+    return {"bytes": os.path.getsize(path), "crc32": crc}
 
 
 def read_array(path: str, record: dict, mmap: bool = False) -> np.ndarray:
@@ -96,9 +119,8 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def _crc32(array: np.ndarray) -> int:
+def _crc32(array: np.ndarray, crc: int = 0) -> int:
     flat = np.require(array, requirements="C").reshape(-1).view(np.uint8)
-    crc = 0
     for start in range(0, flat.size, _CHUNK):
         crc = zlib.crc32(flat[start : start + _CHUNK], crc)
     return crc

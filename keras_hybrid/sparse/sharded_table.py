@@ -26,6 +26,7 @@ from tensorflow.python.ops import resource_variable_ops
 from keras_hybrid.utils.thread_flag import ThreadFlag
 
 ROLES = ("table", "slot")
+BLOCK_BYTES = 16 * 2**20  # rows gathered per collective when saving
 _SHAPE_OPS = ("Shape", "ShapeN")
 # graph -> [(stand-in tensor, table)] of whole reads made while tracing.
 _whole_reads: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -116,32 +117,56 @@ class ShardedTable(resource_variable_ops.ResourceVariable):
         return value if dtype is None else value.astype(dtype)
 
     def gather_full(self) -> np.ndarray:
-        """Gathers the full table on every worker, one shard at a time.
+        """Gathers the full table on every worker, one block at a time.
 
-        Every worker must call it at the same time (each shard is a
-        broadcast from its owner). Each worker ends up holding the whole
-        table once, plus at most two shards in flight: the rows are copied
-        into place as each shard arrives, never gathered whole first.
+        Every worker must call it at the same time (a collective). Each
+        ends up holding the whole table once, plus one block in flight
+        (`id_blocks`): rows are copied into place as they arrive.
+        """
+        full = np.empty(self.full_shape, dtype=self.dtype.as_numpy_dtype)
+        for start, rows in self.id_blocks():
+            full[start : start + len(rows)] = rows
+        return full
+
+    def id_blocks(self, block_bytes: int | None = None):
+        """Yields `(first_id, rows)` for consecutive blocks of global ids.
+
+        A collective: every worker must iterate it to the end at the same
+        time. Each block is about `block_bytes` and arrives whole on every
+        worker, so a file writer can stream a table of any size.
         """
         if not tf.executing_eagerly():
             raise RuntimeError(
                 f"The full value of partitioned table {self.path!r} can "
                 "only be gathered eagerly, e.g. with `get_weights()`."
             )
-        local = self.local_rows()
-        full = np.empty(self.full_shape, dtype=self.dtype.as_numpy_dtype)
-        for shard in range(self.communicator.size):
-            if shard == self.shard:
-                rows = local
-            else:
-                rows = tf.zeros(
-                    [self.partition.rows_on_shard(shard), *self.full_shape[1:]],
-                    self.dtype,
-                )
-            rows = self.communicator.broadcast(rows, root=shard)
-            full[self.partition.ids_on_shard(shard)] = rows.numpy()
-            del rows
-        return full
+        block_rows = self._block_rows(block_bytes)
+        num_rows = self.full_shape[0]
+        for start in range(0, num_rows, block_rows):
+            ids = np.arange(start, min(start + block_rows, num_rows))
+            owner = self.partition.shard_of(ids)
+            mine = self.partition.local_index(ids[owner == self.shard])
+            rows = self.read_local_rows(tf.constant(mine, tf.int64))
+            gathered, _ = self.communicator.all_gather(rows, path="control")
+            gathered = gathered.numpy()
+            # Each worker sent its rows in id order; `argsort` of the owners
+            # (stable) lists the block's ids in that same, rank-major order.
+            block = np.empty_like(gathered)
+            block[np.argsort(owner, kind="stable")] = gathered
+            yield start, block
+
+    def local_blocks(self, block_bytes: int | None = None):
+        """Yields this shard's rows (local order) as NumPy blocks of about
+        `block_bytes`, so a writer never copies the whole shard."""
+        rows = self.shape[0]
+        step = self._block_rows(block_bytes)
+        for start in range(0, rows, step):
+            local = tf.range(start, min(start + step, rows), dtype=tf.int64)
+            yield self.read_local_rows(local).numpy()
+
+    def _block_rows(self, block_bytes: int | None) -> int:
+        row_bytes = int(np.prod(self.full_shape[1:])) * self.dtype.size
+        return max(1, (block_bytes or BLOCK_BYTES) // max(1, row_bytes))
 
     def local_rows(self) -> tf.Tensor:
         """This shard's rows, in local order (`partition.ids_on_shard`)."""

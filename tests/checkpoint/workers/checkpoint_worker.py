@@ -30,7 +30,7 @@ from absl import flags
 
 import keras_hybrid as kh
 from keras_hybrid.checkpoint import shard_files
-from keras_hybrid.sparse.sharded_table import ShardedTable
+from keras_hybrid.sparse import sharded_table
 from keras_hybrid.testing.multiprocess import save_result
 
 sys.path.insert(
@@ -81,6 +81,8 @@ def probe():
 
 
 def export(strategy):
+    # Many small blocks, so streaming a table into files is really tested.
+    sharded_table.BLOCK_BYTES = 1024
     model = build(strategy)
     train(model, 0)
     model.save(os.path.join(FLAGS.dir, "model.keras"))
@@ -108,7 +110,11 @@ def resume(strategy):
     manifest = strategy.restore_checkpoint(model, FLAGS.dir)
     restored = model.get_weights()
     train(model, 1)
-    tables = [v for v in model.weights if isinstance(v.value, ShardedTable)]
+    tables = [
+        v
+        for v in model.weights
+        if isinstance(v.value, sharded_table.ShardedTable)
+    ]
     return {
         "restored": restored,
         "final": model.get_weights(),

@@ -4,8 +4,14 @@ Run by `tests/sparse/test_memory_multiprocess.py` through `keras-hybrid-run`
 on 1 and on 2 workers. Each rank saves its peak resident set size (KiB,
 `ru_maxrss` on Linux) before the model exists, after it is built and after
 a few `fit` steps with SGD (no optimizer slots).
+
+With `--save_dir` (`tests/checkpoint/test_save_memory_multiprocess.py`) it
+then measures what saving adds to the peak (Linux `VmHWM`, reset before
+each save): `save_weights` (the chief gathers the whole table) and a
+sharded `save_checkpoint` (each rank writes its own rows).
 """
 
+import os
 import resource
 
 import keras
@@ -22,10 +28,43 @@ flags.DEFINE_integer("rows", 1_048_576, "Rows V of the embedding table.")
 flags.DEFINE_integer("dim", 128, "Row width D of the embedding table.")
 flags.DEFINE_integer("batch", 32, "Global batch size.")
 flags.DEFINE_integer("steps", 4, "Training steps.")
+flags.DEFINE_string("save_dir", None, "If set, measure saving into it.")
 
 
 def _peak_rss_kib() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def _status_kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise KeyError(field)
+
+
+def _save_growth_kib(save) -> int:
+    """Peak RSS added by `save()` over the RSS before it."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # resets VmHWM to the current RSS
+    before = _status_kib("VmRSS")
+    save()
+    return _status_kib("VmHWM") - before
+
+
+def _measure_saves(strategy, model) -> dict:
+    rank_dir = os.path.join(FLAGS.save_dir, f"rank{strategy.rank}")
+    return {
+        "save_weights": _save_growth_kib(
+            lambda: model.save_weights(
+                os.path.join(FLAGS.save_dir, "w.weights.h5")
+            )
+        ),
+        "save_checkpoint": _save_growth_kib(
+            lambda: strategy.save_checkpoint(model, FLAGS.save_dir)
+        ),
+        "scratch": os.path.exists(rank_dir),
+    }
 
 
 def main(argv):
@@ -48,6 +87,7 @@ def main(argv):
     )
     trained = _peak_rss_kib()
     table = model.get_layer("big").embeddings.value
+    saves = _measure_saves(strategy, model) if FLAGS.save_dir else None
     save_result(
         FLAGS.out_dir,
         strategy.rank,
@@ -60,6 +100,7 @@ def main(argv):
                 "after_fit": trained,
             },
             "loss": history.history["loss"],
+            "save_growth_kib": saves,
         },
     )
 

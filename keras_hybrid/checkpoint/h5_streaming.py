@@ -1,0 +1,61 @@
+"""Partitioned tables go into Keras' `.h5` weight files block by block.
+
+Keras' `H5IOStore.__setitem__` turns a variable into one NumPy array
+(`convert_to_numpy`, which NumPy copies once more) before writing it: for a
+gathered table that is two or three whole copies on the chief. For a
+variable backed by a `ShardedTable`, this writes the HDF5 dataset in blocks
+of consecutive ids as they are gathered (`ShardedTable.id_blocks`), so the
+chief holds about one block, whatever the table's size. Other ranks take
+part in the gathers and write nothing (their file is a scratch file).
+
+Private hooks touched (Keras 3.15): `keras.src.saving.saving_lib.H5IOStore.`
+`__setitem__`, and its `mode`, `_h5_entry_initialized`,
+`_create_h5_group`, `_h5_entry_path` and `_h5_entry_group`.
+"""
+
+from keras_hybrid.sparse.sharded_table import ShardedTable
+
+_original = {}
+
+
+def install(is_chief) -> None:
+    """Streams tables in `H5IOStore.__setitem__` (idempotent).
+
+    Args:
+        is_chief: Callable returning whether this process writes files.
+    """
+    from keras.src.saving import saving_lib
+
+    if _original:
+        return
+    original = saving_lib.H5IOStore.__setitem__
+    _original["setitem"] = original
+
+    def setitem(entry, key, value):
+        table = getattr(value, "value", None)
+        if not isinstance(table, ShardedTable) or entry.mode not in "wa":
+            return original(entry, key, value)
+        _write_table(entry, key, table, is_chief())
+        return None
+
+    saving_lib.H5IOStore.__setitem__ = setitem
+
+
+def uninstall() -> None:
+    from keras.src.saving import saving_lib
+
+    if _original:
+        saving_lib.H5IOStore.__setitem__ = _original.pop("setitem")
+
+
+def _write_table(entry, key, table: ShardedTable, write: bool) -> None:
+    dataset = None
+    if write:
+        if not entry._h5_entry_initialized:
+            entry._create_h5_group(entry._h5_entry_path)
+        dataset = entry._h5_entry_group.create_dataset(
+            key, shape=table.full_shape, dtype=table.dtype.as_numpy_dtype
+        )
+    for start, rows in table.id_blocks():
+        if dataset is not None:
+            dataset[start : start + len(rows)] = rows

@@ -1,0 +1,106 @@
+"""On a rank other than 0, Keras' saving and the stock callbacks write
+nothing where the user asked (the 2-worker tests show the chief does)."""
+
+import dataclasses
+import os
+import tempfile
+
+import keras
+import numpy as np
+
+from keras_hybrid.checkpoint import chief_writes
+from keras_hybrid.testing import TestCase
+
+
+class _SumOfOne:
+    """The all-reduce of a job whose other ranks all agree (flag 0)."""
+
+    def all_reduce(self, tensors, op="sum", path="dense"):
+        del op, path
+        return list(tensors)
+
+
+@dataclasses.dataclass
+class _Rank:
+    rank: int
+    size: int = 2
+    communicator: object = dataclasses.field(default_factory=_SumOfOne)
+
+    @property
+    def is_chief(self):
+        return self.rank == 0
+
+
+def small_model():
+    model = keras.Sequential(
+        [keras.Input((3,)), keras.layers.Dense(2, name="d")]
+    )
+    model.compile(optimizer="sgd", loss="mse")
+    return model
+
+
+class ChiefWritesTest(TestCase):
+    def install(self, rank):
+        chief_writes.install(_Rank(rank))
+        self.addCleanup(chief_writes.uninstall)
+
+    def test_other_rank_writes_nothing(self):
+        self.install(rank=1)
+        folder = tempfile.mkdtemp()
+        model = small_model()
+        x, y = np.ones((8, 3)), np.ones((8, 2))
+        model.fit(
+            x,
+            y,
+            epochs=2,
+            verbose=0,
+            callbacks=[
+                keras.callbacks.BackupAndRestore(
+                    os.path.join(folder, "backup"), delete_checkpoint=False
+                ),
+                keras.callbacks.ModelCheckpoint(
+                    os.path.join(folder, "m_{epoch}.keras")
+                ),
+                keras.callbacks.CSVLogger(os.path.join(folder, "log.csv")),
+            ],
+        )
+        model.save(os.path.join(folder, "m.keras"))
+        model.save_weights(os.path.join(folder, "w.weights.h5"))
+        self.assertEqual(os.listdir(folder), [])
+
+    def test_chief_writes_everything(self):
+        self.install(rank=0)
+        folder = tempfile.mkdtemp()
+        model = small_model()
+        model.fit(
+            np.ones((8, 3)),
+            np.ones((8, 2)),
+            verbose=0,
+            callbacks=[
+                keras.callbacks.BackupAndRestore(
+                    os.path.join(folder, "backup"), delete_checkpoint=False
+                ),
+                keras.callbacks.CSVLogger(os.path.join(folder, "log.csv")),
+            ],
+        )
+        model.save_weights(os.path.join(folder, "w.weights.h5"))
+        self.assertEqual(
+            sorted(os.listdir(folder)), ["backup", "log.csv", "w.weights.h5"]
+        )
+        loaded = small_model()
+        loaded.load_weights(os.path.join(folder, "w.weights.h5"))
+        for got, want in zip(
+            loaded.get_weights(), model.get_weights(), strict=True
+        ):
+            self.assertAllClose(got, want, atol=0)
+
+    def test_uninstall_restores_keras(self):
+        from keras.src.callbacks import backup_and_restore
+        from keras.src.saving import saving_api
+
+        before = (saving_api.save_model, backup_and_restore.file_utils)
+        chief_writes.install(_Rank(1))
+        self.assertIsNot(saving_api.save_model, before[0])
+        chief_writes.uninstall()
+        self.assertIs(saving_api.save_model, before[0])
+        self.assertIs(backup_and_restore.file_utils, before[1])

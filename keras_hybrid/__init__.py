@@ -42,7 +42,14 @@ def _require_tensorflow() -> None:
         )
 
 
+# Subpackages reachable as `keras_hybrid.<name>` after `import keras_hybrid`.
+_SUBPACKAGES = ("callbacks", "checkpoint")
+
+
 def __getattr__(name: str):
+    if name in _SUBPACKAGES:
+        _require_tensorflow()
+        return importlib.import_module(f"keras_hybrid.{name}")
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'keras_hybrid' has no attribute '{name}'")

@@ -13,6 +13,14 @@ def test_public_api_is_what_init_exports():
     assert keras_hybrid.HybridOptimizer.__name__ == "HybridOptimizer"
 
 
+def test_subpackages_load_on_first_use():
+    assert keras_hybrid.callbacks.ShardedCheckpoint.__name__ == (
+        "ShardedCheckpoint"
+    )
+    assert callable(keras_hybrid.checkpoint.save_checkpoint)
+    assert callable(keras_hybrid.checkpoint.restore_checkpoint)
+
+
 def test_missing_tensorflow_names_the_extras():
     code = textwrap.dedent(
         """

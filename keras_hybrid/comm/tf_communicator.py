@@ -172,13 +172,19 @@ class TFCommunicator(Communicator):
         return _unpad(received, recv_counts, cap, self.size), recv_counts
 
     def _collective(self, op, tensor, key, **kwargs):
-        """Runs a V2 collective `op` in this job's group."""
+        """Runs a V2 collective `op` in this job's group.
+
+        Only eager calls get TF's per-op timeout: TF spends a thread per
+        call on it for the whole timeout, which a training step's
+        collectives would pile up by the thousand. Inside a `tf.function`,
+        `PeerWatchdog` stops a step whose peer is gone.
+        """
         return op(
             tensor,
             group_size=self.size,
             group_key=_GROUP_KEY,
             instance_key=key,
-            timeout=self.timeout_seconds,
+            timeout=self.timeout_seconds if tf.executing_eagerly() else 0,
             **kwargs,
         )
 

@@ -137,3 +137,19 @@ def start_server(info: ClusterInfo) -> None:
         info.size,
         info.cluster_spec.task_address(_JOB, info.rank),
     )
+
+
+_watchdog = None
+
+
+def start_watchdog(info: ClusterInfo, timeout_seconds: float):
+    """Starts this process's `PeerWatchdog` once (a second strategy of the
+    same cluster shares it)."""
+    global _watchdog
+    from keras_hybrid.comm.peer_watchdog import PeerWatchdog
+
+    if _watchdog is None:
+        _watchdog = PeerWatchdog(
+            _JOB, info.rank, info.size, timeout_seconds
+        ).start()
+    return _watchdog

@@ -41,8 +41,10 @@ class HybridStrategy(tf.distribute.Strategy):
             `("tf", "horovod")`. Defaults to `None`: the `KERAS_HYBRID_ENGINE`
             environment variable if set, else `"tf"` (TensorFlow's
             collectives). The environment variable overrides the argument.
-        timeout_seconds: Float. How long any collective may wait for its
-            peers before failing with an error. Defaults to `300`.
+        timeout_seconds: Float. How long an eager collective may wait for
+            its peers, and how long a peer may stop answering before the
+            collectives of a step are aborted (`PeerWatchdog`). Defaults to
+            `300`.
         bucket_bytes: Int. Dense gradients are fused into all-reduces of at
             most this many bytes. Defaults to `4 MiB`.
         log_all_ranks: Boolean. If `False`, ranks other than 0 do not print
@@ -95,6 +97,9 @@ class HybridStrategy(tf.distribute.Strategy):
         )
         self._cluster_info = info
         self._engine = engine
+        self._watchdog = None
+        if engine == "tf" and info.size > 1:
+            self._watchdog = cluster.start_watchdog(info, timeout_seconds)
         super().__init__(
             HybridExtended(self, _local_device(info), comm, variable_kinds)
         )

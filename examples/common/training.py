@@ -83,6 +83,18 @@ class StepLossLogger(keras.callbacks.Callback):
         self._file.close()
 
 
+def _require_tensorboard() -> None:
+    # tf.summary writes nothing without it; fail before training, not after.
+    try:
+        import tensorboard  # noqa: F401
+    except ModuleNotFoundError as e:
+        raise ImportError(
+            "`--log_dir` writes TensorBoard logs and needs the `tensorboard` "
+            "package: `pip install tensorboard` (or "
+            '`pip install "keras-hybrid[examples]"`).'
+        ) from e
+
+
 def callbacks(
     model_dir: str, log_dir: str, step_log: str, is_chief: bool
 ) -> list:
@@ -98,6 +110,7 @@ def callbacks(
             keras.callbacks.BackupAndRestore(model_dir, delete_checkpoint=False)
         )
     if log_dir and is_chief:
+        _require_tensorboard()
         out.append(keras.callbacks.TensorBoard(log_dir, update_freq="epoch"))
     if step_log and is_chief:
         out.append(StepLossLogger(step_log))

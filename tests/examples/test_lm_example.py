@@ -109,29 +109,31 @@ class LMTextTest(ExampleMainTestCase):
         self.assertLess(perplexity[-1], perplexity[0])
 
 
-@pytest.mark.multiprocess
-def test_two_workers_match_one_process_step_by_step():
-    """Same global batch and seed: the sampled candidates, the partitioned
-    tables and the dense weights evolve alike, so the losses agree."""
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    env.pop("TF_CONFIG", None)
-    script = [sys.executable, "examples/lm/main.py", *TINY, "--epochs=2"]
-    launcher = [sys.executable, "-m", "keras_hybrid.run", "-np", "2"]
-    with tempfile.TemporaryDirectory() as tmp:
-        paths = [os.path.join(tmp, f"{n}.csv") for n in (1, 2)]
-        for path, prefix in zip(
-            paths, ([], [*launcher, "--threads", "1"]), strict=True
-        ):
+class LMTwoWorkersTest(ExampleMainTestCase):
+    example = "lm"
+    tiny = (*TINY, "--epochs=2")
+
+    @pytest.mark.multiprocess
+    def test_two_workers_match_one_process_step_by_step(self):
+        """Same global batch and seed: the sampled candidates, the
+        partitioned tables and the dense weights evolve alike, so the
+        losses agree step by step."""
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+        script = [sys.executable, "examples/lm/main.py", *self.tiny]
+        launcher = [sys.executable, "-m", "keras_hybrid.run", "-np", "2"]
+        with tempfile.TemporaryDirectory() as tmp:
+            one, two = (os.path.join(tmp, f"{n}.csv") for n in (1, 2))
+            self.run_main(f"--step_log={one}")
             out = subprocess.run(
-                [*prefix, *script, f"--step_log={path}"],
+                [*launcher, "--threads", "1", *script, f"--step_log={two}"],
                 capture_output=True,
                 text=True,
                 timeout=240,
                 env=env,
                 cwd=ROOT,
             )
-            assert out.returncode == 0, out.stderr[-3000:]
-        assert "2 worker(s), vocabulary 200;" in out.stderr
-        one, two = (_step_losses(p) for p in paths)
-    assert len(one) == len(two) == 6
-    np.testing.assert_allclose(two, one, atol=1e-3, rtol=0)
+            self.assertEqual(out.returncode, 0, out.stderr[-3000:])
+            self.assertIn("2 worker(s), vocabulary 200;", out.stderr)
+            one, two = _step_losses(one), _step_losses(two)
+        self.assertEqual((len(one), len(two)), (6, 6))
+        self.assertAllClose(two, one, atol=1e-3)

@@ -98,21 +98,20 @@ def train(
         )
     if strategy.is_chief:  # keras_hybrid: one rank reports
         logging.info("Routing plan:\n%s", strategy.plan)
+    writes = strategy.is_chief  # keras_hybrid: rank 0 writes the logs
     history = model.fit(
         x[:split],
         y[:split],
         batch_size=batch_size,
         epochs=epochs,
         validation_data=(x[split:], y[split:]),
-        callbacks=training.callbacks(
-            model_dir, log_dir, step_log, strategy.is_chief
-        ),
+        callbacks=training.callbacks(model_dir, log_dir, step_log, writes),
     ).history
     keys = ("loss", "accuracy", "val_loss", "val_accuracy")
     out = {k: history.get(k, []) for k in keys}
     out.update(
-        workers=strategy.size,
-        chief=strategy.is_chief,
+        workers=strategy.size,  # keras_hybrid:
+        chief=strategy.is_chief,  # keras_hybrid:
         sparse=len(strategy.plan.of_kind("sparse")),
     )
     return out

@@ -22,7 +22,10 @@ UNK = "<unk>"
 EOS = "<eos>"
 # keras_hybrid: the softmax table is a custom layer's weight, read only by
 # id, so it can be partitioned like an Embedding table.
-SOFTMAX_KINDS = {"softmax/weights": "sparse", "softmax/biases": "sparse"}
+SOFTMAX_KINDS = {  # keras_hybrid:
+    "softmax/weights": "sparse",  # keras_hybrid:
+    "softmax/biases": "sparse",  # keras_hybrid:
+}  # keras_hybrid:
 
 
 class SampledSoftmax(keras.layers.Layer):
@@ -202,17 +205,17 @@ def train(
         )
     if strategy.is_chief:  # keras_hybrid: one rank reports
         logging.info("Routing plan:\n%s", strategy.plan)
+    writes = strategy.is_chief  # keras_hybrid: rank 0 writes the logs
     history = model.fit(
         x,
         y,
         batch_size=batch_size,
         epochs=epochs,
         validation_data=(val_x, val_y),
-        callbacks=training.callbacks(
-            model_dir, log_dir, step_log, strategy.is_chief
-        ),
+        callbacks=training.callbacks(model_dir, log_dir, step_log, writes),
     ).history
     out = {k: history.get(k, []) for k in ("loss", "val_loss")}
     out["val_perplexity"] = [math.exp(v) for v in out["val_loss"]]
-    out.update(workers=strategy.size, chief=strategy.is_chief, vocab=vocab)
+    out.update(vocab=vocab)
+    out.update(workers=strategy.size, chief=strategy.is_chief)  # keras_hybrid:
     return out

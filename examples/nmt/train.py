@@ -139,17 +139,16 @@ def train(
         )
     if strategy.is_chief:  # keras_hybrid: one rank reports
         logging.info("Routing plan:\n%s", strategy.plan)
+    writes = strategy.is_chief  # keras_hybrid: rank 0 writes the logs
     history = model.fit(
         x,
         y,
         batch_size=batch_size,
         epochs=epochs,
         validation_data=val,
-        callbacks=training.callbacks(
-            model_dir, log_dir, step_log, strategy.is_chief
-        ),
+        callbacks=training.callbacks(model_dir, log_dir, step_log, writes),
     ).history
     keys = ("loss", "accuracy", "val_loss", "val_accuracy")
     out = {k: history.get(k, []) for k in keys}
-    out.update(workers=strategy.size, chief=strategy.is_chief)
+    out.update(workers=strategy.size, chief=strategy.is_chief)  # keras_hybrid:
     return out

@@ -129,18 +129,17 @@ def train(
         )
     if strategy.is_chief:  # keras_hybrid: one rank reports
         logging.info("Routing plan:\n%s", strategy.plan)
+    writes = strategy.is_chief  # keras_hybrid: rank 0 writes the logs
     history = model.fit(
         head,
         y[:split],
         batch_size=batch_size,
         epochs=epochs,
         validation_data=(tail, y[split:]),
-        callbacks=training.callbacks(
-            model_dir, log_dir, step_log, strategy.is_chief
-        ),
+        callbacks=training.callbacks(model_dir, log_dir, step_log, writes),
     ).history
     out = {
         k: history.get(k, []) for k in ("loss", "auc", "val_loss", "val_auc")
     }
-    out.update(workers=strategy.size, chief=strategy.is_chief)
+    out.update(workers=strategy.size, chief=strategy.is_chief)  # keras_hybrid:
     return out

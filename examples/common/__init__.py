@@ -1,0 +1,1 @@
+"""Small helpers the example scripts share: flags, callbacks, Zipf ids."""

@@ -19,6 +19,7 @@ import os
 
 import numpy as np
 
+from keras_hybrid.callbacks.communication_stats import align_rows
 from keras_hybrid.callbacks.communication_stats import logs_from
 from keras_hybrid.comm.comm_stats import PATHS
 
@@ -108,12 +109,7 @@ def table(results: list[dict]) -> str:
                 f"{total / bound:.2f}" if bound else "-",
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines = [
-        " ".join(c.rjust(w) for c, w in zip(row, widths, strict=True))
-        for row in rows
-    ]
-    return "\n".join([lines[0], "-" * len(lines[0]), *lines[1:]])
+    return align_rows(rows)
 
 
 def plot(report: dict, path: str) -> None:

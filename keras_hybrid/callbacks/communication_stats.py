@@ -213,7 +213,12 @@ def format_table(per_rank: np.ndarray) -> str:
                 f"{values[-1]:.1f}",
             ]
         )
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    return align_rows(rows)
+
+
+def align_rows(rows: list) -> str:
+    """Right-aligned columns of strings; a rule under the first row."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = [
         " ".join(c.rjust(w) for c, w in zip(r, widths, strict=True))
         for r in rows

@@ -40,6 +40,15 @@ def run_cli(*args, timeout=300) -> subprocess.CompletedProcess:
     )
 
 
+def start_cli(*args, **popen_kwargs) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "keras_hybrid.benchmark", *TINY, *args],
+        env=ENV,
+        text=True,
+        **popen_kwargs,
+    )
+
+
 def leftovers(pid: int) -> set[str]:
     """Namespaces and links named after a CLI process that has exited."""
     tag = f"kh{pid % 100000}"
@@ -126,18 +135,12 @@ class NetemCliTest(unittest.TestCase):
     def test_one_mode_in_namespaces_then_nothing_left(self):
         out = tempfile.mkdtemp(prefix="khbench_netem_")
         path = os.path.join(out, "r.json")
-        cmd = [sys.executable, "-m", "keras_hybrid.benchmark", *TINY]
-        proc = subprocess.Popen(
-            [
-                *cmd,
-                "--modes=hybrid",
-                "--netem=1gbit:0",
-                f"--output_json={path}",
-            ],
+        proc = start_cli(
+            "--modes=hybrid",
+            "--netem=1gbit:0",
+            f"--output_json={path}",
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            text=True,
-            env=ENV,
         )
         _, stderr = proc.communicate(timeout=120)
         self.assertEqual(proc.returncode, 0, stderr[-3000:])
@@ -150,20 +153,12 @@ class NetemCliTest(unittest.TestCase):
 
     def test_failing_run_leaves_nothing(self):
         # One second is too short to start TensorFlow: the mode times out.
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "keras_hybrid.benchmark",
-                *TINY,
-                "--modes=hybrid",
-                "--netem=1gbit:0",
-                "--timeout=1",
-            ],
+        proc = start_cli(
+            "--modes=hybrid",
+            "--netem=1gbit:0",
+            "--timeout=1",
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            text=True,
-            env=ENV,
         )
         _, stderr = proc.communicate(timeout=120)
         self.assertEqual(proc.returncode, 1)
@@ -171,18 +166,11 @@ class NetemCliTest(unittest.TestCase):
         self.assertEqual(leftovers(proc.pid), set())
 
     def test_sigterm_leaves_nothing(self):
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "keras_hybrid.benchmark",
-                *TINY,
-                "--modes=hybrid",
-                "--netem=1gbit:0",
-            ],
+        proc = start_cli(
+            "--modes=hybrid",
+            "--netem=1gbit:0",
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
-            env=ENV,
         )
         deadline = time.monotonic() + 60
         while not leftovers(proc.pid) and time.monotonic() < deadline:

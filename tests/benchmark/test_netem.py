@@ -26,6 +26,14 @@ def links() -> set[str]:
     }
 
 
+def qdisc_of(net, rank: int = 0) -> str:
+    return subprocess.run(
+        net.wrap(rank, ["tc", "qdisc", "show", "dev", "eth0"]),
+        capture_output=True,
+        text=True,
+    ).stdout
+
+
 class ParseTest(unittest.TestCase):
     def test_parses_rates_and_delays(self):
         self.assertEqual(
@@ -67,12 +75,7 @@ class NamespaceTest(unittest.TestCase):
             )
             # Nothing listens on port 9: refused means the packet arrived.
             self.assertIn("ConnectionRefusedError", result.stderr)
-            qdisc = subprocess.run(
-                net.wrap(0, ["tc", "qdisc", "show", "dev", "eth0"]),
-                capture_output=True,
-                text=True,
-            ).stdout
-            self.assertIn("1Gbit", qdisc)
+            self.assertIn("1Gbit", qdisc_of(net))
         self.assertFalse(set(net.namespaces) & namespaces())
         self.assertNotIn(net.bridge, links())
 
@@ -89,12 +92,7 @@ class NamespaceTest(unittest.TestCase):
         net = netem.EmulatedNetwork(2, netem.parse("1gbit:50us"), tag="t3")
         if netem._has_netem():
             with net:
-                qdisc = subprocess.run(
-                    net.wrap(0, ["tc", "qdisc", "show", "dev", "eth0"]),
-                    capture_output=True,
-                    text=True,
-                ).stdout
-                self.assertIn("delay 50us", qdisc)
+                self.assertIn("delay 50us", qdisc_of(net))
         else:
             with self.assertRaisesRegex(RuntimeError, "sch_netem.*1gbit:0"):
                 with net:

@@ -77,6 +77,21 @@ def summarize(mode: str, ranks: list[dict]) -> dict:
     return result
 
 
+def merge_repeats(runs: list[dict]) -> dict:
+    """One result from repeated runs of a mode: the run with the median
+    samples/s, with every run's samples/s under `samples_per_sec_runs`.
+    Byte counts do not depend on the run (same data, same steps)."""
+    speeds = [r["samples_per_sec"] for r in runs]
+    median = sorted(range(len(runs)), key=speeds.__getitem__)[len(runs) // 2]
+    merged = dict(runs[median])
+    for r in runs:
+        if "callback_overhead" in r:
+            merged["callback_overhead"] = r["callback_overhead"]
+    if len(runs) > 1:
+        merged["samples_per_sec_runs"] = speeds
+    return merged
+
+
 def _by_path(values: dict) -> dict:
     out = {"total": float(sum(v.mean() for v in values.values()))}
     out.update({p: float(values[p].mean()) for p in BYTE_PATHS})

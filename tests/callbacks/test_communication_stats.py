@@ -17,7 +17,7 @@ from keras_hybrid.callbacks.communication_stats import format_table
 from keras_hybrid.comm import PATHS
 from keras_hybrid.testing import OneProcessTestCase
 from keras_hybrid.testing import run_workers
-from tests.callbacks.workers import stats_worker as w
+from tests.callbacks.workers import stats_data as w
 
 WORKER = os.path.join(os.path.dirname(__file__), "workers", "stats_worker.py")
 N = 2

@@ -5,6 +5,7 @@ import os
 
 import keras
 import numpy as np
+import stats_data as data  # noqa: I001  (sits beside this script)
 from absl import app
 from absl import flags
 
@@ -14,15 +15,6 @@ from keras_hybrid.testing.multiprocess import save_result
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("out_dir", None, "Where to save this rank's results.")
-
-ROWS, DIM, IDS_PER_SAMPLE = 20, 4, 3
-SAMPLES, GLOBAL_BATCH, EPOCHS, EVERY = 32, 8, 2, 2
-
-
-def make_data():
-    rng = np.random.default_rng(0)
-    ids = rng.integers(0, ROWS, (SAMPLES, IDS_PER_SAMPLE)).astype(np.int64)
-    return ids, rng.normal(size=(SAMPLES, 1)).astype(np.float32)
 
 
 class Recorder(keras.callbacks.Callback):
@@ -43,22 +35,22 @@ def main(argv):
     with strategy.scope():
         model = keras.Sequential(
             [
-                keras.Input((IDS_PER_SAMPLE,), dtype="int64"),
-                keras.layers.Embedding(ROWS, DIM, name="table"),
+                keras.Input((data.IDS_PER_SAMPLE,), dtype="int64"),
+                keras.layers.Embedding(data.ROWS, data.DIM, name="table"),
                 keras.layers.Flatten(),
                 keras.layers.Dense(1),
             ]
         )
         model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
-    x, y = make_data()
+    x, y = data.make_data()
     csv_path = os.path.join(FLAGS.out_dir, f"rank{strategy.rank}.csv")
-    stats = CommunicationStats(every_n_steps=EVERY)
+    stats = CommunicationStats(every_n_steps=data.EVERY)
     recorder = Recorder()
     history = model.fit(
         x,
         y,
-        batch_size=GLOBAL_BATCH,
-        epochs=EPOCHS,
+        batch_size=data.GLOBAL_BATCH,
+        epochs=data.EPOCHS,
         shuffle=False,
         verbose=0,
         callbacks=[stats, keras.callbacks.CSVLogger(csv_path), recorder],
@@ -73,7 +65,7 @@ def main(argv):
             "history": history.history,
             "batches": recorder.batches,
             "csv": csv_text,
-            "owner": table.partition.shard_of(np.arange(ROWS)),
+            "owner": table.partition.shard_of(np.arange(data.ROWS)),
             "dense_bytes": sum(
                 int(np.prod(v.shape)) * 4
                 for v in model.trainable_variables

@@ -3,6 +3,7 @@
 import importlib
 
 _EXPORTS = {
+    "CommunicationStats": "keras_hybrid.callbacks.communication_stats",
     "ShardedCheckpoint": "keras_hybrid.callbacks.sharded_checkpoint",
 }
 

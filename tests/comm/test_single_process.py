@@ -56,7 +56,10 @@ class SingleProcessTest(TestCase):
     def test_nothing_is_counted(self):
         self._run_all()
         tf.function(self._run_all)()
-        zeros = {path: {"bytes": 0, "calls": 0} for path in PATHS}
+        zeros = {
+            path: {"bytes": 0, "received_bytes": 0, "calls": 0}
+            for path in PATHS
+        }
         self.assertEqual(self.comm.stats.snapshot(), zeros)
 
     def test_unknown_engine_raises(self):

@@ -41,6 +41,12 @@ class HybridStrategyArgsTest(OneProcessTestCase):
         with self.assertRaisesRegex(ValueError, "bucket_bytes"):
             HybridStrategy(bucket_bytes=-1)
 
+    def test_unknown_indexed_slices(self):
+        with self.assertRaisesRegex(
+            ValueError, "`indexed_slices` must be one of.*'sum'"
+        ):
+            HybridStrategy(indexed_slices="sum")
+
     def test_cluster_resolver_type(self):
         with self.assertRaisesRegex(TypeError, "ClusterResolver"):
             HybridStrategy(cluster_resolver={"worker": ["a:1"]})

@@ -1,0 +1,190 @@
+"""`python -m keras_hybrid.simulate`: predicted cost of every mode at scale.
+
+    python -m keras_hybrid.simulate --profile=lm_profile.json \\
+        --workers=8,16,32,64,128,256 --accelerators_per_host=8 \\
+        --bandwidth=10gbit --latency=50us --out_dir=sim_out
+
+Reads a profile (`profiler.profile_model`), predicts bytes and time per
+step of hybrid, PS-only, all-reduce and all-gather at each worker count,
+and prints two tables (throughput and speed-up; communication ms and MB
+per worker). With `--out_dir` it also writes `simulation.json` and
+`simulation.png`. With `--measured`, it compares its predictions with
+benchmark JSON files (`python -m keras_hybrid.benchmark`).
+"""
+
+import json
+import os
+import sys
+
+from absl import app
+from absl import flags
+from absl import logging
+
+from keras_hybrid.simulate import cluster_spec
+from keras_hybrid.simulate import cost_model
+from keras_hybrid.simulate import report
+from keras_hybrid.simulate import traffic
+from keras_hybrid.simulate import validate
+from keras_hybrid.simulate.profile import Profile
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("profile", None, "Profile JSON to simulate.")
+flags.DEFINE_list(
+    "workers", ["8", "16", "32", "64", "128", "256"], "Worker counts."
+)
+flags.DEFINE_integer(
+    "accelerators_per_host", 8, "Workers per host.", lower_bound=1
+)
+flags.DEFINE_string("bandwidth", "10gbit", "Host interface rate (tc units).")
+flags.DEFINE_string("latency", "50us", "Latency between hosts (tc units).")
+flags.DEFINE_string(
+    "intra_bandwidth", "80gbit", "Rate between workers of one host."
+)
+flags.DEFINE_string("intra_latency", "5us", "Latency inside a host.")
+flags.DEFINE_integer(
+    "batch",
+    None,
+    "Samples per worker and step. Defaults to the largest profiled batch.",
+    lower_bound=1,
+)
+flags.DEFINE_integer(
+    "bucket_bytes",
+    traffic.DEFAULT_BUCKET_BYTES,
+    "Fusion bucket of dense all-reduces (as HybridStrategy's).",
+    lower_bound=1,
+)
+flags.DEFINE_list("modes", list(traffic.MODES), "Modes to simulate.")
+flags.DEFINE_list(
+    "measured",
+    [],
+    "Benchmark JSON files to validate against (same workload and batch).",
+)
+flags.DEFINE_string(
+    "baseline",
+    None,
+    "Benchmark JSON of the same runs without network emulation; its step "
+    "times are taken as compute time in the validation.",
+)
+flags.DEFINE_string("out_dir", "", "If set, write JSON and PNG here.")
+
+
+def _out(text: str) -> None:
+    """The command's report goes to stdout (it is what the user asked for);
+    progress goes to the absl log."""
+    sys.stdout.write(text + "\n")
+
+
+def _spec(workers: int) -> cluster_spec.ClusterSpec:
+    return cluster_spec.ClusterSpec(
+        workers=workers,
+        accelerators_per_host=min(FLAGS.accelerators_per_host, workers),
+        inter_bandwidth=cluster_spec.parse_rate(FLAGS.bandwidth),
+        inter_latency=cluster_spec.parse_time(FLAGS.latency),
+        intra_bandwidth=cluster_spec.parse_rate(FLAGS.intra_bandwidth),
+        intra_latency=cluster_spec.parse_time(FLAGS.intra_latency),
+    )
+
+
+def _worker_counts() -> list[int]:
+    try:
+        counts = [int(n) for n in FLAGS.workers]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1:
+        raise app.UsageError(
+            "`--workers` must be a list of ints >= 1. Received: "
+            f"--workers={','.join(FLAGS.workers)}"
+        )
+    return counts
+
+
+def _check_modes() -> list[str]:
+    bad = [m for m in FLAGS.modes if m not in traffic.MODES]
+    if bad or not FLAGS.modes:
+        raise app.UsageError(
+            f"`--modes` must be a list of {traffic.MODES}. Received: "
+            f"--modes={','.join(FLAGS.modes)}"
+        )
+    return list(FLAGS.modes)
+
+
+def main(argv) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    if not FLAGS.profile:
+        raise app.UsageError("`--profile` is required (a profile JSON).")
+    with open(FLAGS.profile) as f:
+        profile = Profile.from_json(f.read())
+    counts, modes = _worker_counts(), _check_modes()
+    batch = FLAGS.batch or max(profile.batch_sizes)
+    predictions = []
+    for n in counts:
+        logging.info("Simulating %d workers", n)
+        spec = _spec(n)
+        for mode in modes:
+            predictions.append(
+                cost_model.predict(
+                    profile, mode, spec, batch, bucket_bytes=FLAGS.bucket_bytes
+                )
+            )
+    _out(
+        f"Predicted per step: {profile.name}, {batch} samples per worker, "
+        f"{FLAGS.accelerators_per_host} workers per host, host link "
+        f"{FLAGS.bandwidth} / {FLAGS.latency}, in-host link "
+        f"{FLAGS.intra_bandwidth} / {FLAGS.intra_latency}.\n"
+    )
+    _out("Throughput (samples/s) and speed-up of hybrid:")
+    _out(report.comparison_table(predictions))
+    _out("\nCommunication per step: ms, and MB sent per worker:")
+    _out(report.cost_table(predictions))
+    checks = _validation(profile, batch)
+    if FLAGS.out_dir:
+        _write(profile, predictions, checks)
+
+
+def _validation(profile, batch) -> list:
+    if not FLAGS.measured:
+        return []
+    baseline = None
+    if FLAGS.baseline:
+        baseline = validate.load_benchmark(FLAGS.baseline)
+    checks = []
+    for path in FLAGS.measured:
+        measured = validate.load_benchmark(path)
+        checks += validate.compare(
+            profile, measured, batch, baseline, FLAGS.bucket_bytes
+        )
+    _out("\nPredicted against measured (error = predicted / measured - 1):")
+    _out(validate.table(checks))
+    return checks
+
+
+def _write(profile, predictions, checks) -> None:
+    os.makedirs(FLAGS.out_dir, exist_ok=True)
+    body = {
+        "profile": profile.name,
+        "flags": {
+            k: FLAGS[k].value
+            for k in (
+                "workers",
+                "accelerators_per_host",
+                "bandwidth",
+                "latency",
+                "intra_bandwidth",
+                "intra_latency",
+                "batch",
+                "bucket_bytes",
+            )
+        },
+        "predictions": [p.to_dict() for p in predictions],
+        "validation": checks,
+    }
+    with open(os.path.join(FLAGS.out_dir, "simulation.json"), "w") as f:
+        json.dump(body, f, indent=1)
+    png = os.path.join(FLAGS.out_dir, "simulation.png")
+    report.plot(predictions, png, title=profile.name)
+    logging.info("Wrote %s and simulation.json", png)
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -8,15 +8,19 @@ import tensorflow as tf
 # collective shapes fixed, `control` small bookkeeping (metrics, capacities,
 # broadcasts of initial values).
 PATHS = ("dense", "sparse_pull", "sparse_push", "ids", "padding", "control")
+# Keys of each path's entry in `CommStats.snapshot()`.
+COUNTERS = ("bytes", "received_bytes", "calls")
 
 
 class CommStats:
-    """Counts bytes sent and collectives issued per path.
+    """Counts bytes sent and received and collectives issued per path.
 
     The counters are `tf.Variable`s so that collectives traced inside a
     `tf.function` (the Keras train step) count every time the step runs, not
     once at trace time. They live outside any strategy scope and are never
-    synchronized: each worker counts what it sends.
+    synchronized: each worker counts what it sends and receives. Besides the
+    paths, the rows this worker's table shards served to pulls (its own
+    included) are counted, which shows how evenly the shards are loaded.
 
     Example:
 
@@ -24,45 +28,69 @@ class CommStats:
     stats = strategy.communicator.stats
     before = stats.snapshot()
     model.fit(...)
-    sent = stats.delta(before)   # {"dense": {"bytes": ..., "calls": ...}}
+    sent = stats.delta(before)
+    # {"dense": {"bytes": ..., "received_bytes": ..., "calls": ...}, ...}
     ```
     """
 
     def __init__(self) -> None:
         with tf.init_scope():
-            self._bytes = tf.Variable(
-                tf.zeros([len(PATHS)], tf.int64),
+            self._counters = tf.Variable(
+                tf.zeros([len(COUNTERS), len(PATHS)], tf.int64),
                 trainable=False,
-                name="keras_hybrid_comm_bytes",
+                name="keras_hybrid_comm_counters",
             )
-            self._calls = tf.Variable(
-                tf.zeros([len(PATHS)], tf.int64),
+            self._rows_served = tf.Variable(
+                tf.zeros([], tf.int64),
                 trainable=False,
-                name="keras_hybrid_comm_calls",
+                name="keras_hybrid_rows_served",
             )
 
-    def record(self, path: str, num_bytes, calls: int = 1) -> None:
-        """Adds `num_bytes` (int or int tensor) sent on `path`."""
+    def record(
+        self, path: str, num_bytes, calls: int = 1, received_bytes=None
+    ) -> None:
+        """Adds `num_bytes` sent and `received_bytes` received on `path`.
+
+        Args:
+            path: String. One of `PATHS`.
+            num_bytes: Int or int tensor. Bytes this worker sent.
+            calls: Int. Collectives issued. Defaults to `1`.
+            received_bytes: Int, int tensor or `None`. Bytes this worker
+                received. Defaults to `None`: the same as `num_bytes`, as
+                for a ring all-reduce.
+
+        Raises:
+            ValueError: If `path` is not one of `PATHS`.
+        """
         if path not in PATHS:
             raise ValueError(
                 f"`path` must be one of {PATHS}. Received: path={path!r}"
             )
         index = PATHS.index(path)
         num_bytes = tf.cast(num_bytes, tf.int64)
-        self._bytes.scatter_add(
-            tf.IndexedSlices(tf.reshape(num_bytes, [1]), [index])
-        )
+        if received_bytes is None:
+            received_bytes = num_bytes
+        received_bytes = tf.cast(received_bytes, tf.int64)
+        values = [tf.reshape(num_bytes, [1]), tf.reshape(received_bytes, [1])]
+        rows = [[0, index], [1, index]]
         if calls:
-            self._calls.scatter_add(
-                tf.IndexedSlices(tf.constant([calls], tf.int64), [index])
-            )
+            values.append(tf.constant([calls], tf.int64))
+            rows.append([2, index])
+        self._counters.scatter_nd_add(rows, tf.concat(values, axis=0))
+
+    def record_rows_served(self, num_rows) -> None:
+        """Adds `num_rows` (int or int tensor) rows served by local shards."""
+        self._rows_served.assign_add(tf.cast(num_rows, tf.int64))
+
+    def rows_served(self) -> int:
+        """Int. Rows this worker's shards served to pulls so far."""
+        return int(self._rows_served.numpy())
 
     def snapshot(self) -> dict[str, dict[str, int]]:
         """Returns the counters now, as plain Python ints."""
-        num_bytes = self._bytes.numpy().tolist()
-        calls = self._calls.numpy().tolist()
+        counters = self._counters.numpy().tolist()
         return {
-            path: {"bytes": int(num_bytes[i]), "calls": int(calls[i])}
+            path: {key: int(counters[k][i]) for k, key in enumerate(COUNTERS)}
             for i, path in enumerate(PATHS)
         }
 
@@ -70,13 +98,10 @@ class CommStats:
         """Returns what was counted since `before` (a `snapshot()`)."""
         now = self.snapshot()
         return {
-            path: {
-                key: now[path][key] - before[path][key]
-                for key in ("bytes", "calls")
-            }
+            path: {key: now[path][key] - before[path][key] for key in COUNTERS}
             for path in PATHS
         }
 
     def reset(self) -> None:
-        self._bytes.assign(tf.zeros_like(self._bytes))
-        self._calls.assign(tf.zeros_like(self._calls))
+        self._counters.assign(tf.zeros_like(self._counters))
+        self._rows_served.assign(tf.zeros_like(self._rows_served))

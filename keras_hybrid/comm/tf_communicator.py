@@ -106,7 +106,13 @@ class TFCommunicator(Communicator):
             collective_ops.all_gather_v2, _pad_rows(tensor, cap), key
         )
         peers = self.size - 1
-        self._charge_rows(path, tensor, peers * rows, peers * (cap - rows))
+        others = tf.reduce_sum(sizes) - rows
+        self._charge_rows(
+            path,
+            tensor,
+            (peers * rows, peers * (cap - rows)),
+            (others, peers * cap - others),
+        )
         return _unpad(gathered, sizes, cap, self.size), sizes
 
     def _gather_fixed(self, tensor, path):
@@ -167,8 +173,14 @@ class TFCommunicator(Communicator):
             received, tf.concat([[-1], tf.shape(tensor)[1:]], axis=0)
         )
         sent_rows = tf.reduce_sum(send_counts) - send_counts[self.rank]
-        pad_rows = (self.size - 1) * cap - sent_rows
-        self._charge_rows(path, tensor, sent_rows, pad_rows)
+        recv_rows = tf.reduce_sum(recv_counts) - recv_counts[self.rank]
+        slots = (self.size - 1) * cap
+        self._charge_rows(
+            path,
+            tensor,
+            (sent_rows, slots - sent_rows),
+            (recv_rows, slots - recv_rows),
+        )
         return _unpad(received, recv_counts, cap, self.size), recv_counts
 
     def _collective(self, op, tensor, key, **kwargs):
@@ -182,11 +194,23 @@ class TFCommunicator(Communicator):
             **kwargs,
         )
 
-    def _charge_rows(self, path, tensor, rows, pad_rows):
-        """Charges `rows` of `tensor`'s row size to `path`, and padding."""
+    def _charge_rows(self, path, tensor, sent, received):
+        """Charges rows of `tensor`'s row size to `path`, and padding.
+
+        `sent` and `received` are `(rows, padding_rows)` pairs.
+        """
         row_bytes = _row_bytes(tensor)
-        self.stats.record(path, _i64(rows) * row_bytes)
-        self.stats.record("padding", _i64(pad_rows) * row_bytes, calls=0)
+        self.stats.record(
+            path,
+            _i64(sent[0]) * row_bytes,
+            received_bytes=_i64(received[0]) * row_bytes,
+        )
+        self.stats.record(
+            "padding",
+            _i64(sent[1]) * row_bytes,
+            calls=0,
+            received_bytes=_i64(received[1]) * row_bytes,
+        )
 
     def _exchange_counts(self, send_counts):
         """recv_counts[j] = what worker j sends to this worker."""
@@ -202,13 +226,14 @@ class TFCommunicator(Communicator):
         key = self._keys.base_key(
             f"broadcast/{root}/" + instance_keys.describe([tensor])
         )
+        nbytes = _static_bytes(tensor)
         if self.rank == root:
-            nbytes = _static_bytes(tensor)
-            self.stats.record(path, (self.size - 1) * nbytes)
+            self.stats.record(path, (self.size - 1) * nbytes, received_bytes=0)
             return self._collective(
                 collective_ops.broadcast_send_v2, tensor, key
             )
-        self.stats.record(path, 0)  # receivers send nothing; one call
+        # Receivers send nothing; one call.
+        self.stats.record(path, 0, received_bytes=nbytes)
         return self._collective(
             collective_ops.broadcast_recv_v2,
             tf.shape(tensor),

@@ -50,6 +50,7 @@ def pull(table, ids) -> tf.Tensor:
     with tf.control_dependencies([check]):
         local_ids = tf.gather(part.local_index(unique), order)
     asked, _ = comm.all_to_all(local_ids, send_counts, path="ids", plan=plan)
+    comm.stats.record_rows_served(tf.shape(asked)[0])
     rows = _read_rows(table, asked)
     back = _send_back(comm, rows, plan.reversed())
     unique_rows = tf.gather(back, tf.math.invert_permutation(order))

@@ -48,10 +48,16 @@ class HybridExtended(one_device_strategy.OneDeviceExtended):
     """Extended of `HybridStrategy` (see the module docstring)."""
 
     def __init__(
-        self, container_strategy, device, communicator, variable_kinds=None
+        self,
+        container_strategy,
+        device,
+        communicator,
+        variable_kinds=None,
+        indexed_slices="allgather",
     ) -> None:
         super().__init__(container_strategy, device)
         self._communicator = communicator
+        self._indexed_slices = indexed_slices
         self._warned_indexed_slices = False
         self.router = VariableRouter(communicator, variable_kinds)
 
@@ -118,6 +124,8 @@ class HybridExtended(one_device_strategy.OneDeviceExtended):
                 "HybridStrategy reduces with SUM or MEAN. Received: "
                 f"reduce_op={reduce_op}"
             )
+        if self._indexed_slices == "densify":
+            values = [_densify(v) for v in values]
         results = list(values)
         dense = [
             i
@@ -246,6 +254,15 @@ class HybridExtended(one_device_strategy.OneDeviceExtended):
         return value_fn(
             tf.distribute.experimental.ValueContext(comm.rank, comm.size)
         )
+
+
+def _densify(value):
+    """A dense tensor for an `IndexedSlices` that is not a table gradient."""
+    if table_gradients.table_of(value) is not None:
+        return value
+    if isinstance(value, indexed_slices.IndexedSlices):
+        return tf.convert_to_tensor(value)
+    return value
 
 
 def _check_optimizer(optimizer, variables) -> None:

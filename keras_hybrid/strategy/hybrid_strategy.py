@@ -14,6 +14,8 @@ from keras_hybrid.strategy.hybrid_extended import HybridExtended
 
 ENGINE_ENV = "KERAS_HYBRID_ENGINE"
 DEFAULT_BUCKET_BYTES = 4 * 1024 * 1024
+# How IndexedSlices gradients of dense (replicated) variables are summed.
+INDEXED_SLICES = ("allgather", "densify")
 
 
 class HybridStrategy(tf.distribute.Strategy):
@@ -53,6 +55,12 @@ class HybridStrategy(tf.distribute.Strategy):
             By default the tables of `keras.layers.Embedding` are sparse
             (partitioned by rows over the workers) unless they have a
             regularizer or constraint, and everything else is dense.
+        indexed_slices: String. How `tf.IndexedSlices` gradients of *dense*
+            variables (for example an embedding table made dense by
+            `variable_kinds`) are summed: `"allgather"` all-gathers their
+            rows and ids, as stock TensorFlow does; `"densify"` turns them
+            into full tensors and all-reduces those. Partitioned tables do
+            not use this. Defaults to `"allgather"`.
 
     Example:
 
@@ -65,7 +73,8 @@ class HybridStrategy(tf.distribute.Strategy):
     ```
 
     Raises:
-        ValueError: If `engine` is unknown, `timeout_seconds` or
+        ValueError: If `engine` or `indexed_slices` is unknown,
+            `timeout_seconds` or
             `bucket_bytes` is not positive, or the cluster is malformed.
         TypeError: If `cluster_resolver` is not a `ClusterResolver`.
     """
@@ -78,8 +87,14 @@ class HybridStrategy(tf.distribute.Strategy):
         bucket_bytes: int = DEFAULT_BUCKET_BYTES,
         log_all_ranks: bool = False,
         variable_kinds: dict | None = None,
+        indexed_slices: str = "allgather",
     ) -> None:
         engine = _choose_engine(engine)
+        if indexed_slices not in INDEXED_SLICES:
+            raise ValueError(
+                f"`indexed_slices` must be one of {INDEXED_SLICES}. Received: "
+                f"indexed_slices={indexed_slices!r}"
+            )
         _check_positive("timeout_seconds", timeout_seconds)
         _check_positive("bucket_bytes", bucket_bytes)
         info = cluster.resolve(cluster_resolver)
@@ -94,7 +109,9 @@ class HybridStrategy(tf.distribute.Strategy):
         self._cluster_info = info
         self._engine = engine
         super().__init__(
-            HybridExtended(self, _local_device(info), comm, variable_kinds)
+            HybridExtended(
+                self, _local_device(info), comm, variable_kinds, indexed_slices
+            )
         )
         if info.rank != 0 and not log_all_ranks:
             quiet_ranks.quiet_keras_console()

@@ -56,10 +56,17 @@ def case(num_workers: int, name: str) -> dict:
 
 
 def assert_stats(delta, **expected):
-    """`delta` has exactly `expected` {path: (bytes, calls)}, zero elsewhere."""
-    want = {path: {"bytes": 0, "calls": 0} for path in PATHS}
-    for path, (num_bytes, calls) in expected.items():
-        want[path] = {"bytes": num_bytes, "calls": calls}
+    """`delta` has exactly `expected` {path: (bytes, calls[, received])},
+    zero elsewhere; received bytes default to the bytes sent."""
+    want = {
+        path: {"bytes": 0, "received_bytes": 0, "calls": 0} for path in PATHS
+    }
+    for path, (num_bytes, calls, *received) in expected.items():
+        want[path] = {
+            "bytes": num_bytes,
+            "received_bytes": received[0] if received else num_bytes,
+            "calls": calls,
+        }
     assert delta == want
 
 
@@ -163,10 +170,15 @@ def check_all_gather(n, got, rows_of, capacity, rank):
     assert_equal(gathered, want, f"rank {rank}")
     assert_equal(got_sizes, np.array(sizes, np.int32), f"rank {rank}")
     row_bytes = 2 * 4
+    others = sum(sizes) - sizes[rank]
     assert_stats(
         got["stats"],
-        sparse_pull=((n - 1) * sizes[rank] * row_bytes, 1),
-        padding=((n - 1) * (capacity - sizes[rank]) * row_bytes, 0),
+        sparse_pull=((n - 1) * sizes[rank] * row_bytes, 1, others * row_bytes),
+        padding=(
+            (n - 1) * (capacity - sizes[rank]) * row_bytes,
+            0,
+            ((n - 1) * capacity - others) * row_bytes,
+        ),
         control=((n - 1) * 4, 1),  # The sizes, one int32 per worker.
     )
 
@@ -206,12 +218,21 @@ def check_all_to_all(n, got, extra, rank):
         for dst in range(n)
         if dst != rank
     )
+    received_rows = sum(
+        comm_cases.send_count(src, rank, extra)
+        for src in range(n)
+        if src != rank
+    )
     capacity = ALL_TO_ALL_CAPACITY[(n, extra)]
     row_bytes = 3 * 4
     assert_stats(
         got["stats"],
-        sparse_push=(sent * row_bytes, 1),
-        padding=(((n - 1) * capacity - sent) * row_bytes, 0),
+        sparse_push=(sent * row_bytes, 1, received_rows * row_bytes),
+        padding=(
+            ((n - 1) * capacity - sent) * row_bytes,
+            0,
+            ((n - 1) * capacity - received_rows) * row_bytes,
+        ),
         # Gather of the N x N count matrix, then a max of the capacity.
         control=((n - 1) * n * 4 + 2 * (n - 1) * 4 // n, 2),
     )
@@ -241,10 +262,10 @@ def test_broadcast_from_first_and_last_rank(n):
             assert_equal(got[name]["out"], want, msg)
             stats = got[name]["stats"]
             if rank == root:
-                assert_stats(stats, control=((n - 1) * 2 * 3 * 4, 1))
+                assert_stats(stats, control=((n - 1) * 2 * 3 * 4, 1, 0))
             else:
-                # Receivers send nothing.
-                assert all(s["bytes"] == 0 for s in stats.values()), msg
+                # Receivers send nothing and get the 2 x 3 int32 tensor.
+                assert_stats(stats, control=(0, 1, 2 * 3 * 4))
 
 
 def test_barrier_waits_for_the_last_worker(n):

@@ -8,7 +8,14 @@ from keras_hybrid.testing import TestCase
 
 
 def _zeros():
-    return {path: {"bytes": 0, "calls": 0} for path in PATHS}
+    return {
+        path: {"bytes": 0, "received_bytes": 0, "calls": 0} for path in PATHS
+    }
+
+
+def _entry(sent, calls, received=None):
+    received = sent if received is None else received
+    return {"bytes": sent, "received_bytes": received, "calls": calls}
 
 
 class CommStatsTest(TestCase):
@@ -23,9 +30,9 @@ class CommStatsTest(TestCase):
         stats.record("sparse_push", tf.constant(5, tf.int32), calls=3)
         before = stats.snapshot()
         expected = _zeros()
-        expected["dense"] = {"bytes": 120, "calls": 2}
-        expected["padding"] = {"bytes": 7, "calls": 0}
-        expected["sparse_push"] = {"bytes": 5, "calls": 3}
+        expected["dense"] = _entry(120, 2)
+        expected["padding"] = _entry(7, 0)
+        expected["sparse_push"] = _entry(5, 3)
         self.assertEqual(before, expected)
         for value in before.values():
             self.assertIs(type(value["bytes"]), int)
@@ -34,8 +41,8 @@ class CommStatsTest(TestCase):
         stats.record("dense", 1)
         delta = stats.delta(before)
         expected = _zeros()
-        expected["ids"] = {"bytes": 2**40, "calls": 1}
-        expected["dense"] = {"bytes": 1, "calls": 1}
+        expected["ids"] = _entry(2**40, 1)
+        expected["dense"] = _entry(1, 1)
         self.assertEqual(delta, expected)
         # `before` is a copy, not a view of the counters.
         self.assertEqual(before["dense"]["bytes"], 120)
@@ -60,8 +67,31 @@ class CommStatsTest(TestCase):
         for rows in (2, 2, 5):
             step(tf.zeros([rows]))
         snap = stats.snapshot()
-        self.assertEqual(snap["dense"], {"bytes": (2 + 2 + 5) * 4, "calls": 3})
-        self.assertEqual(snap["padding"], {"bytes": 9, "calls": 0})
+        self.assertEqual(snap["dense"], _entry((2 + 2 + 5) * 4, 3))
+        self.assertEqual(snap["padding"], _entry(9, 0))
+
+    def test_received_bytes_default_to_sent(self):
+        stats = CommStats()
+        stats.record("sparse_pull", 10, received_bytes=tf.constant(3))
+        stats.record("sparse_pull", 5)
+        stats.record("padding", 2, calls=0, received_bytes=0)
+        snap = stats.snapshot()
+        self.assertEqual(snap["sparse_pull"], _entry(15, 2, received=8))
+        self.assertEqual(snap["padding"], _entry(2, 0, received=0))
+
+    def test_rows_served(self):
+        stats = CommStats()
+
+        @tf.function
+        def serve(ids):
+            stats.record_rows_served(tf.shape(ids)[0])
+            return ids
+
+        serve(tf.zeros([3]))
+        serve(tf.zeros([4]))
+        self.assertEqual(stats.rows_served(), 7)
+        stats.reset()
+        self.assertEqual(stats.rows_served(), 0)
 
     def test_unknown_path_raises(self):
         with self.assertRaises(ValueError):

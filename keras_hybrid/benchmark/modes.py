@@ -1,0 +1,162 @@
+"""The ways of synchronizing a model that the benchmark compares.
+
+A mode is a name, a description, the `HybridStrategy` arguments that make
+it, and a check that says whether it can run here. Modes live in a small
+registry so that new engines plug in with one `register(Mode(...))`.
+
+| mode | tables | IndexedSlices of replicated variables |
+| --- | --- | --- |
+| `hybrid` | partitioned, pull/push | all-gathered (tiny tables only) |
+| `allgather` | replicated | all-gathered: stock TensorFlow |
+| `dense` | replicated | densified and all-reduced |
+| `horovod` | replicated | all-gathered by Horovod, as `hvd` does |
+| `ps_only` | not available (see `PS_ONLY_REASON`) | |
+"""
+
+import dataclasses
+import importlib.util
+from collections.abc import Callable
+
+ALL_DENSE = {".*": "dense"}
+PS_ONLY_REASON = (
+    "mode ps_only is left out: parameter-server semantics for dense "
+    "variables (gradient pushed to an owner shard, summed and applied "
+    "there, new value pulled by every worker) are not implemented; a dense "
+    "kernel cannot be a partitioned table, which refuses whole reads."
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Mode:
+    """One way of synchronizing gradients.
+
+    Args:
+        name: String. Flag value, e.g. `"hybrid"`.
+        description: String. One line for logs and docs.
+        strategy_kwargs: Tuple of `(name, value)` pairs passed to
+            `HybridStrategy`.
+        unavailable: Callable returning `None` when the mode can run, else
+            a message that says why not and how to fix it.
+        skip_reason: String or `None`. If set, the mode is accepted but
+            left out of the results with this reason.
+    """
+
+    name: str
+    description: str
+    strategy_kwargs: tuple = ()
+    unavailable: Callable[[], str | None] = lambda: None
+    skip_reason: str | None = None
+
+    def make_strategy(self):
+        """A `HybridStrategy` for this mode (cluster from the env)."""
+        from keras_hybrid.strategy.hybrid_strategy import HybridStrategy
+
+        return HybridStrategy(**dict(self.strategy_kwargs))
+
+
+_REGISTRY: dict[str, Mode] = {}
+
+
+def register(mode: Mode) -> None:
+    """Adds `mode` to the registry (a new name, or replaces one)."""
+    _REGISTRY[mode.name] = mode
+
+
+def names() -> tuple[str, ...]:
+    """Registered mode names, in registration order."""
+    return tuple(_REGISTRY)
+
+
+def get(name: str) -> Mode:
+    """The registered `Mode` called `name`.
+
+    Raises:
+        ValueError: If no mode has this name.
+    """
+    if name not in _REGISTRY:
+        raise ValueError(
+            f"`--modes` entries must be among {names()}. Received: {name!r}"
+        )
+    return _REGISTRY[name]
+
+
+def resolve(requested: list[str]) -> list[Mode]:
+    """Checks the requested modes; returns them in the order given.
+
+    Raises:
+        ValueError: If a name is unknown, repeated, or the list is empty.
+        RuntimeError: If a requested mode cannot run on this machine (for
+            example `horovod` without Horovod); the message says how to
+            get it.
+    """
+    if not requested:
+        raise ValueError("`--modes` must name at least one mode.")
+    if len(set(requested)) != len(requested):
+        raise ValueError(
+            f"`--modes` has a repeated entry. Received: {requested}"
+        )
+    chosen = [get(name) for name in requested]
+    for mode in chosen:
+        problem = mode.unavailable()
+        if problem:
+            raise RuntimeError(problem)
+    return chosen
+
+
+def _horovod_missing() -> str | None:
+    if importlib.util.find_spec("horovod") is not None:
+        try:
+            importlib.import_module("horovod.tensorflow")
+            return None
+        except ImportError as error:
+            detail = f" (import failed: {error})"
+    else:
+        detail = ""
+    return (
+        "mode horovod needs `horovod.tensorflow`, which is not importable "
+        f"here{detail}. Horovod 0.28.1 builds only against TensorFlow "
+        "2.15.1: create a separate venv with `tensorflow-cpu==2.15.1` and "
+        "`HOROVOD_WITH_TENSORFLOW=1 pip install horovod==0.28.1`, or drop "
+        "horovod from --modes."
+    )
+
+
+register(
+    Mode(
+        "hybrid",
+        "this package: tables partitioned (pull/push), dense all-reduced",
+    )
+)
+register(
+    Mode(
+        "allgather",
+        "all variables replicated; IndexedSlices all-gathered (stock TF)",
+        (("variable_kinds", ALL_DENSE), ("indexed_slices", "allgather")),
+    )
+)
+register(
+    Mode(
+        "dense",
+        "all variables replicated; every gradient densified, all-reduced",
+        (("variable_kinds", ALL_DENSE), ("indexed_slices", "densify")),
+    )
+)
+register(
+    Mode(
+        "ps_only",
+        "dense variables on parameter-server shards too",
+        skip_reason=PS_ONLY_REASON,
+    )
+)
+register(
+    Mode(
+        "horovod",
+        "all variables replicated; Horovod engine (IndexedSlices gathered)",
+        (
+            ("engine", "horovod"),
+            ("variable_kinds", ALL_DENSE),
+            ("indexed_slices", "allgather"),
+        ),
+        unavailable=_horovod_missing,
+    )
+)

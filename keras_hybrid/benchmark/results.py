@@ -1,0 +1,156 @@
+"""From the workers' per-rank JSON files to one result per mode, and plots.
+
+A result (one entry of the CLI's `results` list):
+
+- `samples_per_sec`: global batch x steps / sum over steps of the slowest
+  rank's step time;
+- `step_time_ms`: median and 90th percentile of the slowest rank's time,
+  step by step;
+- `bytes_per_step`: bytes one worker sends per step (mean over workers),
+  by path; `total` includes `control` (metrics, capacities);
+- `received_bytes_per_step`: the same for bytes received;
+- `lower_bound_bytes_per_step`: the traffic model's bound (mean over
+  workers), see `traffic_bound`;
+- `padding_share`, `shard_imbalance`: as in `CommunicationStats`.
+"""
+
+import json
+import os
+
+import numpy as np
+
+from keras_hybrid.callbacks.communication_stats import logs_from
+from keras_hybrid.comm.comm_stats import PATHS
+
+BYTE_PATHS = ("dense", "sparse_pull", "sparse_push", "ids", "padding")
+
+
+def read_ranks(out_dir: str, num_workers: int) -> list[dict]:
+    """Every rank's `rank<r>.json`, in rank order.
+
+    Raises:
+        FileNotFoundError: If a rank left no result (it names the rank).
+    """
+    ranks = []
+    for rank in range(num_workers):
+        path = os.path.join(out_dir, f"rank{rank}.json")
+        if not os.path.exists(path):
+            raise FileNotFoundError(
+                f"Worker {rank} wrote no result ({path}); see its output "
+                "above (lines prefixed with its rank)."
+            )
+        with open(path) as f:
+            ranks.append(json.load(f))
+    return ranks
+
+
+def summarize(mode: str, ranks: list[dict]) -> dict:
+    """One mode's result from its ranks' files (see module docstring)."""
+    step = np.max([r["step_seconds"] for r in ranks], axis=0)
+    per_rank = np.asarray(ranks[0]["comm"]["per_rank"])
+    columns = ranks[0]["comm"]["columns"]
+    sent = {p: per_rank[:, columns.index(f"{p}_sent_bytes")] for p in PATHS}
+    received = {
+        p: per_rank[:, columns.index(f"{p}_received_bytes")] for p in PATHS
+    }
+    logs = logs_from(per_rank)
+    result = {
+        "mode": mode,
+        "samples_per_sec": float(
+            ranks[0]["global_batch"] * len(step) / step.sum()
+        ),
+        "step_time_ms": {
+            "median": float(1e3 * np.median(step)),
+            "p90": float(1e3 * np.percentile(step, 90)),
+        },
+        "bytes_per_step": _by_path(sent),
+        "received_bytes_per_step": _by_path(received),
+        "lower_bound_bytes_per_step": float(
+            np.mean([r["lower_bound_bytes"] for r in ranks])
+        ),
+        "padding_share": logs["comm_padding_share"],
+        "shard_imbalance": logs["comm_shard_imbalance"],
+    }
+    if "overhead" in ranks[0]:
+        result["callback_overhead"] = ranks[0]["overhead"]
+    return result
+
+
+def _by_path(values: dict) -> dict:
+    out = {"total": float(sum(v.mean() for v in values.values()))}
+    out.update({p: float(values[p].mean()) for p in BYTE_PATHS})
+    return out
+
+
+def table(results: list[dict]) -> str:
+    """A text table of the results, one line per mode, with ratios."""
+    header = (
+        "mode",
+        "samples/s",
+        "median_ms",
+        "p90_ms",
+        "sent_kB/step",
+        "bound_kB",
+        "x_bound",
+    )
+    rows = [header]
+    for r in results:
+        total = r["bytes_per_step"]["total"]
+        bound = r["lower_bound_bytes_per_step"]
+        rows.append(
+            (
+                r["mode"],
+                f"{r['samples_per_sec']:.1f}",
+                f"{r['step_time_ms']['median']:.1f}",
+                f"{r['step_time_ms']['p90']:.1f}",
+                f"{total / 1e3:.1f}",
+                f"{bound / 1e3:.1f}",
+                f"{total / bound:.2f}" if bound else "-",
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = [
+        " ".join(c.rjust(w) for c, w in zip(row, widths, strict=True))
+        for row in rows
+    ]
+    return "\n".join([lines[0], "-" * len(lines[0]), *lines[1:]])
+
+
+def plot(report: dict, path: str) -> None:
+    """Two bar charts into a PNG: samples/s, and bytes/step by path.
+
+    Raises:
+        ImportError: If matplotlib is missing (names the extra to install).
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        from matplotlib import pyplot
+    except ImportError as error:
+        raise ImportError(
+            "`--plot` needs matplotlib: pip install "
+            "'keras-hybrid[benchmark]' (or matplotlib)."
+        ) from error
+    results = report["results"]
+    names = [r["mode"] for r in results]
+    fig, (left, right) = pyplot.subplots(1, 2, figsize=(11, 4))
+    left.bar(names, [r["samples_per_sec"] for r in results], color="C0")
+    left.set_ylabel("samples / s")
+    left.set_title("throughput")
+    bottom = np.zeros(len(results))
+    for i, p in enumerate(BYTE_PATHS):
+        mb = np.array([r["bytes_per_step"][p] / 1e6 for r in results])
+        right.bar(names, mb, bottom=bottom, label=p, color=f"C{i + 1}")
+        bottom += mb
+    bounds = [r["lower_bound_bytes_per_step"] / 1e6 for r in results]
+    right.scatter(names, bounds, marker="_", s=900, color="k", label="bound")
+    right.set_ylabel("MB sent per worker and step")
+    right.set_yscale("log")
+    right.set_title("traffic")
+    right.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1, 1))
+    netem = report["netem"] or "loopback"
+    fig.suptitle(f"{report['workload']}, {report['workers']} workers, {netem}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    pyplot.close(fig)

@@ -1,0 +1,147 @@
+"""One benchmark worker: trains a workload in one mode, saves its figures.
+
+Started by `python -m keras_hybrid.benchmark` on every rank through the
+launcher (`python -m keras_hybrid.benchmark.worker --mode=hybrid ...`).
+Each rank writes `rank<r>.json` into `--out_dir`:
+
+- `step_seconds`: wall time of each measured train step on this rank;
+- `comm`: `CommunicationStats.summary` (per-rank traffic per step);
+- `lower_bound_bytes`: this rank's traffic lower bound per step (mean);
+- `overhead`: fit times with and without `CommunicationStats`, if asked.
+"""
+
+import json
+import os
+import time
+
+import keras
+import numpy as np
+from absl import app
+from absl import flags
+from absl import logging
+
+from keras_hybrid.benchmark import config_flags
+from keras_hybrid.benchmark import modes
+from keras_hybrid.benchmark import traffic_bound
+from keras_hybrid.benchmark import workloads
+from keras_hybrid.callbacks.communication_stats import CommunicationStats
+
+FLAGS = flags.FLAGS
+config_flags.define_flags()
+flags.DEFINE_string("mode", "hybrid", "Mode to run (see modes.py).")
+flags.DEFINE_string("out_dir", None, "Where rank<r>.json goes.")
+flags.DEFINE_integer(
+    "overhead_repeats",
+    0,
+    "If > 0, after measuring, fit the measured steps this many times with "
+    "and this many times without CommunicationStats, alternating.",
+    lower_bound=0,
+)
+flags.mark_flag_as_required("out_dir")
+
+
+class StepTimer(keras.callbacks.Callback):
+    """Wall time of every train step (batch begin to batch end)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seconds: list[float] = []
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self._start = time.perf_counter()
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.seconds.append(time.perf_counter() - self._start)
+
+
+class StepProgress(keras.callbacks.Callback):
+    """Logs every `every` steps, so long runs show they are alive."""
+
+    def __init__(self, label: str, every: int = 10) -> None:
+        super().__init__()
+        self._label, self._every = label, every
+
+    def on_train_batch_end(self, batch, logs=None):
+        if (batch + 1) % self._every == 0:
+            logging.info("%s: step %d done", self._label, batch + 1)
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    config = config_flags.config_from_flags(FLAGS)
+    keras.utils.set_random_seed(config.seed)
+    strategy = modes.get(FLAGS.mode).make_strategy()
+    with strategy.scope():
+        model, dataset = workloads.build(FLAGS.workload, config, strategy.size)
+    label = f"{FLAGS.mode} rank {strategy.rank}"
+    warmup = dataset.take(FLAGS.warmup_steps)
+    measured = dataset.skip(FLAGS.warmup_steps)
+    model.fit(warmup, verbose=0, shuffle=False)
+    logging.info("%s: warm-up done, measuring %d steps", label, FLAGS.steps)
+    timer = StepTimer()
+    stats = CommunicationStats(log_table_on_chief=strategy.is_chief)
+    progress = StepProgress(label)
+    model.fit(
+        measured,
+        verbose=0,
+        shuffle=False,
+        callbacks=[timer, stats, progress],
+    )
+    result = {
+        "rank": strategy.rank,
+        "size": strategy.size,
+        "mode": FLAGS.mode,
+        "global_batch": config.batch_per_worker * strategy.size,
+        "step_seconds": timer.seconds,
+        "comm": {
+            "columns": stats.summary["columns"],
+            "per_rank": stats.summary["per_rank"].tolist(),
+        },
+        "lower_bound_bytes": traffic_bound.lower_bound_bytes(
+            FLAGS.workload,
+            config,
+            model,
+            strategy.rank,
+            strategy.size,
+            FLAGS.warmup_steps,
+        ),
+    }
+    if FLAGS.overhead_repeats:
+        result["overhead"] = _overhead(model, measured, FLAGS.overhead_repeats)
+    path = os.path.join(FLAGS.out_dir, f"rank{strategy.rank}.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump(result, f)
+    os.replace(path + ".tmp", path)
+
+
+def _overhead(model, dataset, repeats: int) -> dict:
+    """Fit times of `dataset` without and with `CommunicationStats`.
+
+    Both runs have a `StepTimer`; they alternate so that drifts in machine
+    load hit both alike.
+    """
+    without, with_stats = [], []
+    for i in range(repeats):
+        for times, extra in (
+            (without, []),
+            (with_stats, [CommunicationStats(log_table_on_chief=False)]),
+        ):
+            start = time.perf_counter()
+            model.fit(
+                dataset,
+                verbose=0,
+                shuffle=False,
+                callbacks=[StepTimer(), *extra],
+            )
+            times.append(time.perf_counter() - start)
+        logging.info("overhead check: round %d of %d done", i + 1, repeats)
+    return {
+        "without_seconds": without,
+        "with_seconds": with_stats,
+        "ratio_of_medians": float(np.median(with_stats) / np.median(without)),
+    }
+
+
+if __name__ == "__main__":
+    app.run(main)

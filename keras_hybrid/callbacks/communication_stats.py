@@ -1,0 +1,210 @@
+"""`CommunicationStats`: bytes per traffic path and step time in `logs`."""
+
+import time
+
+import keras
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from keras_hybrid.comm.comm_stats import PATHS
+
+PREFIX = "comm_"
+# Columns of the vector each rank contributes to a report, in this order
+# on every rank (cross-rank reductions go in a fixed order).
+_COLUMNS = (
+    *(f"{path}_sent_bytes" for path in PATHS),
+    *(f"{path}_received_bytes" for path in PATHS),
+    "rows_served",
+    "step_time_ms",
+)
+
+
+class CommunicationStats(keras.callbacks.Callback):
+    """Puts traffic per step and path, load balance and step time in `logs`.
+
+    At the end of every epoch (and every `every_n_steps` train steps if
+    set) it adds to `logs`, as means over workers of per-step values since
+    the last report:
+
+    - `comm_<path>_sent_bytes` and `comm_<path>_received_bytes` for each
+      path of `keras_hybrid.comm.PATHS` (`dense` all-reduce, `sparse_pull`,
+      `sparse_push`, `ids`, `padding`, `control`), and
+      `comm_total_sent_bytes`;
+    - `comm_padding_share`: padding bytes / all bytes sent;
+    - `comm_shard_imbalance`: max / mean over workers of the table rows
+      each worker's shards served (`0` if no partitioned table was read);
+    - `comm_step_time_ms`: mean wall time of a train step.
+
+    Every worker gets the same values, so `keras.callbacks.CSVLogger` and
+    `keras.callbacks.TensorBoard` record them unchanged: put this callback
+    before them in the list. At the end of training the chief logs a table
+    with one row per worker (whole run, per step).
+
+    Bytes are what the communicator counts (see `CommStats`): a ring
+    all-reduce of D bytes sends and receives 2 (N - 1) / N D per worker.
+    A report is one small all-gather of the counters, which every worker
+    runs at the same step; its own bytes are not counted in the report.
+
+    Args:
+        every_n_steps: Optional int. Also report every this many train
+            steps (batch-level `logs`, which `TensorBoard(update_freq=...)`
+            sees). Defaults to `None`: once per epoch.
+        log_table_on_chief: Boolean. Whether rank 0 logs the summary table
+            at the end of training. Defaults to `True`.
+
+    Example:
+
+    ```python
+    with strategy.scope():
+        model = build_model()
+        model.compile(optimizer="adam", loss="mse")
+    model.fit(
+        dataset,
+        epochs=3,
+        callbacks=[
+            keras_hybrid.callbacks.CommunicationStats(),
+            keras.callbacks.CSVLogger("train.csv"),
+        ],
+    )
+    ```
+
+    Raises:
+        ValueError: If `every_n_steps` is not a positive int, or (at the
+            start of training) the model was not built under a
+            `HybridStrategy` scope.
+    """
+
+    def __init__(
+        self, every_n_steps: int | None = None, log_table_on_chief: bool = True
+    ) -> None:
+        super().__init__()
+        if every_n_steps is not None and (
+            isinstance(every_n_steps, bool)
+            or not isinstance(every_n_steps, int)
+            or every_n_steps < 1
+        ):
+            raise ValueError(
+                "`every_n_steps` must be None or an int >= 1. Received: "
+                f"every_n_steps={every_n_steps!r}"
+            )
+        self.every_n_steps = every_n_steps
+        self.log_table_on_chief = log_table_on_chief
+        self.summary: dict | None = None
+
+    # -- Keras hooks
+
+    def on_train_begin(self, logs=None):
+        strategy = self.model.distribute_strategy
+        comm = getattr(strategy, "communicator", None)
+        if comm is None:
+            raise ValueError(
+                "`CommunicationStats` needs a model created under "
+                "`keras_hybrid.HybridStrategy().scope()`. Received a model "
+                f"with strategy {type(strategy).__name__}."
+            )
+        self._comm = comm
+        self._run_start = self._mark()
+        self._since = self._mark()
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._since["steps"] += 1
+        self._run_start["steps"] += 1
+        if (
+            self.every_n_steps is not None
+            and self._since["steps"] % self.every_n_steps == 0
+        ):
+            self._report(logs)
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._report(logs)
+
+    def on_train_end(self, logs=None):
+        per_rank = self._gather(self._per_step(self._run_start))
+        self.summary = {"per_rank": per_rank, "columns": list(_COLUMNS)}
+        if self.log_table_on_chief and self._comm.rank == 0:
+            logging.info(
+                "Communication per train step (bytes):\n%s",
+                format_table(per_rank),
+            )
+
+    # -- helpers
+
+    def _mark(self) -> dict:
+        return {
+            "snapshot": self._comm.stats.snapshot(),
+            "rows": self._comm.stats.rows_served(),
+            "time": time.perf_counter(),
+            "steps": 0,
+        }
+
+    def _per_step(self, since: dict) -> np.ndarray:
+        """This rank's `_COLUMNS` per step since the mark `since`."""
+        delta = self._comm.stats.delta(since["snapshot"])
+        steps = max(since["steps"], 1)
+        rows = self._comm.stats.rows_served() - since["rows"]
+        seconds = time.perf_counter() - since["time"]
+        values = [delta[p]["bytes"] for p in PATHS]
+        values += [delta[p]["received_bytes"] for p in PATHS]
+        values += [rows, 1e3 * seconds]
+        return np.asarray(values, np.float64) / steps
+
+    def _gather(self, mine: np.ndarray) -> np.ndarray:
+        """`[workers, len(_COLUMNS)]`: every rank's vector, in rank order."""
+        gathered, _ = self._comm.all_gather(tf.constant(mine[None, :]))
+        return gathered.numpy()
+
+    def _report(self, logs) -> None:
+        if self._since["steps"] == 0:
+            return
+        per_rank = self._gather(self._per_step(self._since))
+        if logs is not None:
+            logs.update(logs_from(per_rank))
+        # The mark is taken after the gather so its bytes are not counted.
+        self._since = self._mark()
+
+
+def logs_from(per_rank: np.ndarray) -> dict[str, float]:
+    """The `comm_*` log entries from a `[workers, columns]` array.
+
+    Args:
+        per_rank: Float array `[workers, len(_COLUMNS)]` of per-step values.
+
+    Returns:
+        Dict of log name to float.
+    """
+    mean = per_rank.mean(axis=0)
+    out = {PREFIX + c: float(v) for c, v in zip(_COLUMNS, mean, strict=True)}
+    del out[PREFIX + "rows_served"]
+    sent = per_rank[:, : len(PATHS)].sum()
+    out[PREFIX + "total_sent_bytes"] = float(sent / len(per_rank))
+    padding = per_rank[:, PATHS.index("padding")].sum()
+    out[PREFIX + "padding_share"] = float(padding / sent) if sent else 0.0
+    rows = per_rank[:, _COLUMNS.index("rows_served")]
+    out[PREFIX + "shard_imbalance"] = (
+        float(rows.max() / rows.mean()) if rows.mean() else 0.0
+    )
+    return out
+
+
+def format_table(per_rank: np.ndarray) -> str:
+    """One row per worker: bytes sent per path, received, rows, ms/step."""
+    header = ["rank", *PATHS, "received", "rows_served", "ms/step"]
+    rows = [header]
+    received = slice(len(PATHS), 2 * len(PATHS))
+    for rank, values in enumerate(per_rank):
+        rows.append(
+            [
+                str(rank),
+                *(f"{v:.0f}" for v in values[: len(PATHS)]),
+                f"{values[received].sum():.0f}",
+                f"{values[-2]:.1f}",
+                f"{values[-1]:.1f}",
+            ]
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    lines = [
+        " ".join(c.rjust(w) for c, w in zip(r, widths, strict=True))
+        for r in rows
+    ]
+    return "\n".join([lines[0], "-" * len(lines[0]), *lines[1:]])

@@ -1,12 +1,16 @@
 """`python -m keras_hybrid.simulate`: predicted cost of every mode at scale.
 
-    python -m keras_hybrid.simulate --profile=lm_profile.json \\
+    python -m keras_hybrid.simulate --workload=lm --vocab=20000 \\
         --workers=8,16,32,64,128,256 --accelerators_per_host=8 \\
         --bandwidth=10gbit --latency=50us --out_dir=sim_out
 
-Reads a profile (`profiler.profile_model`), predicts bytes and time per
-step of hybrid, PS-only, all-reduce and all-gather at each worker count,
-and prints two tables (throughput and speed-up; communication ms and MB
+Profiles the benchmark's `--workload` in this process (the workload flags
+are the benchmark's; `--warmup_steps` and `--steps` are the untimed and
+timed steps per batch size) and writes `profile.json` to `--out_dir`, or
+reads a profile written before with `--profile`. It then predicts bytes
+and time per step of hybrid, PS-only, all-reduce and all-gather at each
+worker count (`--batch_per_worker` samples per worker), and prints two
+tables (throughput and speed-up; communication ms and MB
 per worker). With `--out_dir` it also writes `simulation.json` and
 `simulation.png`. With `--measured`, it compares its predictions with
 benchmark JSON files (`python -m keras_hybrid.benchmark`).
@@ -20,6 +24,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from keras_hybrid.benchmark import config_flags
 from keras_hybrid.simulate import cluster_spec
 from keras_hybrid.simulate import cost_model
 from keras_hybrid.simulate import report
@@ -28,7 +33,12 @@ from keras_hybrid.simulate import validate
 from keras_hybrid.simulate.profile import Profile
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("profile", None, "Profile JSON to simulate.")
+config_flags.define_flags()
+flags.DEFINE_string(
+    "profile",
+    None,
+    "Profile JSON to simulate; if unset, --workload is profiled.",
+)
 flags.DEFINE_list(
     "workers", ["8", "16", "32", "64", "128", "256"], "Worker counts."
 )
@@ -41,12 +51,6 @@ flags.DEFINE_string(
     "intra_bandwidth", "80gbit", "Rate between workers of one host."
 )
 flags.DEFINE_string("intra_latency", "5us", "Latency inside a host.")
-flags.DEFINE_integer(
-    "batch",
-    None,
-    "Samples per worker and step. Defaults to the largest profiled batch.",
-    lower_bound=1,
-)
 flags.DEFINE_integer(
     "bucket_bytes",
     traffic.DEFAULT_BUCKET_BYTES,
@@ -111,12 +115,9 @@ def _check_modes() -> list[str]:
 def main(argv) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    if not FLAGS.profile:
-        raise app.UsageError("`--profile` is required (a profile JSON).")
-    with open(FLAGS.profile) as f:
-        profile = Profile.from_json(f.read())
     counts, modes = _worker_counts(), _check_modes()
-    batch = FLAGS.batch or max(profile.batch_sizes)
+    profile = _profile()
+    batch = FLAGS.batch_per_worker
     predictions = []
     for n in counts:
         logging.info("Simulating %d workers", n)
@@ -140,6 +141,28 @@ def main(argv) -> None:
     checks = _validation(profile, batch)
     if FLAGS.out_dir:
         _write(profile, predictions, checks)
+
+
+def _profile() -> Profile:
+    if FLAGS.profile:
+        with open(FLAGS.profile) as f:
+            return Profile.from_json(f.read())
+    from keras_hybrid.simulate import workload_profile
+
+    try:
+        config = config_flags.config_from_flags(FLAGS)
+    except ValueError as error:
+        raise app.UsageError(str(error)) from error
+    profile = workload_profile.profile_workload(
+        FLAGS.workload, config, FLAGS.warmup_steps, FLAGS.steps
+    )
+    if FLAGS.out_dir:
+        os.makedirs(FLAGS.out_dir, exist_ok=True)
+        path = os.path.join(FLAGS.out_dir, "profile.json")
+        with open(path, "w") as f:
+            f.write(profile.to_json())
+        logging.info("Wrote %s", path)
+    return profile
 
 
 def _validation(profile, batch) -> list:
@@ -172,7 +195,7 @@ def _write(profile, predictions, checks) -> None:
                 "latency",
                 "intra_bandwidth",
                 "intra_latency",
-                "batch",
+                "batch_per_worker",
                 "bucket_bytes",
             )
         },

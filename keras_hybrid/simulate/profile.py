@@ -1,8 +1,9 @@
 """`Profile`: what one short single-process run says about a model.
 
 A profile holds, per trainable variable, its size and whether its gradient
-is `IndexedSlices` (a table); per table, the lookups per sample and the
-mean number of unique ids per batch at several batch sizes; and the
+is `IndexedSlices` (a table); per table and lookup call, the lookups per
+sample and the mean number of unique ids per batch at several batch
+sizes; and the
 compute time of a train step at those batch sizes. The simulator needs
 nothing else. `unique_ids(batch)` follows Heaps' law, `u = K n^beta` for
 `n` lookups, fitted in log-log space and capped by the rows and by `n`.
@@ -22,6 +23,10 @@ FORMAT = "keras_hybrid.simulate.profile/1"
 class VariableStats:
     """One trainable variable, in the order the optimizer sees them.
 
+    A table may be looked up by several calls in one step (a sampled
+    softmax looks its weights up for the targets and for the negatives);
+    each call pulls and pushes its own unique ids, so counts are per call.
+
     Attributes:
         path: String. Keras variable path.
         kind: String, one of `KINDS`: `"sparse"` if its gradient is
@@ -30,10 +35,11 @@ class VariableStats:
         dtype_bytes: Int. Bytes per element.
         index_bytes: Int. Bytes per id of its `IndexedSlices` gradient (0
             for dense variables).
-        lookups_per_sample: Float. Ids looked up per sample (0 if dense).
+        lookups_per_sample: Tuple of floats. Ids looked up per sample, one
+            entry per lookup call (empty if dense).
         batch_sizes: Tuple of ints. Batch sizes measured (empty if dense).
-        unique: Tuple of floats. Mean unique ids per batch at each of
-            `batch_sizes`.
+        unique: Tuple of tuples of floats. Per call, the mean unique ids
+            per batch at each of `batch_sizes`.
     """
 
     path: str
@@ -41,7 +47,7 @@ class VariableStats:
     shape: tuple
     dtype_bytes: int
     index_bytes: int = 0
-    lookups_per_sample: float = 0.0
+    lookups_per_sample: tuple = ()
     batch_sizes: tuple = ()
     unique: tuple = ()
 
@@ -51,16 +57,19 @@ class VariableStats:
                 f"`kind` must be one of {KINDS}. Received: kind={self.kind!r}"
                 f" for {self.path!r}"
             )
-        if len(self.batch_sizes) != len(self.unique):
+        if len(self.lookups_per_sample) != len(self.unique) or any(
+            len(u) != len(self.batch_sizes) for u in self.unique
+        ):
             raise ValueError(
-                "`batch_sizes` and `unique` must have the same length. "
-                f"Received: {len(self.batch_sizes)} and {len(self.unique)} "
+                "`unique` needs one count per batch size for each lookup "
+                f"call. Received: {len(self.lookups_per_sample)} calls, "
+                f"batch_sizes={self.batch_sizes}, unique={self.unique} "
                 f"for {self.path!r}"
             )
-        if self.kind == "sparse" and not self.batch_sizes:
+        if self.kind == "sparse" and not (self.batch_sizes and self.unique):
             raise ValueError(
                 f"Table {self.path!r} needs unique-id counts for at least "
-                "one batch size."
+                "one lookup call and one batch size."
             )
 
     @property
@@ -75,23 +84,31 @@ class VariableStats:
     def row_bytes(self) -> int:
         return self.bytes // self.rows
 
-    def lookups(self, batch_size: int) -> int:
-        """Ids looked up (duplicates included) by a batch."""
-        return int(round(self.lookups_per_sample * batch_size))
+    @property
+    def calls(self) -> int:
+        return len(self.lookups_per_sample)
 
-    def heaps_fit(self) -> tuple[float, float]:
-        """`(K, beta)` of `u = K n^beta` through the measured points."""
-        n = np.array([self.lookups(b) for b in self.batch_sizes], float)
-        u = np.array(self.unique, float)
+    def lookups(self, batch_size: int, call: int | None = None) -> int:
+        """Ids looked up (duplicates included) by a batch: by one call, or
+        by all calls (the rows of the table's `IndexedSlices` gradient)."""
+        calls = range(self.calls) if call is None else [call]
+        return sum(
+            int(round(self.lookups_per_sample[c] * batch_size)) for c in calls
+        )
+
+    def heaps_fit(self, call: int = 0) -> tuple[float, float]:
+        """`(K, beta)` of `u = K n^beta` through one call's points."""
+        n = np.array([self.lookups(b, call) for b in self.batch_sizes], float)
+        u = np.array(self.unique[call], float)
         if len(n) == 1:
             return float(u[0] / n[0]), 1.0
         beta, log_k = np.polyfit(np.log(n), np.log(u), 1)
         return float(math.exp(log_k)), float(beta)
 
-    def unique_ids(self, batch_size: int) -> float:
-        """Expected unique ids in a batch of `batch_size` samples."""
-        n = self.lookups(batch_size)
-        k, beta = self.heaps_fit()
+    def unique_ids(self, batch_size: int, call: int = 0) -> float:
+        """Expected unique ids of one call in a batch of `batch_size`."""
+        n = self.lookups(batch_size, call)
+        k, beta = self.heaps_fit(call)
         return float(min(k * n**beta, n, self.rows))
 
 
@@ -156,8 +173,9 @@ class Profile:
                 **{
                     **v,
                     "shape": tuple(v["shape"]),
+                    "lookups_per_sample": tuple(v["lookups_per_sample"]),
                     "batch_sizes": tuple(v["batch_sizes"]),
-                    "unique": tuple(v["unique"]),
+                    "unique": tuple(tuple(u) for u in v["unique"]),
                 }
             )
             for v in body["variables"]

@@ -24,11 +24,17 @@ def profile_model(
     batches: int = 4,
     timed_steps: int = 5,
     name: str = "model",
+    call_inputs: dict | None = None,
+    warmup_steps: int = 2,
 ) -> Profile:
     """Measures variable sizes, unique ids per batch and step times.
 
-    The model trains for `timed_steps + 2` steps per batch size
-    (`train_on_batch`), so its weights change.
+    The model trains for `warmup_steps + timed_steps` steps per batch
+    size (`train_on_batch`), so its weights change.
+
+    A table's gradient holds the ids of all its lookups together. If a
+    table is looked up by several calls (each pulls and pushes its own
+    unique ids), name their inputs in `call_inputs` to count per call.
 
     Args:
         model: A compiled `keras.Model`.
@@ -42,6 +48,11 @@ def profile_model(
         timed_steps: Int. Train steps timed per batch size (the median is
             kept, after 2 untimed steps). Defaults to `5`.
         name: String. Name written into the profile. Defaults to `"model"`.
+        call_inputs: Optional dict `{variable path: [input names]}`: the
+            inputs of `x` (a dict) each lookup call of the table reads.
+            Tables not named are counted as one call, from the gradient.
+        warmup_steps: Int. Untimed train steps before timing. Defaults
+            to `2`.
 
     Returns:
         A `Profile`.
@@ -59,22 +70,25 @@ def profile_model(
             compiled.
     """
     batch_sizes = _check_args(model, batch_sizes, batches, timed_steps)
-    ids = {}
+    ids, calls = {}, {}
     for b in batch_sizes:
         logging.info("Profiling unique ids at batch size %d", b)
         for i in range(batches):
-            for path, (n, u, index_bytes) in _lookups(
-                model, *make_batch(b, i)
-            ).items():
+            x, y = make_batch(b, i)
+            for path, (n, u, index_bytes) in _lookups(model, x, y).items():
                 ids.setdefault(path, []).append((b, n, u, index_bytes))
+            for path, names in (call_inputs or {}).items():
+                calls.setdefault(path, []).append(_per_call(x, names, b))
     seconds = []
     for b in batch_sizes:
-        seconds.append(_step_seconds(model, make_batch, b, timed_steps))
+        seconds.append(
+            _step_seconds(model, make_batch, b, warmup_steps, timed_steps)
+        )
         logging.info("Batch size %d: %.2f ms per step", b, 1e3 * seconds[-1])
     return Profile(
         name=name,
         variables=tuple(
-            _stats(v, ids.get(v.path), batch_sizes)
+            _stats(v, ids.get(v.path), batch_sizes, calls.get(v.path))
             for v in model.trainable_variables
         ),
         batch_sizes=batch_sizes,
@@ -122,9 +136,17 @@ def _lookups(model, x, y) -> dict:
     return out
 
 
-def _step_seconds(model, make_batch, batch_size, steps) -> float:
+def _per_call(x, names, batch_size) -> list:
+    """`[(lookups per sample, unique ids)]` of each call's input."""
+    return [
+        (np.size(x[n]) / batch_size, np.unique(np.asarray(x[n])).size)
+        for n in names
+    ]
+
+
+def _step_seconds(model, make_batch, batch_size, warmup, steps) -> float:
     x, y = make_batch(batch_size, 0)
-    for _ in range(2):  # trace and warm up
+    for _ in range(warmup):  # trace and warm up
         model.train_on_batch(x, y)
     times = []
     for _ in range(steps):
@@ -134,7 +156,9 @@ def _step_seconds(model, make_batch, batch_size, steps) -> float:
     return float(np.median(times))
 
 
-def _stats(variable, lookups, batch_sizes) -> VariableStats:
+def _stats(variable, lookups, batch_sizes, calls) -> VariableStats:
+    """Stats of one variable; `calls` is `[per batch][per call]` of
+    `(lookups per sample, unique)` (batches in `batch_sizes` order)."""
     dtype_bytes = tf.as_dtype(variable.dtype).size
     shape = tuple(int(d) for d in variable.shape)
     if not lookups:
@@ -144,13 +168,27 @@ def _stats(variable, lookups, batch_sizes) -> VariableStats:
         float(np.mean([u for b2, _, u, _ in lookups if b2 == b]))
         for b in batch_sizes
     )
+    per_sample, unique = (float(per_sample),), (unique,)
+    if calls:
+        per_batch = len(calls) // len(batch_sizes)
+        per_call = np.array(calls, float)  # [batch, call, 2]
+        per_sample = tuple(per_call[:, :, 0].mean(axis=0).tolist())
+        unique = tuple(
+            tuple(
+                float(
+                    per_call[i * per_batch : (i + 1) * per_batch, c, 1].mean()
+                )
+                for i in range(len(batch_sizes))
+            )
+            for c in range(per_call.shape[1])
+        )
     return VariableStats(
         path=variable.path,
         kind="sparse",
         shape=shape,
         dtype_bytes=dtype_bytes,
         index_bytes=int(lookups[0][3]),
-        lookups_per_sample=float(per_sample),
+        lookups_per_sample=per_sample,
         batch_sizes=batch_sizes,
         unique=unique,
     )

@@ -142,9 +142,18 @@ def _draw_counts(unique: float, workers: int, rng) -> np.ndarray:
 
 
 def hybrid_table(var, workers: int, batch: int, seed: int = 0) -> list:
-    """The four exchanges of one partitioned table's lookup."""
-    rng = np.random.default_rng(seed)
-    counts = _draw_counts(var.unique_ids(batch), workers, rng)
+    """The exchanges of a partitioned table: four per lookup call."""
+    out = []
+    for call in range(var.calls):
+        rng = np.random.default_rng([seed, call])
+        unique = var.unique_ids(batch, call)
+        out += _pull_push(var, _draw_counts(unique, workers, rng))
+    return out
+
+
+def _pull_push(var, counts) -> list:
+    """Exchanges of one lookup call, for drawn count matrices."""
+    workers = counts.shape[-1]
     b = {
         k: float(v.mean())
         for k, v in exchange_bytes(counts, var.row_bytes).items()

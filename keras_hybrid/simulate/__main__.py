@@ -63,11 +63,12 @@ flags.DEFINE_list(
     [],
     "Benchmark JSON files to validate against (same workload and batch).",
 )
-flags.DEFINE_string(
+flags.DEFINE_list(
     "baseline",
-    None,
-    "Benchmark JSON of the same runs without network emulation; its step "
-    "times are taken as compute time in the validation.",
+    [],
+    "Benchmark JSON files of the same runs without network emulation (one "
+    "per worker count); their step times are the compute time of the "
+    "validation.",
 )
 flags.DEFINE_string("out_dir", "", "If set, write JSON and PNG here.")
 
@@ -168,14 +169,19 @@ def _profile() -> Profile:
 def _validation(profile, batch) -> list:
     if not FLAGS.measured:
         return []
-    baseline = None
-    if FLAGS.baseline:
-        baseline = validate.load_benchmark(FLAGS.baseline)
+    baselines = {}
+    for path in FLAGS.baseline:
+        body = validate.load_benchmark(path)
+        baselines[body["workers"]] = body
     checks = []
     for path in FLAGS.measured:
         measured = validate.load_benchmark(path)
         checks += validate.compare(
-            profile, measured, batch, baseline, FLAGS.bucket_bytes
+            profile,
+            measured,
+            batch,
+            baselines.get(measured["workers"]),
+            FLAGS.bucket_bytes,
         )
     _out("\nPredicted against measured (error = predicted / measured - 1):")
     _out(validate.table(checks))

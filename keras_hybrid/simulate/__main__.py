@@ -116,13 +116,16 @@ def _check_modes() -> list[str]:
 def main(argv) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    counts, modes = _worker_counts(), _check_modes()
+    modes = _check_modes()
+    try:
+        specs = [_spec(n) for n in _worker_counts()]
+    except ValueError as error:
+        raise app.UsageError(str(error)) from error
     profile = _profile()
     batch = FLAGS.batch_per_worker
     predictions = []
-    for n in counts:
-        logging.info("Simulating %d workers", n)
-        spec = _spec(n)
+    for spec in specs:
+        logging.info("Simulating %d workers", spec.workers)
         for mode in modes:
             predictions.append(
                 cost_model.predict(

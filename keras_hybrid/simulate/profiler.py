@@ -66,10 +66,14 @@ def profile_model(
 
     Raises:
         ValueError: If `batch_sizes` is empty or has a size < 1, if
-            `batches` or `timed_steps` is < 1, or if the model is not
-            compiled.
+            `batches` or `timed_steps` is < 1, `warmup_steps` < 0, or if
+            the model is not compiled.
     """
     batch_sizes = _check_args(model, batch_sizes, batches, timed_steps)
+    if warmup_steps < 0:
+        raise ValueError(
+            f"`warmup_steps` must be >= 0. Received: {warmup_steps}"
+        )
     ids, calls = {}, {}
     for b in batch_sizes:
         logging.info("Profiling unique ids at batch size %d", b)

@@ -30,9 +30,9 @@ def _render(header, rows) -> str:
 def comparison_table(predictions) -> str:
     """Throughput per mode and worker count, and hybrid's speed-up.
 
-    As in Parallax (Kim et al., EuroSys 2019, Table 4): one row per
-    cluster size, one column per architecture, and the speed-up of the
-    hybrid over each other one.
+    As in the Parallax paper's comparison (Kim et al., EuroSys 2019): one
+    row per cluster size, one column per architecture, and the speed-up
+    of the hybrid over each other one.
     """
     workers, modes, cell = _grid(predictions)
     others = [m for m in modes if m != "hybrid"]

@@ -55,6 +55,13 @@ flags.DEFINE_float(
     "timeout", 900.0, "Seconds allowed per mode.", lower_bound=1.0
 )
 flags.DEFINE_integer(
+    "repeats",
+    1,
+    "Run the list of modes this many times in turn and report, per mode, "
+    "the median over repeats (a shared machine's load drifts).",
+    lower_bound=1,
+)
+flags.DEFINE_integer(
     "callback_overhead_repeats",
     0,
     "If > 0, the first mode also fits the measured steps this many times "
@@ -123,25 +130,34 @@ def run_mode(mode: modes.Mode, network, overhead_repeats: int) -> dict:
 
 
 def run_all(chosen: list[modes.Mode], network) -> list[dict]:
-    out = []
-    for i, mode in enumerate(chosen):
+    """Every runnable mode, `--repeats` times in turn; one result each."""
+    runnable = []
+    for mode in chosen:
         if mode.skip_reason:
             logging.warning("%s", mode.skip_reason)
-            continue
-        logging.info(
-            "mode %d/%d: %s (%s), %d workers, %d + %d steps",
-            i + 1,
-            len(chosen),
-            mode.name,
-            mode.description,
-            FLAGS.workers,
-            FLAGS.warmup_steps,
-            FLAGS.steps,
-        )
-        repeats = FLAGS.callback_overhead_repeats if not out else 0
-        out.append(run_mode(mode, network, repeats))
-        logging.info("mode %s: %s", mode.name, json.dumps(out[-1]))
-    return out
+        else:
+            runnable.append(mode)
+    by_mode = {mode.name: [] for mode in runnable}
+    for repeat in range(FLAGS.repeats):
+        for i, mode in enumerate(runnable):
+            logging.info(
+                "repeat %d/%d, mode %d/%d: %s (%s), %d workers, %d + %d steps",
+                repeat + 1,
+                FLAGS.repeats,
+                i + 1,
+                len(runnable),
+                mode.name,
+                mode.description,
+                FLAGS.workers,
+                FLAGS.warmup_steps,
+                FLAGS.steps,
+            )
+            first = repeat == 0 and i == 0
+            overhead = FLAGS.callback_overhead_repeats if first else 0
+            result = run_mode(mode, network, overhead)
+            logging.info("mode %s: %s", mode.name, json.dumps(result))
+            by_mode[mode.name].append(result)
+    return [results.merge_repeats(runs) for runs in by_mode.values()]
 
 
 def main(argv):
@@ -170,6 +186,7 @@ def main(argv):
         "workers": FLAGS.workers,
         "netem": FLAGS.netem or None,
         "steps": FLAGS.steps,
+        "repeats": FLAGS.repeats,
         "results": measured,
     }
     logging.info("results:\n%s", results.table(measured))

@@ -19,6 +19,7 @@ import os
 
 import numpy as np
 
+from keras_hybrid.callbacks.communication_stats import align_rows
 from keras_hybrid.callbacks.communication_stats import logs_from
 from keras_hybrid.comm.comm_stats import PATHS
 
@@ -76,6 +77,21 @@ def summarize(mode: str, ranks: list[dict]) -> dict:
     return result
 
 
+def merge_repeats(runs: list[dict]) -> dict:
+    """One result from repeated runs of a mode: the run with the median
+    samples/s, with every run's samples/s under `samples_per_sec_runs`.
+    Byte counts do not depend on the run (same data, same steps)."""
+    speeds = [r["samples_per_sec"] for r in runs]
+    median = sorted(range(len(runs)), key=speeds.__getitem__)[len(runs) // 2]
+    merged = dict(runs[median])
+    for r in runs:
+        if "callback_overhead" in r:
+            merged["callback_overhead"] = r["callback_overhead"]
+    if len(runs) > 1:
+        merged["samples_per_sec_runs"] = speeds
+    return merged
+
+
 def _by_path(values: dict) -> dict:
     out = {"total": float(sum(v.mean() for v in values.values()))}
     out.update({p: float(values[p].mean()) for p in BYTE_PATHS})
@@ -108,12 +124,7 @@ def table(results: list[dict]) -> str:
                 f"{total / bound:.2f}" if bound else "-",
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines = [
-        " ".join(c.rjust(w) for c, w in zip(row, widths, strict=True))
-        for row in rows
-    ]
-    return "\n".join([lines[0], "-" * len(lines[0]), *lines[1:]])
+    return align_rows(rows)
 
 
 def plot(report: dict, path: str) -> None:

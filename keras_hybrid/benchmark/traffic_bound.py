@@ -68,11 +68,13 @@ def lower_bound_bytes(
         Float. `2 (N - 1) / N D + sum over tables of 2 u r`, averaged.
     """
     tables = workloads.table_features(name, config)
-    prefixes = tuple(f"{table}/" for table in tables)
+    table_paths = {
+        v.path for t in tables for v in model.get_layer(t).trainable_weights
+    }
     dense = sum(
         int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize
         for v in model.trainable_variables
-        if not v.path.startswith(prefixes)
+        if v.path not in table_paths
     )
     unique = unique_ids_per_step(name, config, rank, num_workers, first_step)
     sparse = sum(

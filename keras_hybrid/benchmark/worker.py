@@ -54,6 +54,35 @@ class StepTimer(keras.callbacks.Callback):
         self.seconds.append(time.perf_counter() - self._start)
 
 
+def _timed(hook, counter: str = "hook_seconds"):
+    """`hook`, adding the wall time it takes to `self.<counter>`."""
+
+    def timed_hook(self, *args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return hook(self, *args, **kwargs)
+        finally:
+            elapsed = time.perf_counter() - start
+            setattr(self, counter, getattr(self, counter) + elapsed)
+
+    return timed_hook
+
+
+class TimedCommunicationStats(CommunicationStats):
+    """`CommunicationStats` that adds up the time spent in its own hooks
+    (its direct cost, which the fit-time ratio is too noisy to show)."""
+
+    hook_seconds = 0.0  # all hooks
+    batch_seconds = 0.0  # the per-step hook alone
+    on_train_begin = _timed(CommunicationStats.on_train_begin)
+    on_epoch_begin = _timed(CommunicationStats.on_epoch_begin)
+    on_train_batch_end = _timed(
+        _timed(CommunicationStats.on_train_batch_end), "batch_seconds"
+    )
+    on_epoch_end = _timed(CommunicationStats.on_epoch_end)
+    on_train_end = _timed(CommunicationStats.on_train_end)
+
+
 class StepProgress(keras.callbacks.Callback):
     """Logs every `every` steps, so long runs show they are alive."""
 
@@ -121,12 +150,10 @@ def _overhead(model, dataset, repeats: int) -> dict:
     Both runs have a `StepTimer`; they alternate so that drifts in machine
     load hit both alike.
     """
-    without, with_stats = [], []
+    without, with_stats, in_hooks, in_batch = [], [], [], []
     for i in range(repeats):
-        for times, extra in (
-            (without, []),
-            (with_stats, [CommunicationStats(log_table_on_chief=False)]),
-        ):
+        timed = TimedCommunicationStats(log_table_on_chief=False)
+        for times, extra in ((without, []), (with_stats, [timed])):
             start = time.perf_counter()
             model.fit(
                 dataset,
@@ -135,11 +162,16 @@ def _overhead(model, dataset, repeats: int) -> dict:
                 callbacks=[StepTimer(), *extra],
             )
             times.append(time.perf_counter() - start)
+        in_hooks.append(timed.hook_seconds)
+        in_batch.append(timed.batch_seconds)
         logging.info("overhead check: round %d of %d done", i + 1, repeats)
     return {
         "without_seconds": without,
         "with_seconds": with_stats,
+        "hook_seconds": in_hooks,
+        "batch_hook_seconds": in_batch,
         "ratio_of_medians": float(np.median(with_stats) / np.median(without)),
+        "hook_share": float(np.sum(in_hooks) / np.sum(with_stats)),
     }
 
 

@@ -240,7 +240,7 @@ def _dense(config: WorkloadConfig) -> keras.Model:
     features = keras.Input((config.hidden,), name="features")
     hidden = _mlp(features, [config.hidden * 4] * config.dense_layers, "mlp")
     logits = keras.layers.Dense(10, name="logits")(hidden)
-    model = keras.Model(features, logits, name="dense")
+    model = keras.Model({"features": features}, logits, name="dense")
     model.compile(
         optimizer=keras.optimizers.Adam(1e-3),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),

@@ -104,23 +104,28 @@ class CommunicationStats(keras.callbacks.Callback):
                 f"with strategy {type(strategy).__name__}."
             )
         self._comm = comm
-        self._run_start = self._mark()
-        self._since = self._mark()
+        # Bytes of this callback's own gathers, left out of every report.
+        self._own = np.zeros(2 * len(PATHS))
+        self._marks = {"run": self._mark(), "epoch": self._mark()}
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._marks["epoch"] = self._mark()
+        self._marks["interval"] = self._mark()
 
     def on_train_batch_end(self, batch, logs=None):
-        self._since["steps"] += 1
-        self._run_start["steps"] += 1
+        for mark in self._marks.values():
+            mark["steps"] += 1
         if (
             self.every_n_steps is not None
-            and self._since["steps"] % self.every_n_steps == 0
+            and self._marks["interval"]["steps"] == self.every_n_steps
         ):
-            self._report(logs)
+            self._report("interval", logs)
 
     def on_epoch_end(self, epoch, logs=None):
-        self._report(logs)
+        self._report("epoch", logs)
 
     def on_train_end(self, logs=None):
-        per_rank = self._gather(self._per_step(self._run_start))
+        per_rank = self._gather(self._per_step(self._marks["run"]))
         self.summary = {"per_rank": per_rank, "columns": list(_COLUMNS)}
         if self.log_table_on_chief and self._comm.rank == 0:
             logging.info(
@@ -130,9 +135,15 @@ class CommunicationStats(keras.callbacks.Callback):
 
     # -- helpers
 
+    def _bytes(self) -> np.ndarray:
+        """Bytes sent, then received, per path, so far."""
+        snap = self._comm.stats.snapshot()
+        sent = [snap[p]["bytes"] for p in PATHS]
+        return np.asarray(sent + [snap[p]["received_bytes"] for p in PATHS])
+
     def _mark(self) -> dict:
         return {
-            "snapshot": self._comm.stats.snapshot(),
+            "bytes": self._bytes() - self._own,
             "rows": self._comm.stats.rows_served(),
             "time": time.perf_counter(),
             "steps": 0,
@@ -140,28 +151,28 @@ class CommunicationStats(keras.callbacks.Callback):
 
     def _per_step(self, since: dict) -> np.ndarray:
         """This rank's `_COLUMNS` per step since the mark `since`."""
-        delta = self._comm.stats.delta(since["snapshot"])
         steps = max(since["steps"], 1)
+        moved = self._bytes() - self._own - since["bytes"]
         rows = self._comm.stats.rows_served() - since["rows"]
         seconds = time.perf_counter() - since["time"]
-        values = [delta[p]["bytes"] for p in PATHS]
-        values += [delta[p]["received_bytes"] for p in PATHS]
-        values += [rows, 1e3 * seconds]
-        return np.asarray(values, np.float64) / steps
+        values = np.concatenate([moved, [rows, 1e3 * seconds]])
+        return values.astype(np.float64) / steps
 
     def _gather(self, mine: np.ndarray) -> np.ndarray:
         """`[workers, len(_COLUMNS)]`: every rank's vector, in rank order."""
+        before = self._bytes()
         gathered, _ = self._comm.all_gather(tf.constant(mine[None, :]))
+        self._own = self._own + self._bytes() - before
         return gathered.numpy()
 
-    def _report(self, logs) -> None:
-        if self._since["steps"] == 0:
+    def _report(self, which: str, logs) -> None:
+        if self._marks[which]["steps"] == 0:
             return
-        per_rank = self._gather(self._per_step(self._since))
+        per_rank = self._gather(self._per_step(self._marks[which]))
         if logs is not None:
             logs.update(logs_from(per_rank))
-        # The mark is taken after the gather so its bytes are not counted.
-        self._since = self._mark()
+        if which == "interval":
+            self._marks["interval"] = self._mark()
 
 
 def logs_from(per_rank: np.ndarray) -> dict[str, float]:
@@ -202,7 +213,12 @@ def format_table(per_rank: np.ndarray) -> str:
                 f"{values[-1]:.1f}",
             ]
         )
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    return align_rows(rows)
+
+
+def align_rows(rows: list) -> str:
+    """Right-aligned columns of strings; a rule under the first row."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = [
         " ".join(c.rjust(w) for c, w in zip(r, widths, strict=True))
         for r in rows

@@ -1,0 +1,78 @@
+"""Summaries of per-rank files, with numbers checkable by hand."""
+
+import json
+import os
+import tempfile
+import unittest
+
+import numpy as np
+
+from keras_hybrid.benchmark import results
+from keras_hybrid.callbacks.communication_stats import _COLUMNS
+
+
+def rank_file(rank, steps, sent, rows, bound):
+    per_rank = np.zeros((2, len(_COLUMNS)))
+    for r in range(2):
+        for path, value in sent[r].items():
+            per_rank[r, _COLUMNS.index(f"{path}_sent_bytes")] = value
+            per_rank[r, _COLUMNS.index(f"{path}_received_bytes")] = value
+        per_rank[r, _COLUMNS.index("rows_served")] = rows[r]
+    return {
+        "rank": rank,
+        "global_batch": 10,
+        "step_seconds": steps,
+        "comm": {"columns": list(_COLUMNS), "per_rank": per_rank.tolist()},
+        "lower_bound_bytes": bound,
+    }
+
+
+class SummarizeTest(unittest.TestCase):
+    def setUp(self):
+        sent = [{"dense": 100, "padding": 20}, {"dense": 100, "ids": 60}]
+        self.ranks = [
+            rank_file(0, [0.1, 0.2, 0.4], sent, [3, 1], 90.0),
+            rank_file(1, [0.3, 0.1, 0.2], sent, [3, 1], 110.0),
+        ]
+
+    def test_summary(self):
+        got = results.summarize("hybrid", self.ranks)
+        # Slowest rank per step: 0.3, 0.2, 0.4 s.
+        self.assertAlmostEqual(got["step_time_ms"]["median"], 300.0)
+        self.assertAlmostEqual(got["samples_per_sec"], 10 * 3 / 0.9)
+        self.assertAlmostEqual(got["step_time_ms"]["p90"], 380.0)
+        self.assertEqual(
+            got["bytes_per_step"],
+            {
+                "total": 140.0,  # (120 + 160) / 2
+                "dense": 100.0,
+                "sparse_pull": 0.0,
+                "sparse_push": 0.0,
+                "ids": 30.0,
+                "padding": 10.0,
+            },
+        )
+        self.assertEqual(got["lower_bound_bytes_per_step"], 100.0)
+        self.assertAlmostEqual(got["padding_share"], 20 / 280)
+        self.assertAlmostEqual(got["shard_imbalance"], 3 / 2)
+        self.assertIn("hybrid", results.table([got]))
+
+    def test_read_ranks_names_a_missing_rank(self):
+        out = tempfile.mkdtemp()
+        with open(os.path.join(out, "rank0.json"), "w") as f:
+            json.dump(self.ranks[0], f)
+        self.assertEqual(results.read_ranks(out, 1)[0]["rank"], 0)
+        with self.assertRaisesRegex(FileNotFoundError, "Worker 1"):
+            results.read_ranks(out, 2)
+
+    def test_merge_repeats_keeps_the_median_run(self):
+        runs = [
+            {"mode": "m", "samples_per_sec": s, "tag": i}
+            for i, s in enumerate((5.0, 9.0, 7.0))
+        ]
+        merged = results.merge_repeats(runs)
+        self.assertEqual(merged["tag"], 2)
+        self.assertEqual(merged["samples_per_sec_runs"], [5.0, 9.0, 7.0])
+        self.assertNotIn(
+            "samples_per_sec_runs", results.merge_repeats(runs[:1])
+        )

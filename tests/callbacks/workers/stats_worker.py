@@ -1,0 +1,89 @@
+"""Worker: trains a tiny model with a partitioned table under
+`CommunicationStats`, `CSVLogger` and a recorder; saves what they saw."""
+
+import os
+
+import keras
+import numpy as np
+from absl import app
+from absl import flags
+
+import keras_hybrid as kh
+from keras_hybrid.callbacks import CommunicationStats
+from keras_hybrid.testing.multiprocess import save_result
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("out_dir", None, "Where to save this rank's results.")
+
+ROWS, DIM, IDS_PER_SAMPLE = 20, 4, 3
+SAMPLES, GLOBAL_BATCH, EPOCHS, EVERY = 32, 8, 2, 2
+
+
+def make_data():
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, ROWS, (SAMPLES, IDS_PER_SAMPLE)).astype(np.int64)
+    return ids, rng.normal(size=(SAMPLES, 1)).astype(np.float32)
+
+
+class Recorder(keras.callbacks.Callback):
+    """Keeps the `comm_*` entries of batch logs, as later callbacks see."""
+
+    def __init__(self):
+        super().__init__()
+        self.batches = []
+
+    def on_train_batch_end(self, batch, logs=None):
+        comm = {k: float(v) for k, v in logs.items() if k.startswith("comm")}
+        self.batches.append((batch, comm))
+
+
+def main(argv):
+    del argv
+    strategy = kh.HybridStrategy(timeout_seconds=60)
+    with strategy.scope():
+        model = keras.Sequential(
+            [
+                keras.Input((IDS_PER_SAMPLE,), dtype="int64"),
+                keras.layers.Embedding(ROWS, DIM, name="table"),
+                keras.layers.Flatten(),
+                keras.layers.Dense(1),
+            ]
+        )
+        model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    x, y = make_data()
+    csv_path = os.path.join(FLAGS.out_dir, f"rank{strategy.rank}.csv")
+    stats = CommunicationStats(every_n_steps=EVERY)
+    recorder = Recorder()
+    history = model.fit(
+        x,
+        y,
+        batch_size=GLOBAL_BATCH,
+        epochs=EPOCHS,
+        shuffle=False,
+        verbose=0,
+        callbacks=[stats, keras.callbacks.CSVLogger(csv_path), recorder],
+    )
+    (table,) = strategy.plan.of_kind("sparse")
+    with open(csv_path) as f:
+        csv_text = f.read()
+    save_result(
+        FLAGS.out_dir,
+        strategy.rank,
+        {
+            "history": history.history,
+            "batches": recorder.batches,
+            "csv": csv_text,
+            "owner": table.partition.shard_of(np.arange(ROWS)),
+            "dense_bytes": sum(
+                int(np.prod(v.shape)) * 4
+                for v in model.trainable_variables
+                if v.path != model.get_layer("table").embeddings.path
+            ),
+            "summary": stats.summary,
+        },
+    )
+
+
+if __name__ == "__main__":
+    flags.mark_flag_as_required("out_dir")
+    app.run(main)

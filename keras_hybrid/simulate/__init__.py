@@ -1,0 +1,25 @@
+"""The cost simulator: predicted traffic and time per step at scale.
+
+`profile_model` measures a model in one process; `predict` and `sweep`
+turn the profile and a `ClusterSpec` into bytes and seconds per step for
+the hybrid, PS-only, all-reduce and all-gather modes. The command line is
+`python -m keras_hybrid.simulate` (see docs/simulator.md).
+"""
+
+from keras_hybrid.simulate.cluster_spec import ClusterSpec
+from keras_hybrid.simulate.cost_model import Prediction
+from keras_hybrid.simulate.cost_model import predict
+from keras_hybrid.simulate.cost_model import sweep
+from keras_hybrid.simulate.profile import Profile
+from keras_hybrid.simulate.profile import VariableStats
+from keras_hybrid.simulate.profiler import profile_model
+
+__all__ = [
+    "ClusterSpec",
+    "Prediction",
+    "Profile",
+    "VariableStats",
+    "predict",
+    "profile_model",
+    "sweep",
+]

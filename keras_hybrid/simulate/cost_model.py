@@ -1,0 +1,145 @@
+"""Communication time of a step: alpha-beta costs on a `ClusterSpec`.
+
+Each exchange costs a latency per message round plus its bytes over the
+busiest link it crosses (links are full duplex, so a worker's sending and
+receiving overlap). Exchanges of a step run one after another, and
+computation does not overlap communication: predicted step time =
+compute + communication.
+
+- ring all-reduce (buffer D): `2 (N - 1)` rounds of `D / N` over the ring's
+  slowest hop (the host interface once there are two hosts);
+- ring all-gather (padded block c): `N - 1` rounds of `c`;
+- all-to-all (S padded bytes per worker, spread evenly over the N - 1
+  peers): `N - 1` pairwise rounds; the host interface carries what all
+  `k` workers of a host send off-host, `k S (N - k) / (N - 1)`;
+- `ps` (whole variables on shards): a push and a pull round trip to every
+  shard; the busiest host interface carries its workers' pushes and pulls
+  for variables held elsewhere plus what its shards serve to every other
+  host. A large variable on one shard makes that host the hot spot.
+"""
+
+import dataclasses
+
+import numpy as np
+
+from keras_hybrid.simulate import traffic
+
+
+@dataclasses.dataclass(frozen=True)
+class Prediction:
+    """What the simulator predicts for one mode and worker count.
+
+    Attributes:
+        mode: String, one of `traffic.MODES`.
+        workers: Int.
+        batch: Int. Samples per worker and step.
+        bytes: Dict `{path: bytes}` one worker sends per step, and
+            `"total"`.
+        comm_seconds: Float. Communication time per step.
+        compute_seconds: Float. Compute time per step (from the profile).
+    """
+
+    mode: str
+    workers: int
+    batch: int
+    bytes: dict
+    comm_seconds: float
+    compute_seconds: float
+
+    @property
+    def step_seconds(self) -> float:
+        return self.comm_seconds + self.compute_seconds
+
+    @property
+    def samples_per_sec(self) -> float:
+        return self.workers * self.batch / self.step_seconds
+
+    def to_dict(self) -> dict:
+        return {
+            "mode": self.mode,
+            "workers": self.workers,
+            "batch": self.batch,
+            "bytes_per_step": self.bytes,
+            "comm_ms": 1e3 * self.comm_seconds,
+            "compute_ms": 1e3 * self.compute_seconds,
+            "step_ms": 1e3 * self.step_seconds,
+            "samples_per_sec": self.samples_per_sec,
+        }
+
+
+def _pairwise_latency(spec) -> float:
+    """Latency of one message to every peer, one round per peer."""
+    k = spec.accelerators_per_host
+    return (k - 1) * spec.intra_latency + (
+        spec.workers - k
+    ) * spec.inter_latency
+
+
+def exchange_seconds(exchange, spec) -> float:
+    """Seconds one `traffic.Exchange` takes on cluster `spec`."""
+    n, k = spec.workers, spec.accelerators_per_host
+    if n == 1:
+        return 0.0
+    latency, bandwidth = spec.ring_link()
+    if exchange.kind == "all_reduce":
+        return 2 * (n - 1) * (latency + exchange.wire / n / bandwidth)
+    if exchange.kind == "all_gather":
+        return (n - 1) * (latency + exchange.wire / bandwidth)
+    if exchange.kind == "all_to_all":
+        per_peer = exchange.wire / (n - 1)
+        intra = (k - 1) * per_peer / spec.intra_bandwidth
+        inter = k * (n - k) * per_peer / spec.inter_bandwidth
+        return _pairwise_latency(spec) + max(intra, inter)
+    if exchange.kind == "ps":
+        return 2 * _pairwise_latency(spec) + _ps_transfer(exchange, spec)
+    raise ValueError(f"Unknown exchange kind {exchange.kind!r}.")
+
+
+def _ps_transfer(exchange, spec) -> float:
+    """Bytes-over-bandwidth time of the busiest link of a `ps` exchange."""
+    n, k = spec.workers, spec.accelerators_per_host
+    loads = np.asarray(exchange.shard_bytes, float).reshape(spec.hosts, k)
+    total = loads.sum()
+    on_host = loads.sum(axis=1)
+    # Off-host: k workers push (and pull) what other hosts hold; the
+    # host's shards receive pushes from (and serve) n - k workers.
+    off_host = k * (total - on_host) + (n - k) * on_host
+    # On-host, per worker: pushes to the other shards of its host, and
+    # serving its own shard to the k - 1 others.
+    within = (on_host[:, None] - loads) + (k - 1) * loads
+    return max(
+        float(off_host.max()) / spec.inter_bandwidth if spec.hosts > 1 else 0,
+        float(within.max()) / spec.intra_bandwidth,
+    )
+
+
+def predict(profile, mode: str, spec, batch: int, **kwargs) -> Prediction:
+    """Predicts bytes and times of one step of `mode` on `spec`.
+
+    Args:
+        profile: A `Profile`.
+        mode: String, one of `traffic.MODES`.
+        spec: A `ClusterSpec`.
+        batch: Int. Samples per worker and step.
+        **kwargs: Passed to `traffic.step_exchanges` (`bucket_bytes`).
+    """
+    exchanges = traffic.step_exchanges(
+        profile, mode, spec.workers, batch, **kwargs
+    )
+    return Prediction(
+        mode=mode,
+        workers=spec.workers,
+        batch=batch,
+        bytes=traffic.bytes_per_path(exchanges),
+        comm_seconds=sum(exchange_seconds(e, spec) for e in exchanges),
+        compute_seconds=profile.compute_time(batch),
+    )
+
+
+def sweep(profile, spec, worker_counts, batch: int, modes=traffic.MODES):
+    """`predict` for every mode and worker count (hosts refilled)."""
+    return [
+        predict(profile, mode, spec.with_workers(n), batch)
+        for n in worker_counts
+        for mode in modes
+    ]

@@ -1,0 +1,131 @@
+"""Predictions against measured benchmark runs (emulated network).
+
+A benchmark JSON (`python -m keras_hybrid.benchmark`) holds, per mode, the
+median step time and the bytes a worker sent per step and path, for one
+workload, worker count and `netem` setting (`"RATE:DELAY"` in tc units,
+e.g. `"1gbit:50us"`, every worker in its own network namespace: one
+worker per host). Compute and communication are separated so that CPU
+contention on a small machine does not count as network time:
+
+- with a `baseline` run (the same runs on plain loopback), measured
+  communication = step time with netem - step time without, and the
+  prediction is the time the emulated network adds (the simulator's
+  communication time, which is 0 on an infinitely fast network);
+- otherwise measured communication = step time - the profile's compute
+  time.
+
+Bytes compare everything but `control` (metrics and loss all-reduces,
+which the simulator leaves out).
+"""
+
+import json
+
+from keras_hybrid.simulate import cluster_spec
+from keras_hybrid.simulate import cost_model
+from keras_hybrid.simulate import traffic
+
+COMPARED_PATHS = ("dense", "sparse_pull", "sparse_push", "ids", "padding")
+
+
+def load_benchmark(path: str) -> dict:
+    """Reads a benchmark JSON.
+
+    Raises:
+        ValueError: If it lacks `workers`, `netem` or `results`.
+    """
+    with open(path) as f:
+        body = json.load(f)
+    missing = [k for k in ("workers", "netem", "results") if k not in body]
+    if missing:
+        raise ValueError(
+            f"{path!r} is not a benchmark JSON: it lacks {missing}. "
+            "Write one with `python -m keras_hybrid.benchmark`."
+        )
+    return body
+
+
+def spec_of(benchmark: dict) -> cluster_spec.ClusterSpec:
+    """The cluster a benchmark emulated: one worker per namespace."""
+    netem = benchmark["netem"]
+    if not netem:
+        raise ValueError(
+            "The measured run must use network emulation (`--netem`). "
+            f"Received: netem={netem!r}"
+        )
+    rate, _, delay = str(netem).partition(":")
+    return cluster_spec.ClusterSpec(
+        workers=int(benchmark["workers"]),
+        accelerators_per_host=1,
+        inter_bandwidth=cluster_spec.parse_rate(rate),
+        inter_latency=cluster_spec.parse_time(delay or "0"),
+    )
+
+
+def _error(predicted: float, measured: float):
+    return predicted / measured - 1 if measured else None
+
+
+def compare(profile, measured, batch, baseline=None, bucket_bytes=None):
+    """One comparison per mode of `measured` that the simulator models.
+
+    Returns:
+        List of dicts: workers, mode, netem, predicted and measured bytes
+        (without `control`) and communication ms, and their errors.
+    """
+    spec = spec_of(measured)
+    base = {}
+    if baseline is not None:
+        base = {r["mode"]: r for r in baseline["results"]}
+    kwargs = {"bucket_bytes": bucket_bytes} if bucket_bytes else {}
+    out = []
+    for result in measured["results"]:
+        mode = result["mode"]
+        if mode not in traffic.MODES:
+            continue
+        pred = cost_model.predict(profile, mode, spec, batch, **kwargs)
+        pred_bytes = sum(pred.bytes[p] for p in COMPARED_PATHS)
+        sent = result["bytes_per_step"]
+        meas_bytes = sum(sent.get(p, 0) for p in COMPARED_PATHS)
+        step = result["step_time_ms"]["median"]
+        if mode in base:
+            meas_comm = step - base[mode]["step_time_ms"]["median"]
+        else:
+            meas_comm = step - 1e3 * pred.compute_seconds
+        pred_comm = 1e3 * pred.comm_seconds
+        out.append(
+            {
+                "workers": spec.workers,
+                "mode": mode,
+                "netem": measured["netem"],
+                "compute_from": "baseline" if mode in base else "profile",
+                "predicted_bytes": pred_bytes,
+                "measured_bytes": meas_bytes,
+                "bytes_error": _error(pred_bytes, meas_bytes),
+                "predicted_comm_ms": pred_comm,
+                "measured_comm_ms": meas_comm,
+                "comm_error": _error(pred_comm, meas_comm),
+            }
+        )
+    return out
+
+
+def table(checks) -> str:
+    """The comparisons as a text table."""
+    header = (
+        f"{'workers':>7} {'mode':>9} {'pred kB':>10} {'meas kB':>10} "
+        f"{'error':>7} {'pred ms':>8} {'meas ms':>8} {'error':>7}"
+    )
+    lines = [header, "-" * len(header)]
+    for c in checks:
+        lines.append(
+            f"{c['workers']:>7} {c['mode']:>9} "
+            f"{c['predicted_bytes'] / 1e3:>10.1f} "
+            f"{c['measured_bytes'] / 1e3:>10.1f} {_pct(c['bytes_error'])} "
+            f"{c['predicted_comm_ms']:>8.2f} {c['measured_comm_ms']:>8.2f} "
+            f"{_pct(c['comm_error'])}"
+        )
+    return "\n".join(lines)
+
+
+def _pct(x) -> str:
+    return f"{'-':>7}" if x is None else f"{100 * x:>+6.1f}%"

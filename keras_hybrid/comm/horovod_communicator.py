@@ -8,19 +8,16 @@ instance keys do for the TF engine). Horovod sizes every exchange itself:
 `hvd.alltoall` takes unequal splits and `hvd.allgather` unequal rows, so
 nothing is padded.
 
-Horovod has no per-collective timeout. `init_horovod` sets Horovod's stall
-inspector to shut the job down when some ranks wait for the others longer
-than `timeout_seconds` (unless `HOROVOD_STALL_CHECK_TIME_SECONDS` or
-`HOROVOD_STALL_SHUTDOWN_TIME_SECONDS` are set already).
+Horovod has no per-collective timeout, so `timeout_seconds` is not used:
+a rank that exits or fails ends the collectives of the others ("Horovod has
+been shut down"), and `horovodrun` stops the job. Its stall inspector
+(`HOROVOD_STALL_SHUTDOWN_TIME_SECONDS`) did not stop a rank waiting for a
+live peer that never joined, in our test with Gloo.
 
 Tested with Horovod 0.28.1 (Gloo) on TF 2.15.1 and Keras 3.15.
 """
 
-import math
-import os
-
 import tensorflow as tf
-from absl import logging
 
 from keras_hybrid.comm import capacity
 from keras_hybrid.comm.communicator import REDUCE_OPS
@@ -35,10 +32,6 @@ BUILD_COMMAND = (
     "HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 "
     "HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 "
     "pip install --no-build-isolation horovod==0.28.1"
-)
-_STALL_VARIABLES = (
-    "HOROVOD_STALL_CHECK_TIME_SECONDS",
-    "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS",
 )
 
 
@@ -66,26 +59,14 @@ def import_horovod():
     return hvd
 
 
-def init_horovod(timeout_seconds: float) -> tuple[int, int, int]:
-    """Initializes Horovod once per process.
-
-    Args:
-        timeout_seconds: Float. Ranks that wait longer than this for their
-            peers stop the job (Horovod's stall shutdown).
+def init_horovod() -> tuple[int, int, int]:
+    """Initializes Horovod once per process (`hvd.init()` unless done).
 
     Returns:
         `(rank, size, local_rank)` as Horovod reports them.
     """
     hvd = import_horovod()
-    if hvd.is_initialized():
-        logging.info(
-            "keras-hybrid: Horovod was initialized already; its stall "
-            "timeout is left as it is."
-        )
-    else:
-        seconds = str(max(1, math.ceil(timeout_seconds)))
-        for name in _STALL_VARIABLES:
-            os.environ.setdefault(name, seconds)
+    if not hvd.is_initialized():
         hvd.init()
     return hvd.rank(), hvd.size(), hvd.local_rank()
 

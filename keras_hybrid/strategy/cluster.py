@@ -91,7 +91,7 @@ def resolve(cluster_resolver=None) -> ClusterInfo:
     )
 
 
-def resolve_horovod(cluster_resolver, timeout_seconds: float) -> ClusterInfo:
+def resolve_horovod(cluster_resolver) -> ClusterInfo:
     """Joins the Horovod job `horovodrun` started: rank, size and local rank
     come from `hvd.init()`. This worker sees only GPU `local_rank`.
 
@@ -111,7 +111,7 @@ def resolve_horovod(cluster_resolver, timeout_seconds: float) -> ClusterInfo:
     from keras_hybrid.comm import horovod_communicator
 
     gpus = tf.config.list_physical_devices("GPU")
-    rank, size, local_rank = horovod_communicator.init_horovod(timeout_seconds)
+    rank, size, local_rank = horovod_communicator.init_horovod()
     tf_config_workers = _tf_config_workers()
     if size == 1 and tf_config_workers > 1:
         raise ValueError(

@@ -46,7 +46,8 @@ class HybridStrategy(tf.distribute.Strategy):
             variable overrides the argument. With `"horovod"` the cluster
             comes from Horovod (see docs/horovod.md).
         timeout_seconds: Float. How long any collective may wait for its
-            peers before failing with an error. Defaults to `300`.
+            peers before failing with an error. Defaults to `300`. Not used
+            by the Horovod engine, which has no such timeout.
         bucket_bytes: Int. Dense gradients are fused into all-reduces of at
             most this many bytes. Defaults to `4 MiB`.
         log_all_ranks: Boolean. If `False`, ranks other than 0 do not print
@@ -92,7 +93,7 @@ class HybridStrategy(tf.distribute.Strategy):
         _check_positive("timeout_seconds", timeout_seconds)
         _check_positive("bucket_bytes", bucket_bytes)
         if engine == "horovod":
-            info = cluster.resolve_horovod(cluster_resolver, timeout_seconds)
+            info = cluster.resolve_horovod(cluster_resolver)
         else:
             info = cluster.resolve(cluster_resolver)
             cluster.start_server(info)

@@ -18,6 +18,9 @@ __all__ = sorted(_EXPORTS)
 
 
 _MIN_TF = (2, 16)
+# Horovod 0.28.1 builds only against TF 2.15.1; the Horovod engine's
+# environment runs Keras 3 on it (docs/horovod.md).
+_HOROVOD_TF = (2, 15)
 _NO_TF = (
     "keras-hybrid needs TensorFlow >= 2.16, which is not installed. Install "
     "it alone (`pip install tensorflow-cpu` or a GPU build) or with the "
@@ -34,9 +37,10 @@ def _require_tensorflow() -> None:
             raise
         raise ImportError(_NO_TF) from e
     version = tuple(int(p) for p in tf.__version__.split(".")[:2])
-    if version < _MIN_TF:
+    if version < _MIN_TF and version != _HOROVOD_TF:
         raise ImportError(
-            "keras-hybrid needs TensorFlow >= 2.16. Received: "
+            "keras-hybrid needs TensorFlow >= 2.16 (or 2.15 with Keras 3 "
+            "for the Horovod engine). Received: "
             f"tensorflow=={tf.__version__}. Upgrade it, e.g. "
             "`pip install -U tensorflow-cpu`."
         )

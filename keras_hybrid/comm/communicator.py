@@ -133,17 +133,22 @@ def make_communicator(
     timeout_seconds: float,
     bucket_bytes: int,
 ) -> Communicator:
-    """Builds the communicator of `engine` (one of `ENGINES`)."""
+    """Builds the communicator of `engine` (one of `ENGINES`).
+
+    Raises:
+        ValueError: If `engine` is unknown.
+        ImportError: If `engine` is `"horovod"` and Horovod with its
+            TensorFlow ops cannot be imported (the message gives the build
+            command).
+    """
     if engine == "tf":
         from keras_hybrid.comm.tf_communicator import TFCommunicator
 
         return TFCommunicator(rank, size, timeout_seconds, bucket_bytes)
     if engine == "horovod":
-        raise NotImplementedError(
-            "The Horovod engine is not available in this version. Use "
-            "`engine='tf'` (TensorFlow collectives), which needs no extra "
-            "install."
-        )
+        from keras_hybrid.comm.horovod_communicator import HorovodCommunicator
+
+        return HorovodCommunicator(rank, size, timeout_seconds, bucket_bytes)
     raise ValueError(
         f"`engine` must be one of {ENGINES}. Received: engine={engine!r}"
     )

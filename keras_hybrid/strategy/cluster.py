@@ -3,6 +3,8 @@
 Private hooks touched: `context.context().configure_collective_ops`,
 `enable_collective_ops` and the `ServerDef` proto (what
 `MultiWorkerMirroredStrategy` does to start a worker). Tested on TF 2.21.
+With the Horovod engine no server starts: Horovod's own runtime connects
+the workers (tested on TF 2.15.1 with Horovod 0.28.1).
 """
 
 import dataclasses
@@ -25,12 +27,15 @@ class ClusterInfo:
         size: Int. Number of workers.
         cluster_spec: `tf.train.ClusterSpec` or `None` for one process.
         rpc_layer: String. Protocol of the cluster channel.
+        local_rank: Int. Index of this worker on its host (set by the
+            Horovod engine; the TF engine's launcher picks devices itself).
     """
 
     rank: int
     size: int
     cluster_spec: tf.train.ClusterSpec | None
     rpc_layer: str = "grpc"
+    local_rank: int = 0
 
     @property
     def device(self) -> str:
@@ -84,6 +89,50 @@ def resolve(cluster_resolver=None) -> ClusterInfo:
         cluster_spec=spec,
         rpc_layer=cluster_resolver.rpc_layer or "grpc",
     )
+
+
+def resolve_horovod(cluster_resolver) -> ClusterInfo:
+    """Joins the Horovod job `horovodrun` started: rank, size and local rank
+    come from `hvd.init()`. This worker sees only GPU `local_rank`.
+
+    Raises:
+        ValueError: If `cluster_resolver` is given (`horovodrun` sets the
+            cluster), or `TF_CONFIG` names several workers while Horovod
+            sees one process (started by `keras-hybrid-run`, not
+            `horovodrun`).
+        ImportError: If Horovod with its TensorFlow ops is missing.
+    """
+    if cluster_resolver is not None:
+        raise ValueError(
+            "With engine='horovod' the cluster comes from `horovodrun`. "
+            f"Received: cluster_resolver={cluster_resolver!r}. Drop it, or "
+            "use engine='tf'."
+        )
+    from keras_hybrid.comm import horovod_communicator
+
+    gpus = tf.config.list_physical_devices("GPU")
+    rank, size, local_rank = horovod_communicator.init_horovod()
+    tf_config_workers = _tf_config_workers()
+    if size == 1 and tf_config_workers > 1:
+        raise ValueError(
+            "engine='horovod' found one Horovod process, but TF_CONFIG "
+            f"names {tf_config_workers} workers. Start Horovod jobs with "
+            "`horovodrun -np N python train.py`; `keras-hybrid-run` starts "
+            "workers for engine='tf'."
+        )
+    if gpus:
+        tf.config.set_visible_devices(gpus[local_rank % len(gpus)], "GPU")
+    logging.info("keras-hybrid Horovod worker %d/%d", rank, size)
+    return ClusterInfo(
+        rank=rank, size=size, cluster_spec=None, local_rank=local_rank
+    )
+
+
+def _tf_config_workers() -> int:
+    if not os.environ.get("TF_CONFIG"):
+        return 0
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    return len(resolver.cluster_spec().as_dict().get(_JOB, []))
 
 
 # The cluster this process joined. TensorFlow serves one cluster per process

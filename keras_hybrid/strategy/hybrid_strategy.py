@@ -18,6 +18,9 @@ ENGINE_ENV = "KERAS_HYBRID_ENGINE"
 DEFAULT_BUCKET_BYTES = 4 * 1024 * 1024
 # How IndexedSlices gradients of dense (replicated) variables are summed.
 INDEXED_SLICES = ("allgather", "densify")
+# What `horovodrun` sets in every worker: with no engine named, these choose
+# the Horovod engine.
+HOROVOD_ENV = ("HOROVOD_RANK", "HOROVOD_SIZE")
 
 
 class HybridStrategy(tf.distribute.Strategy):
@@ -41,12 +44,16 @@ class HybridStrategy(tf.distribute.Strategy):
             if set, else one process.
         engine: Optional string. Communication engine, one of
             `("tf", "horovod")`. Defaults to `None`: the `KERAS_HYBRID_ENGINE`
-            environment variable if set, else `"tf"` (TensorFlow's
-            collectives). The environment variable overrides the argument.
+            environment variable if set, else `"horovod"` if `horovodrun`
+            started the process (`HOROVOD_RANK` and `HOROVOD_SIZE` are
+            set), else `"tf"` (TensorFlow's collectives). The environment
+            variable overrides the argument. With `"horovod"` the cluster
+            comes from Horovod (see docs/horovod.md).
         timeout_seconds: Float. How long an eager collective may wait for
             its peers, and how long a peer may stop answering before the
             collectives of a step are aborted (`PeerWatchdog`). Defaults to
-            `300`.
+            `300`. Not used by the Horovod engine, which has no such
+            timeout.
         bucket_bytes: Int. Dense gradients are fused into all-reduces of at
             most this many bytes. Defaults to `4 MiB`.
         log_all_ranks: Boolean. If `False`, ranks other than 0 do not print
@@ -81,6 +88,9 @@ class HybridStrategy(tf.distribute.Strategy):
             `timeout_seconds` or
             `bucket_bytes` is not positive, or the cluster is malformed.
         TypeError: If `cluster_resolver` is not a `ClusterResolver`.
+        ImportError: If `engine` is `"horovod"` and Horovod with its
+            TensorFlow ops is not installed (the message gives the build
+            command).
     """
 
     def __init__(
@@ -101,8 +111,11 @@ class HybridStrategy(tf.distribute.Strategy):
             )
         _check_positive("timeout_seconds", timeout_seconds)
         _check_positive("bucket_bytes", bucket_bytes)
-        info = cluster.resolve(cluster_resolver)
-        cluster.start_server(info)
+        if engine == "horovod":
+            info = cluster.resolve_horovod(cluster_resolver)
+        else:
+            info = cluster.resolve(cluster_resolver)
+            cluster.start_server(info)
         comm = communicator_lib.make_communicator(
             engine,
             info.rank,
@@ -249,7 +262,9 @@ def _choose_engine(engine: str | None) -> str:
                 "%s=%s overrides engine=%r.", ENGINE_ENV, from_env, engine
             )
         engine = from_env
-    engine = engine or "tf"
+    if engine is None:
+        started_by_horovodrun = all(v in os.environ for v in HOROVOD_ENV)
+        engine = "horovod" if started_by_horovodrun else "tf"
     if engine not in communicator_lib.ENGINES:
         raise ValueError(
             f"`engine` must be one of {communicator_lib.ENGINES}. Received: "

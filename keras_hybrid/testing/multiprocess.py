@@ -1,15 +1,31 @@
-"""Runs a worker script on N real processes through `keras-hybrid-run`.
+"""Runs a worker script on N real processes through a launcher.
 
-Each worker saves what it computed with `save_result(out_dir, rank, obj)`;
-the test reads every rank's result back. A hang becomes a failure: the
-whole launch runs under a timeout.
+With the TF engine the launcher is `keras-hybrid-run`; with the Horovod
+engine it is `horovodrun -np N --gloo`, and the workers choose the Horovod
+engine by themselves (a `HybridStrategy()` started by `horovodrun`). Each
+worker saves what it computed with `save_result(out_dir, rank, obj)`; the
+test reads every rank's result back. A hang becomes a failure: the whole
+launch runs under a timeout.
+
+Which engines the engine-parametrized tests run is read from
+`KERAS_HYBRID_TEST_ENGINES` (comma-separated; default `tf`):
+`make test-horovod` sets it to `horovod`.
 """
 
 import dataclasses
 import os
 import pickle
+import re
+import shutil
 import subprocess
 import sys
+
+from keras_hybrid.launch.worker_env import THREAD_VARIABLES
+
+TEST_ENGINES_ENV = "KERAS_HYBRID_TEST_ENGINES"
+LAUNCHERS = ("tf", "horovod")
+# horovodrun tags each line of worker r as "[r]<stdout>:" or "[r]<stderr>:".
+_HOROVOD_TAG = re.compile(r"^\[(\d+)\]<std(?:out|err)>:", re.MULTILINE)
 
 
 @dataclasses.dataclass
@@ -30,6 +46,23 @@ class WorkerRun:
         return self
 
 
+def engines_under_test() -> list[str]:
+    """The engines that engine-parametrized tests run, in order.
+
+    Raises:
+        ValueError: If `KERAS_HYBRID_TEST_ENGINES` names an unknown engine.
+    """
+    value = os.environ.get(TEST_ENGINES_ENV, "tf")
+    engines = [e.strip() for e in value.split(",") if e.strip()]
+    unknown = [e for e in engines if e not in LAUNCHERS]
+    if unknown or not engines:
+        raise ValueError(
+            f"`{TEST_ENGINES_ENV}` must list engines of {LAUNCHERS}, "
+            f"comma-separated. Received: {TEST_ENGINES_ENV}={value!r}"
+        )
+    return engines
+
+
 def save_result(out_dir: str, rank: int, obj) -> None:
     """Writes a worker's result atomically, for `run_workers` to read."""
     path = os.path.join(out_dir, f"rank{rank}.pkl")
@@ -46,22 +79,41 @@ def run_workers(
     timeout: float = 300,
     threads: int = 1,
     env: dict | None = None,
+    engine: str = "tf",
 ) -> WorkerRun:
-    """Launches `python script --out_dir=... *args` on `num_workers`."""
-    command = [
-        sys.executable,
-        "-m",
-        "keras_hybrid.run",
-        "-np",
-        str(num_workers),
-        "--threads",
-        str(threads),
-        sys.executable,
-        script,
-        f"--out_dir={out_dir}",
-        *args,
-    ]
+    """Launches `python script --out_dir=... *args` on `num_workers`.
+
+    Args:
+        script: String. Path of the worker script.
+        num_workers: Int. Number of worker processes.
+        out_dir: String. Where workers save results (`save_result`).
+        args: Tuple of strings. More arguments for the script.
+        timeout: Float. Seconds before the launch counts as hung.
+        threads: Int. TF and OpenMP threads per worker.
+        env: Optional dict. Extra environment variables.
+        engine: String. `"tf"` launches through `keras-hybrid-run`,
+            `"horovod"` through `horovodrun -np N --gloo` (its `[r]<stdout>:`
+            line tags become `[r] `, as `keras-hybrid-run` writes them).
+
+    Raises:
+        ValueError: If `engine` is unknown.
+    """
+    if engine not in LAUNCHERS:
+        raise ValueError(
+            f"`engine` must be one of {LAUNCHERS}. Received: engine={engine!r}"
+        )
+    worker = [sys.executable, script, f"--out_dir={out_dir}", *args]
     full_env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})}
+    if engine == "tf":
+        command = [
+            *(sys.executable, "-m", "keras_hybrid.run"),
+            *("-np", str(num_workers), "--threads", str(threads)),
+            *worker,
+        ]
+    else:
+        command = _horovodrun(num_workers) + worker
+        full_env.update({name: str(threads) for name in THREAD_VARIABLES})
+        full_env["PYTHONUNBUFFERED"] = "1"
     try:
         proc = subprocess.run(
             command,
@@ -75,10 +127,29 @@ def run_workers(
             f"workers did not finish within {timeout}s (hang?)\n"
             f"{(e.stdout or b'')[-4000:]!r}\n{(e.stderr or b'')[-4000:]!r}"
         ) from e
+    stdout, stderr = proc.stdout, proc.stderr
+    if engine == "horovod":
+        stdout = _HOROVOD_TAG.sub(r"[\1] ", stdout)
+        stderr = _HOROVOD_TAG.sub(r"[\1] ", stderr)
     results = {}
     for rank in range(num_workers):
         path = os.path.join(out_dir, f"rank{rank}.pkl")
         if os.path.exists(path):
             with open(path, "rb") as f:
                 results[rank] = pickle.load(f)
-    return WorkerRun(proc.returncode, proc.stdout, proc.stderr, results)
+    return WorkerRun(proc.returncode, stdout, stderr, results)
+
+
+def _horovodrun(num_workers: int) -> list[str]:
+    """`horovodrun` of this Python's environment, on localhost with Gloo."""
+    beside = os.path.join(os.path.dirname(sys.executable), "horovodrun")
+    found = beside if os.path.exists(beside) else shutil.which("horovodrun")
+    if found is None:
+        raise FileNotFoundError(
+            "`horovodrun` was not found beside "
+            f"{sys.executable} nor on PATH. Install Horovod (see "
+            "docs/horovod.md), or run the tests with "
+            f"{TEST_ENGINES_ENV}=tf."
+        )
+    n = str(num_workers)
+    return [found, "-np", n, "-H", f"localhost:{n}", "--gloo"]

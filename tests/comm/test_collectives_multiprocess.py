@@ -1,9 +1,11 @@
-"""Every collective of the TF engine on 2 and 3 real worker processes.
+"""Every collective of each engine on 2 and 3 real worker processes.
 
 Inputs depend on the rank (see `workers/comm_cases.py`), so each expected
 value below is a sum, max or concatenation you can redo by hand. Byte
-counts follow the ring model of `TFCommunicator`'s docstring, and every
-launch runs under a timeout, so a hang fails the test.
+counts follow the ring model of `TFCommunicator`'s docstring (the Horovod
+engine charges the same model, without padding and without the control
+collectives it does not need), and every launch runs under a timeout, so a
+hang fails the test.
 """
 
 import functools
@@ -15,6 +17,7 @@ import pytest
 
 from keras_hybrid.comm import PATHS
 from keras_hybrid.testing import run_workers
+from keras_hybrid.testing.multiprocess import engines_under_test
 from tests.comm.workers import comm_cases
 
 WORKER = os.path.join(os.path.dirname(__file__), "workers", "comm_worker.py")
@@ -22,6 +25,7 @@ NUM_WORKERS = [2, 3]
 pytestmark = [
     pytest.mark.multiprocess,
     pytest.mark.parametrize("n", NUM_WORKERS),
+    pytest.mark.parametrize("engine", engines_under_test()),
 ]
 
 # Bytes one all-reduce of the 7 test tensors charges to "dense": 5 buckets
@@ -36,18 +40,21 @@ ALL_TO_ALL_CAPACITY = {(2, 0): 4, (3, 0): 7, (2, 30): 34, (3, 30): 38}
 
 
 @functools.cache
-def launch(num_workers: int) -> dict:
-    out_dir = tempfile.mkdtemp(prefix=f"comm{num_workers}_")
-    run = run_workers(WORKER, num_workers, out_dir, timeout=180).check()
+def launch(engine: str, num_workers: int) -> dict:
+    out_dir = tempfile.mkdtemp(prefix=f"comm_{engine}{num_workers}_")
+    run = run_workers(
+        WORKER, num_workers, out_dir, timeout=180, engine=engine
+    ).check()
     assert sorted(run.results) == list(range(num_workers))
     return run.results
 
 
-def case(num_workers: int, name: str) -> dict:
+def case(engine: str, num_workers: int, name: str) -> dict:
     """rank -> what the worker's case `name` saved; fails on its error."""
     out = {}
-    for rank, result in launch(num_workers).items():
+    for rank, result in launch(engine, num_workers).items():
         assert result["rank"] == rank and result["size"] == num_workers
+        assert result["engine"] == engine
         value = result[name]
         if isinstance(value, dict) and "error" in value:
             pytest.fail(f"rank {rank} raised in {name}:\n{value['error']}")
@@ -99,8 +106,8 @@ def reference_all_reduce(n: int, op: str, scale: float = 1) -> list:
     return out
 
 
-def test_all_reduce_hand_checked(n):
-    got = case(n, "all_reduce_eager")[n - 1]
+def test_all_reduce_hand_checked(engine, n):
+    got = case(engine, n, "all_reduce_eager")[n - 1]
     a, b, _, _, e, f, _ = got["sum"]["out"]
     # a = (r + 1) [1, 2, 3], summed: [1, 2, 3] n (n + 1) / 2.
     assert_equal(a, np.array([1, 2, 3], np.float32) * (n * (n + 1) // 2))
@@ -117,8 +124,8 @@ def test_all_reduce_hand_checked(n):
     assert_equal(got["mean"]["out"][1], b_mean.reshape(2, 3))
 
 
-def test_all_reduce_eager(n):
-    for rank, got in case(n, "all_reduce_eager").items():
+def test_all_reduce_eager(engine, n):
+    for rank, got in case(engine, n, "all_reduce_eager").items():
         for op in ("sum", "mean", "max"):
             for i, (value, want) in enumerate(
                 zip(got[op]["out"], reference_all_reduce(n, op), strict=True)
@@ -129,8 +136,8 @@ def test_all_reduce_eager(n):
             )
 
 
-def test_all_reduce_in_tf_function_counts_every_call(n):
-    for rank, calls in case(n, "all_reduce_function").items():
+def test_all_reduce_in_tf_function_counts_every_call(engine, n):
+    for rank, calls in case(engine, n, "all_reduce_function").items():
         for got, scale in zip(calls, (1, 3), strict=True):
             out = got["out"]
             for op in ("sum", "mean", "max"):
@@ -150,8 +157,8 @@ def test_all_reduce_in_tf_function_counts_every_call(n):
             )
 
 
-def test_repeated_eager_all_reduce_does_not_mix_up_calls(n):
-    for got in case(n, "all_reduce_repeated").values():
+def test_repeated_eager_all_reduce_does_not_mix_up_calls(engine, n):
+    for got in case(engine, n, "all_reduce_repeated").values():
         total = n * (n + 1) / 2
         for k, value in enumerate(got["out"]):
             assert_equal(value, np.array([k * total], np.float32), f"call {k}")
@@ -161,7 +168,7 @@ def test_repeated_eager_all_reduce_does_not_mix_up_calls(n):
 # -- all_gather
 
 
-def check_all_gather(n, got, rows_of, capacity, rank):
+def check_all_gather(engine, n, got, rows_of, capacity, rank):
     sizes = [rows_of(r) for r in range(n)]
     gathered, got_sizes = got["out"]
     want = np.concatenate(
@@ -171,6 +178,18 @@ def check_all_gather(n, got, rows_of, capacity, rank):
     assert_equal(got_sizes, np.array(sizes, np.int32), f"rank {rank}")
     row_bytes = 2 * 4
     others = sum(sizes) - sizes[rank]
+    if engine == "horovod":
+        # Exact sizes: no padding.
+        assert_stats(
+            got["stats"],
+            sparse_pull=(
+                (n - 1) * sizes[rank] * row_bytes,
+                1,
+                others * row_bytes,
+            ),
+            control=((n - 1) * 4, 1),  # The sizes, one int32 per worker.
+        )
+        return
     assert_stats(
         got["stats"],
         sparse_pull=((n - 1) * sizes[rank] * row_bytes, 1, others * row_bytes),
@@ -183,24 +202,30 @@ def check_all_gather(n, got, rows_of, capacity, rank):
     )
 
 
-def test_all_gather_eager_with_rows_per_rank(n):
-    for rank, got in case(n, "all_gather_eager").items():
-        check_all_gather(n, got, lambda r: r + 1, n, rank)
+def test_all_gather_eager_with_rows_per_rank(engine, n):
+    for rank, got in case(engine, n, "all_gather_eager").items():
+        check_all_gather(engine, n, got, lambda r: r + 1, n, rank)
 
 
-def test_all_gather_in_tf_function_with_changing_capacity(n):
+def test_all_gather_in_tf_function_with_changing_capacity(engine, n):
     extra = comm_cases.GATHER_EXTRA_ROWS
-    for rank, (first, second) in case(n, "all_gather_function").items():
-        check_all_gather(n, first, lambda r: r + 1, n, rank)
+    calls = case(engine, n, "all_gather_function")
+    for rank, (first, second) in calls.items():
+        check_all_gather(engine, n, first, lambda r: r + 1, n, rank)
         check_all_gather(
-            n, second, lambda r: extra * r + 17, GATHER_CAPACITY[n], rank
+            engine,
+            n,
+            second,
+            lambda r: extra * r + 17,
+            GATHER_CAPACITY[n],
+            rank,
         )
 
 
 # -- all_to_all
 
 
-def check_all_to_all(n, got, extra, rank):
+def check_all_to_all(engine, n, got, extra, rank):
     received, recv_counts = got["out"]
     want = np.concatenate(
         [comm_cases.all_to_all_rows(src, rank, extra) for src in range(n)]
@@ -225,6 +250,13 @@ def check_all_to_all(n, got, extra, rank):
     )
     capacity = ALL_TO_ALL_CAPACITY[(n, extra)]
     row_bytes = 3 * 4
+    if engine == "horovod":
+        # `hvd.alltoall` agrees on counts itself: no padding, no control.
+        assert_stats(
+            got["stats"],
+            sparse_push=(sent * row_bytes, 1, received_rows * row_bytes),
+        )
+        return
     assert_stats(
         got["stats"],
         sparse_push=(sent * row_bytes, 1, received_rows * row_bytes),
@@ -238,24 +270,24 @@ def check_all_to_all(n, got, extra, rank):
     )
 
 
-def test_all_to_all_eager(n):
-    for rank, got in case(n, "all_to_all_eager").items():
-        check_all_to_all(n, got, 0, rank)
+def test_all_to_all_eager(engine, n):
+    for rank, got in case(engine, n, "all_to_all_eager").items():
+        check_all_to_all(engine, n, got, 0, rank)
 
 
-def test_all_to_all_in_tf_function_with_changing_capacity(n):
+def test_all_to_all_in_tf_function_with_changing_capacity(engine, n):
     extras = (0, comm_cases.ALL_TO_ALL_EXTRA)
-    for rank, calls in case(n, "all_to_all_function").items():
+    for rank, calls in case(engine, n, "all_to_all_function").items():
         for got, extra in zip(calls, extras, strict=True):
-            check_all_to_all(n, got, extra, rank)
+            check_all_to_all(engine, n, got, extra, rank)
 
 
 # -- broadcast and barrier
 
 
-def test_broadcast_from_first_and_last_rank(n):
+def test_broadcast_from_first_and_last_rank(engine, n):
     roots = {"root0": 0, "root_last": n - 1, "root_last_function": n - 1}
-    for rank, got in case(n, "broadcast").items():
+    for rank, got in case(engine, n, "broadcast").items():
         for name, root in roots.items():
             msg = f"rank {rank} {name}"
             want = comm_cases.broadcast_input(root)
@@ -268,8 +300,8 @@ def test_broadcast_from_first_and_last_rank(n):
                 assert_stats(stats, control=(0, 1, 2 * 3 * 4))
 
 
-def test_barrier_waits_for_the_last_worker(n):
-    results = case(n, "barrier")
+def test_barrier_waits_for_the_last_worker(engine, n):
+    results = case(engine, n, "barrier")
     # Rank 0 sleeps 1 s before it enters; no one may leave before that.
     last_in = results[0]["entered"]
     for rank, got in results.items():

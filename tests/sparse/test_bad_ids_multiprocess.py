@@ -22,6 +22,7 @@ from keras_hybrid import HybridStrategy
 from keras_hybrid.sparse.sharded_table import ShardedTable
 from keras_hybrid.testing import OneProcessTestCase
 from keras_hybrid.testing import run_workers
+from keras_hybrid.testing.multiprocess import engines_under_test
 
 WORKER = os.path.join(os.path.dirname(__file__), "workers", "bad_ids_worker.py")
 V = 1000
@@ -35,15 +36,17 @@ def _rank_output(run, rank):
 
 
 @pytest.mark.multiprocess
+@pytest.mark.parametrize("engine", engines_under_test())
 @pytest.mark.parametrize("bad_id", [V, -1], ids=["id_V", "negative"])
-def test_bad_id_on_one_rank_stops_all_ranks_quickly(bad_id):
+def test_bad_id_on_one_rank_stops_all_ranks_quickly(engine, bad_id):
     start = time.monotonic()
     run = run_workers(
         WORKER,
         2,
-        tempfile.mkdtemp(prefix="bad_ids_"),
+        tempfile.mkdtemp(prefix=f"bad_ids_{engine}_"),
         args=(f"--rows={V}", f"--bad_id={bad_id}", f"--timeout={TIMEOUT}"),
         timeout=180,
+        engine=engine,
     )
     elapsed = time.monotonic() - start
     assert run.returncode != 0, run.stderr[-4000:]

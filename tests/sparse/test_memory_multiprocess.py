@@ -11,30 +11,35 @@ import tempfile
 import pytest
 
 from keras_hybrid.testing import run_workers
+from keras_hybrid.testing.multiprocess import engines_under_test
 
-pytestmark = pytest.mark.multiprocess
+pytestmark = [
+    pytest.mark.multiprocess,
+    pytest.mark.parametrize("engine", engines_under_test()),
+]
 
 WORKER = os.path.join(os.path.dirname(__file__), "workers", "memory_worker.py")
 V, D = 1_048_576, 128
 TABLE_MIB = V * D * 4 / 2**20  # 512
 
 
-def _launch(num_workers):
-    out_dir = tempfile.mkdtemp(prefix=f"memory_{num_workers}_")
+def _launch(engine, num_workers):
+    out_dir = tempfile.mkdtemp(prefix=f"memory_{engine}{num_workers}_")
     run = run_workers(
         WORKER,
         num_workers,
         out_dir,
         args=(f"--rows={V}", f"--dim={D}", "--batch=32", "--steps=4"),
         timeout=150,
+        engine=engine,
     ).check()
     assert sorted(run.results) == list(range(num_workers))
     return run.results
 
 
-def test_two_workers_each_peak_clearly_below_one_process():
-    single = _launch(1)[0]
-    pair = _launch(2)
+def test_two_workers_each_peak_clearly_below_one_process(engine):
+    single = _launch(engine, 1)[0]
+    pair = _launch(engine, 2)
     assert single["local_rows"] == V
     one_peak = single["peak_rss_kib"]["after_fit"] / 1024
     one_growth = one_peak - single["peak_rss_kib"]["before_model"] / 1024

@@ -21,6 +21,7 @@ from keras import ops
 from keras_hybrid import HybridStrategy
 from keras_hybrid.testing import OneProcessTestCase
 from keras_hybrid.testing import run_workers
+from keras_hybrid.testing.multiprocess import engines_under_test
 
 HERE = os.path.join(os.path.dirname(__file__), "workers")
 WORKER = os.path.join(HERE, "stays_sparse_worker.py")
@@ -33,15 +34,16 @@ TABLE_BYTES = V * D * 4
 _TABLE_READS = ("ReadVariableOp", "IdentityN")
 
 
-@pytest.fixture(scope="module")
-def two_workers():
-    out_dir = tempfile.mkdtemp(prefix="stays_sparse_")
+@pytest.fixture(scope="module", params=engines_under_test())
+def two_workers(request):
+    out_dir = tempfile.mkdtemp(prefix=f"stays_sparse_{request.param}_")
     run = run_workers(
         WORKER,
         2,
         out_dir,
         args=(f"--rows={V}", f"--dim={D}", "--steps=6"),
         timeout=240,
+        engine=request.param,
     ).check()
     assert sorted(run.results) == [0, 1]
     return run.results

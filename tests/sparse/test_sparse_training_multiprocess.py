@@ -21,6 +21,7 @@ import tensorflow as tf
 
 from keras_hybrid.sparse.row_partition import RowPartition
 from keras_hybrid.testing import run_workers
+from keras_hybrid.testing.multiprocess import engines_under_test
 
 HERE = os.path.join(os.path.dirname(__file__), "workers")
 WORKER = os.path.join(HERE, "equivalence_worker.py")
@@ -28,6 +29,7 @@ sys.path.insert(0, HERE)
 import sparse_cases as cases  # noqa: E402
 
 pytestmark = pytest.mark.multiprocess
+by_engine = pytest.mark.parametrize("engine", engines_under_test())
 
 ATOL = 1e-5
 ACCUMULATION = 2
@@ -38,22 +40,24 @@ ACCUM_KEYS = [cases.key("one_table", o, ACCUMULATION) for o in cases.OPTIMIZERS]
 
 
 @functools.cache
-def launch(num_workers: int) -> dict:
+def launch(engine: str, num_workers: int) -> dict:
     """{rank: {config key: result}} of one launch of all configs."""
     configs = [[m, o, 0] for m, o in CONFIGS] + [["one_table", "sgd_sum", 0]]
     if num_workers <= 2:
         configs += [["one_table", o, ACCUMULATION] for o in cases.OPTIMIZERS]
-    out_dir = tempfile.mkdtemp(prefix=f"sparse_eq{num_workers}_")
+    out_dir = tempfile.mkdtemp(prefix=f"sparse_eq_{engine}{num_workers}_")
     run = run_workers(
         WORKER,
         num_workers,
         out_dir,
         args=(f"--configs={json.dumps(configs)}",),
         timeout=240,
+        engine=engine,
     ).check()
     assert sorted(run.results) == list(range(num_workers))
     for result in run.results.values():
         assert result["size"] == num_workers
+        assert result["engine"] == engine
     return run.results
 
 
@@ -70,9 +74,9 @@ def max_difference(a, b) -> float:
     return max(float(np.abs(x - y).max()) for x, y in zip(a, b, strict=True))
 
 
-def initial_weights(key: str) -> list:
+def initial_weights(engine: str, key: str) -> list:
     """Full initial weights of the 1-process run (rank 0)."""
-    return launch(1)[0][key]["initial"]
+    return launch(engine, 1)[0][key]["initial"]
 
 
 def batches():
@@ -83,7 +87,9 @@ def batches():
 
 
 @functools.cache
-def fit_reference(model_name: str, opt_name: str, accumulation=0) -> list:
+def fit_reference(
+    engine: str, model_name: str, opt_name: str, accumulation=0
+) -> list:
     """Plain `model.fit`, one process, global batch, same initial weights.
 
     For Adam without accumulation this is NOT the reference of the
@@ -92,7 +98,7 @@ def fit_reference(model_name: str, opt_name: str, accumulation=0) -> list:
     """
     keras.backend.clear_session()
     model = cases.build_model(model_name)
-    model.set_weights(initial_weights(cases.key(model_name, opt_name)))
+    model.set_weights(initial_weights(engine, cases.key(model_name, opt_name)))
     extra = {}
     if accumulation:
         extra["gradient_accumulation_steps"] = accumulation
@@ -106,7 +112,9 @@ def fit_reference(model_name: str, opt_name: str, accumulation=0) -> list:
 
 
 @functools.cache
-def dedup_reference(model_name: str, opt_name: str, table_scale=1) -> list:
+def dedup_reference(
+    engine: str, model_name: str, opt_name: str, table_scale=1
+) -> list:
     """Plain Keras custom loop with DEDUPLICATED embedding gradients.
 
     Same model, initial weights (`set_weights`), data and batches as the
@@ -117,7 +125,7 @@ def dedup_reference(model_name: str, opt_name: str, table_scale=1) -> list:
     """
     keras.backend.clear_session()
     model = cases.build_model(model_name)
-    model.set_weights(initial_weights(cases.key(model_name, opt_name)))
+    model.set_weights(initial_weights(engine, cases.key(model_name, opt_name)))
     optimizer = cases.make_optimizer(opt_name)
     loss_fn = cases.make_loss()
     variables = model.trainable_variables
@@ -134,22 +142,23 @@ def dedup_reference(model_name: str, opt_name: str, table_scale=1) -> list:
     return model.get_weights()
 
 
-def strategy_reference(model_name: str, opt_name: str) -> list:
+def strategy_reference(engine: str, model_name: str, opt_name: str) -> list:
     """What N workers must match: `model.fit` for SGD (linear in the
     gradient, so duplicates do not matter), the deduplicated custom loop
     for Adam."""
     if opt_name == "sgd":
-        return fit_reference(model_name, opt_name)
-    return dedup_reference(model_name, opt_name)
+        return fit_reference(engine, model_name, opt_name)
+    return dedup_reference(engine, model_name, opt_name)
 
 
-def test_initial_weights_identical_across_worker_counts_and_ranks():
+@by_engine
+def test_initial_weights_identical_across_worker_counts_and_ranks(engine):
     # Ranks seed differently in the worker: tables are seeded from rank 0
     # in blocks, so 1, 2 and 4 shards draw the same full table.
     for key in KEYS:
-        want = initial_weights(key)
+        want = initial_weights(engine, key)
         for num_workers in WORKER_COUNTS:
-            for rank, result in launch(num_workers).items():
+            for rank, result in launch(engine, num_workers).items():
                 got = result[key]["initial"]
                 assert len(got) == len(want)
                 for i, (g, w) in enumerate(zip(got, want, strict=True)):
@@ -161,12 +170,15 @@ def test_initial_weights_identical_across_worker_counts_and_ranks():
                     )
 
 
+@by_engine
 @pytest.mark.parametrize("num_workers", [2, 4])
 @pytest.mark.parametrize("key", KEYS)
-def test_final_weights_match_one_process(num_workers, key):
-    want = launch(1)[0][key]["final"]
-    assert max_difference(want, initial_weights(key)) > 1e-2, "no training"
-    for rank, result in launch(num_workers).items():
+def test_final_weights_match_one_process(engine, num_workers, key):
+    want = launch(engine, 1)[0][key]["final"]
+    assert max_difference(want, initial_weights(engine, key)) > 1e-2, (
+        "no training"
+    )
+    for rank, result in launch(engine, num_workers).items():
         assert_weights_close(
             result[key]["final"],
             want,
@@ -174,14 +186,17 @@ def test_final_weights_match_one_process(num_workers, key):
         )
 
 
+@by_engine
 @pytest.mark.parametrize("num_workers", WORKER_COUNTS)
 @pytest.mark.parametrize("model_name,opt_name", CONFIGS)
-def test_final_weights_match_plain_keras(num_workers, model_name, opt_name):
+def test_final_weights_match_plain_keras(
+    engine, num_workers, model_name, opt_name
+):
     """SGD: plain `model.fit`. Adam: a custom loop that densifies every
     gradient (deduplicated ids) before `optimizer.apply`."""
     key = cases.key(model_name, opt_name)
-    want = strategy_reference(model_name, opt_name)
-    for rank, result in launch(num_workers).items():
+    want = strategy_reference(engine, model_name, opt_name)
+    for rank, result in launch(engine, num_workers).items():
         assert_weights_close(
             result[key]["final"],
             want,
@@ -189,25 +204,28 @@ def test_final_weights_match_plain_keras(num_workers, model_name, opt_name):
         )
 
 
+@by_engine
 @pytest.mark.parametrize("model_name", cases.MODELS)
-def test_references_are_sound(model_name):
+def test_references_are_sound(engine, model_name):
     # The custom loop is the same training as `fit` when duplicates do not
     # matter (SGD) ...
     assert_weights_close(
-        dedup_reference(model_name, "sgd"),
-        fit_reference(model_name, "sgd"),
+        dedup_reference(engine, model_name, "sgd"),
+        fit_reference(engine, model_name, "sgd"),
         msg="custom loop vs fit, SGD",
     )
     # ... and the data repeats ids enough that Adam tells the two apart.
     diff = max_difference(
-        dedup_reference(model_name, "adam"), fit_reference(model_name, "adam")
+        dedup_reference(engine, model_name, "adam"),
+        fit_reference(engine, model_name, "adam"),
     )
     assert diff > 100 * ATOL, f"duplicates do not matter (max diff {diff})"
 
 
+@by_engine
 @pytest.mark.parametrize("num_workers", WORKER_COUNTS)
-def test_plan_marks_tables_sparse_and_head_dense(num_workers):
-    for rank, result in launch(num_workers).items():
+def test_plan_marks_tables_sparse_and_head_dense(engine, num_workers):
+    for rank, result in launch(engine, num_workers).items():
         for model_name, opt_name in CONFIGS:
             got = result[cases.key(model_name, opt_name)]
             want = {p: "sparse" for p in cases.TABLES[model_name]}
@@ -215,9 +233,10 @@ def test_plan_marks_tables_sparse_and_head_dense(num_workers):
             assert got["kinds"] == want, f"rank {rank}\n{got['plan']}"
 
 
+@by_engine
 @pytest.mark.parametrize("num_workers", WORKER_COUNTS)
-def test_each_rank_stores_only_its_rows(num_workers):
-    results = launch(num_workers)
+def test_each_rank_stores_only_its_rows(engine, num_workers):
+    results = launch(engine, num_workers)
     partition = RowPartition.create(cases.VOCAB, num_workers)
     for key in KEYS:
         model_name, opt_name = key.split("/")
@@ -246,28 +265,32 @@ def test_each_rank_stores_only_its_rows(num_workers):
                 assert slot["local_shape"][0] == partition.rows_on_shard(rank)
 
 
+@by_engine
 @pytest.mark.parametrize("opt_name", cases.OPTIMIZERS)
-def test_gradient_accumulation_with_sparse_table(opt_name):
+def test_gradient_accumulation_with_sparse_table(engine, opt_name):
     # HybridOptimizer(SGD/Adam(gradient_accumulation_steps=2)): 2 workers
     # match one process with the same setting.
     key = cases.key("one_table", opt_name, ACCUMULATION)
-    one = launch(1)[0][key]
+    one = launch(engine, 1)[0][key]
     assert one is not None, "keras_hybrid.HybridOptimizer is missing"
     np.testing.assert_array_equal(
-        one["initial"][0], initial_weights(cases.key("one_table", opt_name))[0]
+        one["initial"][0],
+        initial_weights(engine, cases.key("one_table", opt_name))[0],
     )
     assert max_difference(one["final"], one["initial"]) > 1e-2, "no training"
     # Accumulating changes the trajectory (10 updates, not 20).
-    unaccumulated = launch(1)[0][cases.key("one_table", opt_name)]["final"]
+    unaccumulated = launch(engine, 1)[0][cases.key("one_table", opt_name)][
+        "final"
+    ]
     assert max_difference(one["final"], unaccumulated) > 100 * ATOL
     # Keras' own accumulation is the same training: its accumulators are
     # dense, so duplicate ids are summed before Adam sees them too.
     assert_weights_close(
         one["final"],
-        fit_reference("one_table", opt_name, ACCUMULATION),
+        fit_reference(engine, "one_table", opt_name, ACCUMULATION),
         msg=f"{key}: 1 process vs plain Keras",
     )
-    for rank, result in launch(2).items():
+    for rank, result in launch(engine, 2).items():
         got = result[key]
         assert got["kinds"]["table/embeddings"] == "sparse"
         assert_weights_close(
@@ -278,18 +301,23 @@ def test_gradient_accumulation_with_sparse_table(opt_name):
         )
 
 
+@by_engine
 @pytest.mark.parametrize("num_workers", [2, 4])
-def test_sparse_gradients_sum_scales_table_gradients_by_workers(num_workers):
+def test_sparse_gradients_sum_scales_table_gradients_by_workers(
+    engine, num_workers
+):
     """`HybridOptimizer(sparse_gradients="sum")` (Parallax's
     `average_sparse=False`): table gradients are summed over workers, i.e.
     N times the global mean, while dense gradients stay averaged."""
-    initial = launch(1)[0][cases.key("one_table", "sgd_sum")]["initial"]
+    initial = launch(engine, 1)[0][cases.key("one_table", "sgd_sum")]["initial"]
     assert_weights_close(
-        initial, initial_weights(cases.key("one_table", "sgd"))
+        initial, initial_weights(engine, cases.key("one_table", "sgd"))
     )
-    want = dedup_reference("one_table", "sgd", table_scale=num_workers)
-    mean = launch(num_workers)[0][cases.key("one_table", "sgd")]["final"]
-    for rank, result in launch(num_workers).items():
+    want = dedup_reference(engine, "one_table", "sgd", table_scale=num_workers)
+    mean = launch(engine, num_workers)[0][cases.key("one_table", "sgd")][
+        "final"
+    ]
+    for rank, result in launch(engine, num_workers).items():
         got = result[cases.key("one_table", "sgd_sum")]["final"]
         assert_weights_close(got, want, msg=f"rank {rank}")
         assert max_difference(got, mean) > 1e-3

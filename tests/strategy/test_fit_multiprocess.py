@@ -11,24 +11,30 @@ import pytest
 
 from keras_hybrid.testing import models
 from keras_hybrid.testing import run_workers
+from keras_hybrid.testing.multiprocess import engines_under_test
 
 WORKER = os.path.join(os.path.dirname(__file__), "workers", "fit_worker.py")
 CONFIGS = [
     [kind, opt] for kind in models.MODEL_KINDS for opt in ("sgd", "adam")
 ]
-pytestmark = pytest.mark.multiprocess
+pytestmark = [
+    pytest.mark.multiprocess,
+    pytest.mark.parametrize("engine", engines_under_test()),
+]
 
 
 @functools.cache
-def launch(num_workers: int, *args: str):
-    out_dir = tempfile.mkdtemp(prefix=f"fit{num_workers}_")
+def launch(engine: str, num_workers: int, *args: str):
+    out_dir = tempfile.mkdtemp(prefix=f"fit_{engine}{num_workers}_")
     run = run_workers(
         WORKER,
         num_workers,
         out_dir,
         args=(f"--configs={json.dumps(CONFIGS)}", *args),
+        engine=engine,
     ).check()
     assert sorted(run.results) == list(range(num_workers))
+    assert all(r["engine"] == engine for r in run.results.values())
     return run.results
 
 
@@ -50,8 +56,10 @@ def reference(kind, opt, batch_size=48, accumulation=0):
 
 @pytest.mark.parametrize("num_workers", [2, 3])
 @pytest.mark.parametrize("kind,opt", CONFIGS)
-def test_weights_metrics_and_evaluate_match_one_process(num_workers, kind, opt):
-    results = launch(num_workers)
+def test_weights_metrics_and_evaluate_match_one_process(
+    engine, num_workers, kind, opt
+):
+    results = launch(engine, num_workers)
     ref_weights, ref_history, ref_eval = reference(kind, opt)
     key = f"{kind}/{opt}"
     for rank, result in results.items():
@@ -75,15 +83,15 @@ def test_weights_metrics_and_evaluate_match_one_process(num_workers, kind, opt):
         assert result[key]["history"] == first["history"]
 
 
-def test_dense_gradients_are_fused_into_one_all_reduce_per_step():
-    results = launch(2)
+def test_dense_gradients_are_fused_into_one_all_reduce_per_step(engine):
+    results = launch(engine, 2)
     steps = 3 * 240 // 48
     for result in results.values():
         assert result["sequential/sgd"]["comm"]["dense"]["calls"] == steps
 
 
-def test_tf_data_input_is_split_like_numpy():
-    results = launch(2, "--dataset")
+def test_tf_data_input_is_split_like_numpy(engine):
+    results = launch(engine, 2, "--dataset")
     ref_weights, _, _ = reference("functional", "adam")
     for result in results.values():
         for w, r in zip(
@@ -92,10 +100,10 @@ def test_tf_data_input_is_split_like_numpy():
             np.testing.assert_allclose(w, r, atol=1e-5, rtol=0)
 
 
-def test_gradient_accumulation_crosses_network_once_per_k_steps():
+def test_gradient_accumulation_crosses_network_once_per_k_steps(engine):
     # 2 workers x batch 24, accumulated over 2 steps == 1 process, batch 48
     # accumulated over 2 steps; dense collectives happen every 2nd step.
-    results = launch(2, "--accumulation=2")
+    results = launch(engine, 2, "--accumulation=2")
     ref_weights, _, _ = reference("sequential", "sgd", accumulation=2)
     for result in results.values():
         got = result["sequential/sgd"]

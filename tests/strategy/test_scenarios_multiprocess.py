@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from keras_hybrid.testing import run_workers
+from keras_hybrid.testing.multiprocess import engines_under_test
 
 HERE = os.path.join(os.path.dirname(__file__), "workers")
 WORKER = os.path.join(HERE, "scenario_worker.py")
@@ -22,16 +23,18 @@ sys.path.insert(0, HERE)
 import scenarios  # noqa: E402
 
 pytestmark = pytest.mark.multiprocess
+by_engine = pytest.mark.parametrize("engine", engines_under_test())
 
 
-def _launch(case, num_workers=2, *args, timeout=300):
-    out_dir = tempfile.mkdtemp(prefix=f"{case}_")
+def _launch(case, num_workers=2, *args, timeout=300, engine="tf"):
+    out_dir = tempfile.mkdtemp(prefix=f"{case}_{engine}_")
     return run_workers(
         WORKER,
         num_workers,
         out_dir,
         args=(f"--case={case}", *args),
         timeout=timeout,
+        engine=engine,
     )
 
 
@@ -44,8 +47,9 @@ def _assert_close(a, b, msg=""):
     np.testing.assert_allclose(a, b, atol=1e-5, rtol=0, err_msg=msg)
 
 
-def test_empty_slice_on_one_rank_neither_hangs_nor_diverges():
-    run = _launch("uneven", 3).check()
+@by_engine
+def test_empty_slice_on_one_rank_neither_hangs_nor_diverges(engine):
+    run = _launch("uneven", 3, engine=engine).check()
     first = run.results[0]
     for result in run.results.values():
         for a, b in zip(result["weights"], first["weights"], strict=True):
@@ -54,8 +58,9 @@ def test_empty_slice_on_one_rank_neither_hangs_nor_diverges():
     assert np.isfinite(first["history"]["loss"]).all()
 
 
-def test_validation_sample_class_weights_and_steps_per_epoch():
-    run = _launch("extras").check()
+@by_engine
+def test_validation_sample_class_weights_and_steps_per_epoch(engine):
+    run = _launch("extras", engine=engine).check()
     ref = _reference("extras")
     for rank, result in run.results.items():
         for a, b in zip(result["weights"], ref["weights"], strict=True):
@@ -69,8 +74,11 @@ def test_validation_sample_class_weights_and_steps_per_epoch():
             )
 
 
-def test_indexed_slices_of_a_dense_table_are_all_gathered_not_densified():
-    run = _launch("embedding").check()
+@by_engine
+def test_indexed_slices_of_a_dense_table_are_all_gathered_not_densified(
+    engine,
+):
+    run = _launch("embedding", engine=engine).check()
     ref = _reference("embedding")
     assert "IndexedSlices gradients are all-gathered" in run.stderr
     for result in run.results.values():
@@ -85,28 +93,38 @@ def test_indexed_slices_of_a_dense_table_are_all_gathered_not_densified():
         assert per_step_rows <= 24 * 5  # this rank's lookups, no more
 
 
-def test_predict_returns_local_rows_and_gathers_in_input_order():
-    run = _launch("predict").check()
+@by_engine
+def test_predict_returns_local_rows_and_gathers_in_input_order(engine):
+    run = _launch("predict", engine=engine).check()
     ref = _reference("predict")
     assert [r["local_rows"] for r in run.results.values()] == [50, 50]
     for result in run.results.values():
         _assert_close(result["predictions"], ref["predictions"])
 
 
-def test_worker_killed_mid_epoch_stops_the_launch_and_names_the_rank():
+@by_engine
+def test_worker_killed_mid_epoch_stops_the_launch_and_names_the_rank(engine):
     start = time.monotonic()
-    run = _launch("long", 2, "--die_rank=1", "--timeout=20", timeout=120)
+    run = _launch(
+        "long", 2, "--die_rank=1", "--timeout=20", timeout=120, engine=engine
+    )
     assert run.returncode != 0
-    assert "rank 1" in run.stderr
+    if engine == "tf":
+        assert "rank 1" in run.stderr
+    else:
+        # horovodrun's own words.
+        assert "Process 1 exit with status code" in run.stdout, run.stdout
     assert time.monotonic() - start < 60
 
 
-def test_second_strategy_in_a_process_reuses_the_server():
+@by_engine
+def test_second_strategy_in_a_process_reuses_the_server(engine):
     run = run_workers(
         os.path.join(HERE, "two_strategies_worker.py"),
         2,
-        tempfile.mkdtemp(prefix="twice_"),
+        tempfile.mkdtemp(prefix=f"twice_{engine}_"),
         timeout=180,
+        engine=engine,
     ).check()
     # Both strategies trained, and the replicas agree after each.
     for result in run.results.values():
@@ -118,19 +136,29 @@ def test_second_strategy_in_a_process_reuses_the_server():
             run.results[0]["weights"][1], result["weights"][1], strict=True
         ):
             np.testing.assert_array_equal(a, b)
-        assert "already joined a cluster" in result["error"]
+        if engine == "tf":
+            assert "already joined a cluster" in result["error"]
+        else:
+            # Horovod's cluster is horovodrun's: another one is refused.
+            assert "cluster comes from `horovodrun`" in result["error"]
 
 
-def test_diverged_collectives_time_out_instead_of_hanging():
+@by_engine
+def test_diverged_collectives_time_out_instead_of_hanging(engine):
     start = time.monotonic()
     run = run_workers(
         os.path.join(HERE, "diverge_worker.py"),
         2,
-        tempfile.mkdtemp(prefix="diverge_"),
+        tempfile.mkdtemp(prefix=f"diverge_{engine}_"),
         timeout=120,
+        engine=engine,
     )
     assert run.returncode != 0
-    assert "DeadlineExceeded" in run.stderr
+    if engine == "tf":
+        assert "DeadlineExceeded" in run.stderr
+    else:
+        # Horovod compares the shapes of a collective before running it.
+        assert "Mismatched ALLREDUCE tensor shapes" in run.stderr, run.stderr
     assert time.monotonic() - start < 60
 
 
@@ -145,6 +173,7 @@ def _free_ports(n):
 
 
 def test_dead_peer_is_an_error_on_the_survivor_within_the_timeout():
+    # TF engine only: with Horovod, horovodrun stops the job (test above).
     # No launcher here: nothing kills the survivor for us. Its collectives
     # must fail by themselves within `timeout_seconds`.
     ports = _free_ports(2)

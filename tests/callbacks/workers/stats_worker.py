@@ -43,7 +43,8 @@ def main(argv):
         )
         model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
     x, y = data.make_data()
-    csv_path = os.path.join(FLAGS.out_dir, f"rank{strategy.rank}.csv")
+    # One path for every rank, as a user writes it: rank 0 writes the file.
+    csv_path = os.path.join(FLAGS.out_dir, "log.csv")
     stats = CommunicationStats(every_n_steps=data.EVERY)
     recorder = Recorder()
     history = model.fit(
@@ -56,8 +57,10 @@ def main(argv):
         callbacks=[stats, keras.callbacks.CSVLogger(csv_path), recorder],
     )
     (table,) = strategy.plan.of_kind("sparse")
-    with open(csv_path) as f:
-        csv_text = f.read()
+    csv_text = None
+    if strategy.is_chief:
+        with open(csv_path) as f:
+            csv_text = f.read()
     save_result(
         FLAGS.out_dir,
         strategy.rank,

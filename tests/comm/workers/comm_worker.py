@@ -1,9 +1,10 @@
 """Worker: runs every collective on rank-dependent inputs, saves the output.
 
 Run by `tests/comm/test_collectives_multiprocess.py` through
-`keras-hybrid-run`. Each case saves its outputs as numpy values and the
-`CommStats` delta it caused; a case that raises saves its traceback so the
-test can show it, and the worker goes on with the next case.
+`keras-hybrid-run` or `horovodrun` (the engine follows the launcher). Each
+case saves its outputs as numpy values and the `CommStats` delta it
+caused; a case that raises saves its traceback so the test can show it,
+and the worker goes on with the next case.
 """
 
 import time
@@ -163,7 +164,11 @@ def main(argv):
         timeout_seconds=FLAGS.timeout, bucket_bytes=comm_cases.BUCKET_BYTES
     )
     comm = strategy.communicator
-    results = {"rank": comm.rank, "size": comm.size}
+    results = {
+        "rank": comm.rank,
+        "size": comm.size,
+        "engine": strategy.engine,
+    }
     for case in CASES:
         try:
             results[case.__name__] = case(comm)

@@ -91,7 +91,7 @@ def main(argv):
     del argv
     strategy = kh.HybridStrategy(timeout_seconds=FLAGS.timeout)
     have_wrapper = "HybridOptimizer" in getattr(kh, "__all__", ())
-    results = {"size": strategy.size}
+    results = {"size": strategy.size, "engine": strategy.engine}
     for model_name, opt_name, accumulation in json.loads(FLAGS.configs):
         name = cases.key(model_name, opt_name, accumulation)
         if accumulation and not have_wrapper:

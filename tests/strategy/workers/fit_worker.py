@@ -66,6 +66,7 @@ def main(argv):
         f"{kind}/{opt}": train_one(strategy, kind, opt)
         for kind, opt in json.loads(FLAGS.configs)
     }
+    results["engine"] = strategy.engine
     save_result(FLAGS.out_dir, strategy.rank, results)
 
 

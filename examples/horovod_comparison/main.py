@@ -1,0 +1,256 @@
+"""Stock Horovod vs HybridStrategy on Horovod, side by side in one run.
+
+    horovodrun -np 2 --gloo python examples/horovod_comparison/main.py
+
+The same embedding model (a `--vocab` x `--dim` table, mean-pooled, two
+Dense layers) is trained on the same Zipf-distributed ids twice in one job:
+
+- `stock`: the plain Horovod recipe for Keras 3: every worker holds the
+  whole table, `train_step` sums gradients with `hvd.allreduce(grad,
+  op=hvd.Average)`. For the table's `tf.IndexedSlices` gradient Horovod
+  all-gathers the rows and ids of every lookup (no dedupe, no local sum).
+- `hybrid`: `keras_hybrid.HybridStrategy(engine="horovod")`: the table is
+  partitioned by rows, each worker pulls and pushes only the rows of its
+  unique ids (`hvd.alltoall`); dense gradients are fused `hvd.allreduce`s.
+
+Both start from the same weights, see the same samples in each step and
+use SGD, so they compute the same training (the final weights are
+compared). Bytes are what this worker sends, by the same model for both
+(`CommStats`; an all-reduce of D bytes costs 2 (N - 1) / N D, an all-gather
+of D local bytes (N - 1) D). Rank 0 prints samples/s and bytes per step of
+each and their ratios; the last line is `HOROVOD_COMPARISON_JSON {...}`.
+"""
+
+import json
+import os
+import time
+
+import keras
+import numpy as np
+import tensorflow as tf
+from absl import app
+from absl import flags
+
+import keras_hybrid
+from keras_hybrid.comm.comm_stats import CommStats
+
+FLAGS = flags.FLAGS
+flags.DEFINE_integer("vocab", 100_000, "Rows of the table.", lower_bound=1)
+flags.DEFINE_integer("dim", 64, "Width of the table.", lower_bound=1)
+flags.DEFINE_integer(
+    "seqs_per_worker", 64, "Sequences per worker and step.", lower_bound=1
+)
+flags.DEFINE_integer("seq_len", 32, "Ids per sequence.", lower_bound=1)
+flags.DEFINE_float("zipf", 1.1, "Exponent s of p(k) ~ 1 / (k + 1)**s.")
+flags.DEFINE_integer("warmup_steps", 3, "Untimed steps.", lower_bound=1)
+flags.DEFINE_integer("steps", 20, "Timed steps.", lower_bound=1)
+flags.DEFINE_float("learning_rate", 0.5, "SGD learning rate.")
+flags.DEFINE_string(
+    "out_dir", "", "If set, rank 0 also writes horovod_comparison.json here."
+)
+
+HIDDEN, CLASSES = 64, 8
+SHOWN_PATHS = ("dense", "sparse_pull", "sparse_push", "ids", "control")
+
+
+def make_data(num_seqs: int):
+    """Zipf ids over [0, vocab) and labels; the same on every worker."""
+    rng = np.random.default_rng(0)
+    p = 1.0 / np.arange(1, FLAGS.vocab + 1, dtype=np.float64) ** FLAGS.zipf
+    ids = rng.choice(FLAGS.vocab, size=(num_seqs, FLAGS.seq_len), p=p / p.sum())
+    labels = rng.integers(0, CLASSES, size=num_seqs)
+    return ids.astype(np.int32), labels.astype(np.int32)
+
+
+def build_model(cls=keras.Model) -> keras.Model:
+    keras.utils.set_random_seed(1)
+    ids = keras.Input((FLAGS.seq_len,), dtype="int32")
+    x = keras.layers.Embedding(FLAGS.vocab, FLAGS.dim, name="table")(ids)
+    x = keras.layers.GlobalAveragePooling1D()(x)
+    x = keras.layers.Dense(HIDDEN, activation="relu")(x)
+    return cls(ids, keras.layers.Dense(CLASSES)(x))
+
+
+class StockHorovodModel(keras.Model):
+    """Keras 3 with the plain Horovod recipe: `hvd.allreduce` per gradient.
+
+    (`horovod.tensorflow.keras.DistributedOptimizer` targets Keras 2.) The
+    bytes each all-reduce sends are charged to `self.stats` by the model
+    `CommStats` uses; `tf.IndexedSlices` are all-gathered by Horovod.
+    """
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        import horovod.tensorflow as hvd
+
+        self.hvd = hvd
+        self.stats = CommStats()
+
+    def train_step(self, data):
+        x, y = data
+        with tf.GradientTape() as tape:
+            loss = self.compute_loss(x=x, y=y, y_pred=self(x, training=True))
+        variables = self.trainable_variables
+        grads = tape.gradient(loss, [v.value for v in variables])
+        grads = [self._all_reduce(g) for g in grads]
+        self.optimizer.apply(grads, variables)
+        return {"loss": loss}
+
+    def _all_reduce(self, grad):
+        n = self.hvd.size()
+        if isinstance(grad, tf.IndexedSlices):
+            for part, path in (
+                (grad.values, "sparse_push"),
+                (grad.indices, "ids"),
+            ):
+                rows_bytes = tf.size(part, tf.int64) * part.dtype.size
+                self.stats.record(path, (n - 1) * rows_bytes)
+        else:
+            nbytes = grad.shape.num_elements() * grad.dtype.size
+            self.stats.record("dense", 2 * (n - 1) * nbytes // n)
+        return self.hvd.allreduce(grad, op=self.hvd.Average)
+
+
+def local_rows(num_rows: int, batch: int, rank: int, size: int) -> np.ndarray:
+    """Rows of every global batch that worker `rank` computes on, in order
+    (the slices `HybridStrategy` gives it)."""
+    rows = []
+    for start in range(0, num_rows, batch):
+        lo, hi = (
+            start + rank * batch // size,
+            start + (rank + 1) * batch // size,
+        )
+        rows.extend(range(lo, hi))
+    return np.asarray(rows)
+
+
+def timed_fit(model, x, y, batch: int, stats) -> dict:
+    """`--warmup_steps` untimed, then `--steps` timed; per-step figures."""
+    warm = FLAGS.warmup_steps * batch
+    fit = dict(batch_size=batch, shuffle=False, verbose=0)
+    model.fit(x[:warm], y[:warm], **fit)
+    before = stats.snapshot()
+    start = time.perf_counter()
+    model.fit(x[warm:], y[warm:], **fit)
+    seconds = time.perf_counter() - start
+    sent = stats.delta(before)
+    per_step = {p: sent[p]["bytes"] / FLAGS.steps for p in SHOWN_PATHS}
+    per_step["total"] = sum(per_step.values())
+    return {"seconds": seconds, "bytes_per_step": per_step}
+
+
+def run_stock(ids, labels, size: int, rank: int, global_batch: int):
+    import horovod.tensorflow as hvd
+
+    model = build_model(StockHorovodModel)
+    initial = model.get_weights()
+    # The recipe: every worker starts from rank 0's weights.
+    hvd.broadcast_variables([v.value for v in model.variables], root_rank=0)
+    model.compile(
+        optimizer=keras.optimizers.SGD(FLAGS.learning_rate),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    rows = local_rows(len(ids), global_batch, rank, size)
+    result = timed_fit(
+        model, ids[rows], labels[rows], global_batch // size, model.stats
+    )
+    return result, initial, model.get_weights()
+
+
+def run_hybrid(strategy, ids, labels, global_batch: int, initial):
+    with strategy.scope():
+        model = build_model()
+        model.compile(
+            optimizer=keras.optimizers.SGD(FLAGS.learning_rate),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        )
+    model.set_weights(initial)
+    stats = strategy.communicator.stats
+    result = timed_fit(model, ids, labels, global_batch, stats)
+    return result, model.get_weights()
+
+
+def summarize(stock, hybrid, size, global_batch, weights) -> dict:
+    """Per-mode figures, ratios, and how far the weights moved and differ."""
+    initial, stock_weights, hybrid_weights = weights
+    samples = global_batch * FLAGS.steps
+    out = {"workers": size, "global_batch": global_batch}
+    for name, r in (("stock", stock), ("hybrid", hybrid)):
+        out[name] = {
+            "samples_per_s": samples / r["seconds"],
+            "bytes_per_step": r["bytes_per_step"],
+        }
+    out["hybrid_over_stock"] = {
+        "bytes_per_step": hybrid["bytes_per_step"]["total"]
+        / stock["bytes_per_step"]["total"],
+        "samples_per_s": out["hybrid"]["samples_per_s"]
+        / out["stock"]["samples_per_s"],
+    }
+    out["max_weight_difference"] = _max_diff(stock_weights, hybrid_weights)
+    out["max_weight_change"] = _max_diff(stock_weights, initial)
+    return out
+
+
+def _max_diff(a, b) -> float:
+    return max(float(np.abs(x - y).max()) for x, y in zip(a, b, strict=True))
+
+
+def report(fig: dict) -> str:
+    head = f"{'mode':<8}{'samples/s':>11}" + "".join(
+        f"{p:>13}" for p in (*SHOWN_PATHS, "total")
+    )
+    lines = [
+        f"{fig['workers']} worker(s), global batch {fig['global_batch']}; "
+        "kB sent per step by this worker:",
+        head,
+    ]
+    for name in ("stock", "hybrid"):
+        r = fig[name]
+        kb = r["bytes_per_step"]
+        lines.append(
+            f"{name:<8}{r['samples_per_s']:>11.1f}"
+            + "".join(f"{kb[p] / 1e3:>13.1f}" for p in (*SHOWN_PATHS, "total"))
+        )
+    ratio = fig["hybrid_over_stock"]
+    lines.append(
+        f"hybrid/stock: bytes per step {ratio['bytes_per_step']:.3f}, "
+        f"samples/s {ratio['samples_per_s']:.2f}; weights moved up to "
+        f"{fig['max_weight_change']:.2e} and differ by at most "
+        f"{fig['max_weight_difference']:.2e}"
+    )
+    return "\n".join(lines)
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    # Initializes Horovod (with the strategy's stall timeout) for both.
+    strategy = keras_hybrid.HybridStrategy(engine="horovod")
+    size, rank = strategy.size, strategy.rank
+    global_batch = FLAGS.seqs_per_worker * size
+    ids, labels = make_data(global_batch * (FLAGS.warmup_steps + FLAGS.steps))
+    stock, initial, stock_weights = run_stock(
+        ids, labels, size, rank, global_batch
+    )
+    hybrid, hybrid_weights = run_hybrid(
+        strategy, ids, labels, global_batch, initial
+    )
+    fig = summarize(
+        stock,
+        hybrid,
+        size,
+        global_batch,
+        (initial, stock_weights, hybrid_weights),
+    )
+    if rank != 0:
+        return
+    print(report(fig))
+    print("HOROVOD_COMPARISON_JSON " + json.dumps(fig))
+    if FLAGS.out_dir:
+        path = os.path.join(FLAGS.out_dir, "horovod_comparison.json")
+        with open(path, "w") as f:
+            json.dump(fig, f, indent=1)
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,205 @@
+"""The Horovod engine: `hvd.allreduce`, `allgather`, `alltoall`, `broadcast`.
+
+Horovod matches a collective across processes by the name of its op. Inside
+a `tf.function` that name comes from the input tensor's name in the traced
+graph, which is the same on every worker that traced the same code, so a
+worker that retraces alone still meets its peers (what content-derived
+instance keys do for the TF engine). Horovod sizes every exchange itself:
+`hvd.alltoall` takes unequal splits and `hvd.allgather` unequal rows, so
+nothing is padded.
+
+Horovod has no per-collective timeout, so `timeout_seconds` is not used:
+a rank that exits or fails ends the collectives of the others ("Horovod has
+been shut down"), and `horovodrun` stops the job. Its stall inspector
+(`HOROVOD_STALL_SHUTDOWN_TIME_SECONDS`) did not stop a rank waiting for a
+live peer that never joined, in our test with Gloo.
+
+Tested with Horovod 0.28.1 (Gloo) on TF 2.15.1 and Keras 3.15.
+"""
+
+import tensorflow as tf
+
+from keras_hybrid.comm import capacity
+from keras_hybrid.comm.communicator import REDUCE_OPS
+from keras_hybrid.comm.communicator import Communicator
+from keras_hybrid.comm.communicator import ExchangePlan
+from keras_hybrid.comm.tf_communicator import TFCommunicator
+from keras_hybrid.comm.tf_communicator import _i64
+from keras_hybrid.comm.tf_communicator import _row_bytes
+from keras_hybrid.comm.tf_communicator import _static_bytes
+
+BUILD_COMMAND = (
+    "HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 "
+    "HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 "
+    "pip install --no-build-isolation horovod==0.28.1"
+)
+
+
+def import_horovod():
+    """Returns `horovod.tensorflow`, or raises `ImportError` saying how to
+    build it.
+
+    Raises:
+        ImportError: If Horovod is not installed, was built without its
+            TensorFlow ops, or was built against another TensorFlow.
+    """
+    try:
+        import horovod.tensorflow as hvd
+    except (ImportError, OSError, tf.errors.NotFoundError) as e:
+        raise ImportError(
+            "engine='horovod' needs Horovod built with its TensorFlow ops "
+            f"and Gloo. Importing `horovod.tensorflow` failed: {e}\n"
+            "Horovod 0.28.1 builds against tensorflow-cpu==2.15.1 (not TF "
+            ">= 2.16); install that first, then keras==3.15.*, then, with "
+            "cmake and a C++ compiler on the path:\n  "
+            f"{BUILD_COMMAND}\n(`make test-horovod` builds such an "
+            "environment in `.venv-hvd`; see docs/horovod.md.) Or use "
+            "engine='tf', which needs no extra install."
+        ) from e
+    return hvd
+
+
+def init_horovod() -> tuple[int, int, int]:
+    """Initializes Horovod once per process (`hvd.init()` unless done).
+
+    Returns:
+        `(rank, size, local_rank)` as Horovod reports them.
+    """
+    hvd = import_horovod()
+    if not hvd.is_initialized():
+        hvd.init()
+    return hvd.rank(), hvd.size(), hvd.local_rank()
+
+
+class HorovodCommunicator(Communicator):
+    """`Communicator` on Horovod's TensorFlow ops (Gloo, MPI or NCCL).
+
+    Bytes are charged with the same model as `TFCommunicator`: an
+    all-reduce of D bytes sends 2 (N - 1) / N D, an all-gather of D local
+    bytes (N - 1) D, an all-to-all the rows bound for other workers. No
+    `padding` is ever charged: Horovod exchanges exact sizes.
+    """
+
+    def __init__(self, rank, size, timeout_seconds, bucket_bytes) -> None:
+        super().__init__(rank, size, timeout_seconds, bucket_bytes)
+        self._hvd = import_horovod()
+        if self._hvd.is_initialized():
+            if (self._hvd.rank(), self._hvd.size()) != (rank, size):
+                raise ValueError(
+                    f"Horovod runs this process as rank {self._hvd.rank()} "
+                    f"of {self._hvd.size()}. Received: rank={rank}, "
+                    f"size={size}. Pass Horovod's rank and size."
+                )
+        elif size > 1:
+            raise ValueError(
+                "Horovod is not initialized. Call "
+                "`keras_hybrid.comm.horovod_communicator.init_horovod` (or "
+                "build a `HybridStrategy(engine='horovod')`) first. "
+                f"Received: rank={rank}, size={size}"
+            )
+
+    # Dense tensors fuse into the same buckets as on the TF engine (one
+    # grouping rule for both engines, not a copy).
+    _buckets = TFCommunicator._buckets
+
+    def all_reduce(self, tensors, op="sum", path="dense"):
+        if op not in REDUCE_OPS:
+            raise ValueError(
+                f"`op` must be one of {REDUCE_OPS}. Received: op={op!r}"
+            )
+        tensors = [tf.convert_to_tensor(t) for t in tensors]
+        if self.size == 1:
+            return [tf.identity(t) for t in tensors]
+        results: list = [None] * len(tensors)
+        for bucket in self._buckets(tensors):
+            parts = [tensors[i] for i in bucket]
+            for i, value in zip(
+                bucket, self._all_reduce_flat(parts, op, path), strict=True
+            ):
+                results[i] = value
+        return results
+
+    def _all_reduce_flat(self, tensors, op, path):
+        flat = tf.concat([tf.reshape(t, [-1]) for t in tensors], axis=0)
+        hvd_op = self._hvd.Max if op == "max" else self._hvd.Sum
+        reduced = self._hvd.allreduce(flat, op=hvd_op)
+        if op == "mean":
+            # The TF engine's final op: integer division truncates.
+            size = tf.constant(self.size, flat.dtype)
+            reduced = tf.raw_ops.Div(x=reduced, y=size)
+        nbytes = _static_bytes(flat)
+        self.stats.record(path, 2 * (self.size - 1) * nbytes // self.size)
+        sizes = [t.shape.num_elements() for t in tensors]
+        return [
+            tf.reshape(part, t.shape)
+            for part, t in zip(tf.split(reduced, sizes), tensors, strict=True)
+        ]
+
+    def all_gather(self, tensor, path="control"):
+        tensor = tf.convert_to_tensor(tensor)
+        rows = tf.shape(tensor)[0]
+        if self.size == 1:
+            return tf.identity(tensor), tf.reshape(rows, [1])
+        sizes = self._gather_fixed(tf.reshape(rows, [1]), "control")
+        gathered = self._hvd.allgather(tensor)
+        row_bytes = _row_bytes(tensor)
+        self.stats.record(
+            path,
+            _i64((self.size - 1) * rows) * row_bytes,
+            received_bytes=_i64(tf.reduce_sum(sizes) - rows) * row_bytes,
+        )
+        return gathered, sizes
+
+    def _gather_fixed(self, tensor, path):
+        """All-gather of a tensor whose shape is the same on all workers."""
+        gathered = self._hvd.allgather(tensor)
+        self.stats.record(path, (self.size - 1) * _static_bytes(tensor))
+        return gathered
+
+    def plan_exchange(self, send_counts, flag=0):
+        send_counts = tf.cast(tf.reshape(send_counts, [self.size]), tf.int32)
+        flag = tf.reshape(tf.cast(flag, tf.int32), [1])
+        if self.size == 1:
+            cap = capacity.capacity_for(tf.reduce_max(send_counts))
+            return ExchangePlan(send_counts, send_counts, cap, flag)
+        rows = tf.reshape(
+            self._gather_fixed(tf.concat([send_counts, flag], 0), "control"),
+            [self.size, self.size + 1],
+        )
+        matrix = rows[:, : self.size]
+        # Horovod needs no capacity; it is kept for the plan's contract.
+        return ExchangePlan(
+            send_counts,
+            matrix[:, self.rank],
+            capacity.capacity_for(tf.reduce_max(matrix)),
+            rows[:, self.size],
+        )
+
+    def all_to_all(self, tensor, send_counts, path="control", plan=None):
+        del plan  # Horovod agrees on the counts itself.
+        tensor = tf.convert_to_tensor(tensor)
+        send_counts = tf.cast(tf.reshape(send_counts, [self.size]), tf.int32)
+        if self.size == 1:
+            return tf.identity(tensor), send_counts
+        received, recv_counts = self._hvd.alltoall(tensor, splits=send_counts)
+        recv_counts = tf.cast(recv_counts, tf.int32)
+        sent_rows = tf.reduce_sum(send_counts) - send_counts[self.rank]
+        got_rows = tf.reduce_sum(recv_counts) - recv_counts[self.rank]
+        row_bytes = _row_bytes(tensor)
+        self.stats.record(
+            path,
+            _i64(sent_rows) * row_bytes,
+            received_bytes=_i64(got_rows) * row_bytes,
+        )
+        return received, recv_counts
+
+    def broadcast(self, tensor, root=0, path="control"):
+        tensor = tf.convert_to_tensor(tensor)
+        if self.size == 1:
+            return tf.identity(tensor)
+        nbytes = _static_bytes(tensor)
+        if self.rank == root:
+            self.stats.record(path, (self.size - 1) * nbytes, received_bytes=0)
+        else:  # receivers send nothing; one call
+            self.stats.record(path, 0, received_bytes=nbytes)
+        return self._hvd.broadcast(tensor, root_rank=root)

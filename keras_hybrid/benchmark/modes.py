@@ -103,11 +103,22 @@ def resolve(requested: list[str]) -> list[Mode]:
     return chosen
 
 
+_HOROVOD_LAUNCH = (
+    "mode horovod is not run by this CLI: it launches each worker itself "
+    "(in its own network namespace with --netem), and the Horovod engine "
+    "takes its workers from `horovodrun`. In the Horovod environment "
+    "(`make test-horovod` builds it) run the side-by-side comparison "
+    "`horovodrun -np N -H localhost:N --gloo python "
+    "examples/horovod_comparison/main.py` (docs/horovod.md), or drop "
+    "horovod from --modes."
+)
+
+
 def _horovod_missing() -> str | None:
     if importlib.util.find_spec("horovod") is not None:
         try:
             importlib.import_module("horovod.tensorflow")
-            return None
+            return _HOROVOD_LAUNCH
         except ImportError as error:
             detail = f" (import failed: {error})"
     else:

@@ -5,6 +5,7 @@ import dataclasses
 
 import tensorflow as tf
 
+from keras_hybrid.comm import capacity
 from keras_hybrid.comm.comm_stats import CommStats
 
 ENGINES = ("tf", "horovod")
@@ -84,13 +85,38 @@ class Communicator(abc.ABC):
             rank in rank order, and how many came from each worker.
         """
 
-    @abc.abstractmethod
     def plan_exchange(
         self, send_counts: tf.Tensor, flag: tf.Tensor | int = 0
     ) -> "ExchangePlan":
         """Agrees on the counts and capacity of an all-to-all in one
         control collective, and shares one int `flag` per worker (for
-        example "my input was invalid") on the way."""
+        example "my input was invalid") on the way.
+
+        Every worker gathers every worker's `send_counts` and flag (one
+        small fixed-size all-gather). An engine that needs no padding
+        (Horovod) still gets a capacity, to keep one plan for all.
+        """
+        send_counts = tf.cast(tf.reshape(send_counts, [self.size]), tf.int32)
+        flag = tf.reshape(tf.cast(flag, tf.int32), [1])
+        if self.size == 1:
+            cap = capacity.capacity_for(tf.reduce_max(send_counts))
+            return ExchangePlan(send_counts, send_counts, cap, flag)
+        rows = tf.reshape(
+            self._gather_fixed(tf.concat([send_counts, flag], 0), "control"),
+            [self.size, self.size + 1],
+        )
+        matrix = rows[:, : self.size]
+        return ExchangePlan(
+            send_counts,
+            matrix[:, self.rank],
+            capacity.capacity_for(tf.reduce_max(matrix)),
+            rows[:, self.size],
+        )
+
+    @abc.abstractmethod
+    def _gather_fixed(self, tensor: tf.Tensor, path: str) -> tf.Tensor:
+        """All-gather of a tensor whose shape is the same on all workers,
+        charged to `path`."""
 
     @abc.abstractmethod
     def broadcast(

@@ -19,10 +19,8 @@ Tested with Horovod 0.28.1 (Gloo) on TF 2.15.1 and Keras 3.15.
 
 import tensorflow as tf
 
-from keras_hybrid.comm import capacity
 from keras_hybrid.comm.communicator import REDUCE_OPS
 from keras_hybrid.comm.communicator import Communicator
-from keras_hybrid.comm.communicator import ExchangePlan
 from keras_hybrid.comm.tf_communicator import TFCommunicator
 from keras_hybrid.comm.tf_communicator import _i64
 from keras_hybrid.comm.tf_communicator import _row_bytes
@@ -155,25 +153,6 @@ class HorovodCommunicator(Communicator):
         gathered = self._hvd.allgather(tensor)
         self.stats.record(path, (self.size - 1) * _static_bytes(tensor))
         return gathered
-
-    def plan_exchange(self, send_counts, flag=0):
-        send_counts = tf.cast(tf.reshape(send_counts, [self.size]), tf.int32)
-        flag = tf.reshape(tf.cast(flag, tf.int32), [1])
-        if self.size == 1:
-            cap = capacity.capacity_for(tf.reduce_max(send_counts))
-            return ExchangePlan(send_counts, send_counts, cap, flag)
-        rows = tf.reshape(
-            self._gather_fixed(tf.concat([send_counts, flag], 0), "control"),
-            [self.size, self.size + 1],
-        )
-        matrix = rows[:, : self.size]
-        # Horovod needs no capacity; it is kept for the plan's contract.
-        return ExchangePlan(
-            send_counts,
-            matrix[:, self.rank],
-            capacity.capacity_for(tf.reduce_max(matrix)),
-            rows[:, self.size],
-        )
 
     def all_to_all(self, tensor, send_counts, path="control", plan=None):
         del plan  # Horovod agrees on the counts itself.

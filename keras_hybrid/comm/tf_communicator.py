@@ -8,11 +8,9 @@ per step). Tested on TF 2.21.
 import tensorflow as tf
 from tensorflow.python.ops import collective_ops
 
-from keras_hybrid.comm import capacity
 from keras_hybrid.comm import instance_keys
 from keras_hybrid.comm.communicator import REDUCE_OPS
 from keras_hybrid.comm.communicator import Communicator
-from keras_hybrid.comm.communicator import ExchangePlan
 
 _GROUP_KEY = 1
 _MERGE_OPS = {"sum": "Add", "mean": "Add", "max": "Max"}
@@ -126,24 +124,6 @@ class TFCommunicator(Communicator):
             (self.size - 1) * _static_bytes(tensor),
         )
         return gathered
-
-    def plan_exchange(self, send_counts, flag=0):
-        send_counts = tf.cast(tf.reshape(send_counts, [self.size]), tf.int32)
-        flag = tf.reshape(tf.cast(flag, tf.int32), [1])
-        if self.size == 1:
-            cap = capacity.capacity_for(tf.reduce_max(send_counts))
-            return ExchangePlan(send_counts, send_counts, cap, flag)
-        rows = tf.reshape(
-            self._gather_fixed(tf.concat([send_counts, flag], 0), "control"),
-            [self.size, self.size + 1],
-        )
-        matrix = rows[:, : self.size]
-        return ExchangePlan(
-            send_counts,
-            matrix[:, self.rank],
-            capacity.capacity_for(tf.reduce_max(matrix)),
-            rows[:, self.size],
-        )
 
     def all_to_all(self, tensor, send_counts, path="control", plan=None):
         tensor = tf.convert_to_tensor(tensor)

@@ -5,6 +5,7 @@ import dataclasses
 
 import tensorflow as tf
 
+from keras_hybrid.comm import byte_sizes
 from keras_hybrid.comm import capacity
 from keras_hybrid.comm.comm_stats import CommStats
 
@@ -43,14 +44,49 @@ class Communicator(abc.ABC):
         self.bucket_bytes = bucket_bytes
         self.stats = CommStats()
 
-    @abc.abstractmethod
     def all_reduce(
         self,
         tensors: list[tf.Tensor],
         op: str = "sum",
         path: str = "dense",
     ) -> list[tf.Tensor]:
-        """Reduces each tensor across workers (fused into buckets)."""
+        """Reduces each tensor across workers, fused into buckets of at most
+        `bucket_bytes` per dtype (one `_all_reduce_flat` per bucket)."""
+        if op not in REDUCE_OPS:
+            raise ValueError(
+                f"`op` must be one of {REDUCE_OPS}. Received: op={op!r}"
+            )
+        tensors = [tf.convert_to_tensor(t) for t in tensors]
+        if self.size == 1:
+            return [tf.identity(t) for t in tensors]
+        results: list = [None] * len(tensors)
+        for bucket in self._buckets(tensors):
+            reduced = self._all_reduce_flat(
+                [tensors[i] for i in bucket], op, path
+            )
+            for i, value in zip(bucket, reduced, strict=True):
+                results[i] = value
+        return results
+
+    def _buckets(self, tensors) -> list[list[int]]:
+        """Groups tensor indices by dtype into buckets of <= bucket_bytes."""
+        buckets: list[list[int]] = []
+        open_bucket: dict = {}
+        for i, t in enumerate(tensors):
+            nbytes = byte_sizes.static_bytes(t)
+            current = open_bucket.get(t.dtype)
+            if current is None or current[1] + nbytes > self.bucket_bytes:
+                current = [[], 0]
+                buckets.append(current[0])
+                open_bucket[t.dtype] = current
+            current[0].append(i)
+            current[1] += nbytes
+        return buckets
+
+    @abc.abstractmethod
+    def _all_reduce_flat(self, tensors, op: str, path: str) -> list:
+        """All-reduces one bucket of same-dtype tensors as one collective;
+        returns them reduced, in their shapes."""
 
     @abc.abstractmethod
     def all_gather(self, tensor: tf.Tensor, path: str = "control") -> tuple:

@@ -19,12 +19,8 @@ Tested with Horovod 0.28.1 (Gloo) on TF 2.15.1 and Keras 3.15.
 
 import tensorflow as tf
 
-from keras_hybrid.comm.communicator import REDUCE_OPS
+from keras_hybrid.comm import byte_sizes
 from keras_hybrid.comm.communicator import Communicator
-from keras_hybrid.comm.tf_communicator import TFCommunicator
-from keras_hybrid.comm.tf_communicator import _i64
-from keras_hybrid.comm.tf_communicator import _row_bytes
-from keras_hybrid.comm.tf_communicator import _static_bytes
 
 BUILD_COMMAND = (
     "HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 "
@@ -96,27 +92,6 @@ class HorovodCommunicator(Communicator):
                 f"Received: rank={rank}, size={size}"
             )
 
-    # Dense tensors fuse into the same buckets as on the TF engine (one
-    # grouping rule for both engines, not a copy).
-    _buckets = TFCommunicator._buckets
-
-    def all_reduce(self, tensors, op="sum", path="dense"):
-        if op not in REDUCE_OPS:
-            raise ValueError(
-                f"`op` must be one of {REDUCE_OPS}. Received: op={op!r}"
-            )
-        tensors = [tf.convert_to_tensor(t) for t in tensors]
-        if self.size == 1:
-            return [tf.identity(t) for t in tensors]
-        results: list = [None] * len(tensors)
-        for bucket in self._buckets(tensors):
-            parts = [tensors[i] for i in bucket]
-            for i, value in zip(
-                bucket, self._all_reduce_flat(parts, op, path), strict=True
-            ):
-                results[i] = value
-        return results
-
     def _all_reduce_flat(self, tensors, op, path):
         flat = tf.concat([tf.reshape(t, [-1]) for t in tensors], axis=0)
         hvd_op = self._hvd.Max if op == "max" else self._hvd.Sum
@@ -125,7 +100,7 @@ class HorovodCommunicator(Communicator):
             # The TF engine's final op: integer division truncates.
             size = tf.constant(self.size, flat.dtype)
             reduced = tf.raw_ops.Div(x=reduced, y=size)
-        nbytes = _static_bytes(flat)
+        nbytes = byte_sizes.static_bytes(flat)
         self.stats.record(path, 2 * (self.size - 1) * nbytes // self.size)
         sizes = [t.shape.num_elements() for t in tensors]
         return [
@@ -140,18 +115,21 @@ class HorovodCommunicator(Communicator):
             return tf.identity(tensor), tf.reshape(rows, [1])
         sizes = self._gather_fixed(tf.reshape(rows, [1]), "control")
         gathered = self._hvd.allgather(tensor)
-        row_bytes = _row_bytes(tensor)
+        row_bytes = byte_sizes.row_bytes(tensor)
         self.stats.record(
             path,
-            _i64((self.size - 1) * rows) * row_bytes,
-            received_bytes=_i64(tf.reduce_sum(sizes) - rows) * row_bytes,
+            byte_sizes.i64((self.size - 1) * rows) * row_bytes,
+            received_bytes=byte_sizes.i64(tf.reduce_sum(sizes) - rows)
+            * row_bytes,
         )
         return gathered, sizes
 
     def _gather_fixed(self, tensor, path):
         """All-gather of a tensor whose shape is the same on all workers."""
         gathered = self._hvd.allgather(tensor)
-        self.stats.record(path, (self.size - 1) * _static_bytes(tensor))
+        self.stats.record(
+            path, (self.size - 1) * byte_sizes.static_bytes(tensor)
+        )
         return gathered
 
     def all_to_all(self, tensor, send_counts, path="control", plan=None):
@@ -164,11 +142,11 @@ class HorovodCommunicator(Communicator):
         recv_counts = tf.cast(recv_counts, tf.int32)
         sent_rows = tf.reduce_sum(send_counts) - send_counts[self.rank]
         got_rows = tf.reduce_sum(recv_counts) - recv_counts[self.rank]
-        row_bytes = _row_bytes(tensor)
+        row_bytes = byte_sizes.row_bytes(tensor)
         self.stats.record(
             path,
-            _i64(sent_rows) * row_bytes,
-            received_bytes=_i64(got_rows) * row_bytes,
+            byte_sizes.i64(sent_rows) * row_bytes,
+            received_bytes=byte_sizes.i64(got_rows) * row_bytes,
         )
         return received, recv_counts
 
@@ -176,7 +154,7 @@ class HorovodCommunicator(Communicator):
         tensor = tf.convert_to_tensor(tensor)
         if self.size == 1:
             return tf.identity(tensor)
-        nbytes = _static_bytes(tensor)
+        nbytes = byte_sizes.static_bytes(tensor)
         if self.rank == root:
             self.stats.record(path, (self.size - 1) * nbytes, received_bytes=0)
         else:  # receivers send nothing; one call

@@ -8,8 +8,8 @@ per step). Tested on TF 2.21.
 import tensorflow as tf
 from tensorflow.python.ops import collective_ops
 
+from keras_hybrid.comm import byte_sizes
 from keras_hybrid.comm import instance_keys
-from keras_hybrid.comm.communicator import REDUCE_OPS
 from keras_hybrid.comm.communicator import Communicator
 
 _GROUP_KEY = 1
@@ -30,38 +30,6 @@ class TFCommunicator(Communicator):
 
     # -- all-reduce ---------------------------------------------------------
 
-    def all_reduce(self, tensors, op="sum", path="dense"):
-        if op not in REDUCE_OPS:
-            raise ValueError(
-                f"`op` must be one of {REDUCE_OPS}. Received: op={op!r}"
-            )
-        tensors = [tf.convert_to_tensor(t) for t in tensors]
-        if self.size == 1:
-            return [tf.identity(t) for t in tensors]
-        results: list = [None] * len(tensors)
-        for bucket in self._buckets(tensors):
-            reduced = self._all_reduce_flat(
-                [tensors[i] for i in bucket], op, path
-            )
-            for i, value in zip(bucket, reduced, strict=True):
-                results[i] = value
-        return results
-
-    def _buckets(self, tensors) -> list[list[int]]:
-        """Groups tensor indices by dtype into buckets of <= bucket_bytes."""
-        buckets: list[list[int]] = []
-        open_bucket: dict = {}
-        for i, t in enumerate(tensors):
-            nbytes = _static_bytes(t)
-            current = open_bucket.get(t.dtype)
-            if current is None or current[1] + nbytes > self.bucket_bytes:
-                current = [[], 0]
-                buckets.append(current[0])
-                open_bucket[t.dtype] = current
-            current[0].append(i)
-            current[1] += nbytes
-        return buckets
-
     def _all_reduce_flat(self, tensors, op, path):
         key = self._keys.base_key(
             f"all_reduce/{op}/{instance_keys.describe(tensors)}"
@@ -74,7 +42,7 @@ class TFCommunicator(Communicator):
             merge_op=_MERGE_OPS[op],
             final_op="Div" if op == "mean" else "Id",
         )
-        nbytes = _static_bytes(flat)
+        nbytes = byte_sizes.static_bytes(flat)
         self.stats.record(path, 2 * (self.size - 1) * nbytes // self.size)
         sizes = [t.shape.num_elements() for t in tensors]
         return [
@@ -121,7 +89,7 @@ class TFCommunicator(Communicator):
         gathered = self._collective(collective_ops.all_gather_v2, tensor, key)
         self.stats.record(
             path,
-            (self.size - 1) * _static_bytes(tensor),
+            (self.size - 1) * byte_sizes.static_bytes(tensor),
         )
         return gathered
 
@@ -185,17 +153,17 @@ class TFCommunicator(Communicator):
 
         `sent` and `received` are `(rows, padding_rows)` pairs.
         """
-        row_bytes = _row_bytes(tensor)
+        row_bytes = byte_sizes.row_bytes(tensor)
         self.stats.record(
             path,
-            _i64(sent[0]) * row_bytes,
-            received_bytes=_i64(received[0]) * row_bytes,
+            byte_sizes.i64(sent[0]) * row_bytes,
+            received_bytes=byte_sizes.i64(received[0]) * row_bytes,
         )
         self.stats.record(
             "padding",
-            _i64(sent[1]) * row_bytes,
+            byte_sizes.i64(sent[1]) * row_bytes,
             calls=0,
-            received_bytes=_i64(received[1]) * row_bytes,
+            received_bytes=byte_sizes.i64(received[1]) * row_bytes,
         )
 
     def _exchange_counts(self, send_counts):
@@ -212,7 +180,7 @@ class TFCommunicator(Communicator):
         key = self._keys.base_key(
             f"broadcast/{root}/" + instance_keys.describe([tensor])
         )
-        nbytes = _static_bytes(tensor)
+        nbytes = byte_sizes.static_bytes(tensor)
         if self.rank == root:
             self.stats.record(path, (self.size - 1) * nbytes, received_bytes=0)
             return self._collective(
@@ -226,20 +194,6 @@ class TFCommunicator(Communicator):
             key,
             dtype=tensor.dtype,
         )
-
-
-def _static_bytes(tensor: tf.Tensor) -> int:
-    """Bytes of a tensor whose shape is fully known at trace time."""
-    return tensor.shape.num_elements() * tensor.dtype.size
-
-
-def _i64(x) -> tf.Tensor:
-    return tf.cast(x, tf.int64)
-
-
-def _row_bytes(tensor: tf.Tensor) -> tf.Tensor:
-    row = tf.reduce_prod(tf.shape(tensor)[1:])
-    return tf.cast(row, tf.int64) * tensor.dtype.size
 
 
 def _pad_rows(tensor: tf.Tensor, cap: tf.Tensor) -> tf.Tensor:

@@ -74,7 +74,7 @@ def ladder(counts) -> np.ndarray:
 
 def dense_buckets(variables, bucket_bytes: int) -> list[int]:
     """Byte sizes of the fused all-reduces of `variables` (optimizer
-    order), grouped by dtype as `TFCommunicator._buckets` does."""
+    order), grouped by dtype as `Communicator._buckets` does."""
     buckets, open_bucket = [], {}
     for v in variables:
         key = v.dtype_bytes

@@ -78,6 +78,7 @@ class HybridExtended(one_device_strategy.OneDeviceExtended):
             model = global_metrics.keras_model_of_step(fn)
             if model is not None and model.optimizer is not None:
                 _check_optimizer(model.optimizer, model.trainable_variables)
+            self.router.warn_unused_overrides()
             with global_read_variable.local_reads():
                 outputs = fn(*args, **kwargs)
             if not tf.executing_eagerly():

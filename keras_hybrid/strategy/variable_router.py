@@ -7,6 +7,8 @@ worker's rows; optimizer variables created next to one (Adam's m and v,
 accumulators) are partitioned the same way.
 """
 
+import re
+
 import tensorflow as tf
 from absl import logging
 
@@ -30,6 +32,7 @@ class VariableRouter:
         self._overrides = kind_overrides.check_overrides(variable_kinds)
         self._entries: dict[str, tuple] = {}
         self._warned_paths: set[str] = set()
+        self._overrides_checked = False
 
     def plan(self):
         """The `RoutingPlan` of every model variable created so far."""
@@ -58,6 +61,28 @@ class VariableRouter:
         if plan.kind != "sparse":
             return None
         return table_factory.create_table(info, kwargs, plan, self._comm)
+
+    def warn_unused_overrides(self) -> None:
+        """Logs, once, `variable_kinds` keys that matched no variable (a
+        typo or a path without its model prefix would otherwise change
+        nothing, silently)."""
+        if self._overrides_checked or not self._entries:
+            return
+        self._overrides_checked = True
+        unused = [
+            key
+            for key in self._overrides
+            if not any(
+                key == path or re.fullmatch(key, path) for path in self._entries
+            )
+        ]
+        if unused:
+            logging.warning(
+                "keras-hybrid: variable_kinds keys %s match no variable. "
+                "Variable paths: %s",
+                unused,
+                sorted(self._entries),
+            )
 
     def observe_gradient(self, variable, gradient) -> None:
         """Logs once per variable that a dense one got `IndexedSlices`."""

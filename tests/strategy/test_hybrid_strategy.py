@@ -100,6 +100,24 @@ class SingleProcessTest(TestCase):
             strategy.communicator.stats.snapshot()["dense"]["bytes"], 0
         )
 
+    def test_variable_kinds_key_matching_nothing_is_reported(self):
+        with mock.patch.dict(os.environ):
+            os.environ.pop("TF_CONFIG", None)
+            strategy = HybridStrategy(
+                variable_kinds={"embedding/embeddings": "dense"}
+            )
+        with strategy.scope():
+            ids = keras.Input((3,), dtype="int32")
+            x = keras.layers.Embedding(20, 4, name="items")(ids)
+            x = keras.layers.GlobalAveragePooling1D()(x)
+            model = keras.Model(ids, keras.layers.Dense(1)(x))
+            model.compile(optimizer="sgd", loss="mse")
+        with self.assertLogs("absl", level="WARNING") as logs:
+            model.fit(np.zeros((4, 3)), np.zeros((4, 1)), verbose=0)
+        message = "\n".join(logs.output)
+        self.assertIn("'embedding/embeddings'", message)
+        self.assertIn("items/embeddings", message)
+
     def test_gather_predictions_checks_batch_size(self):
         strategy = HybridStrategy()
         with self.assertRaisesRegex(ValueError, "batch_size"):

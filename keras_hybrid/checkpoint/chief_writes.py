@@ -155,9 +155,9 @@ def _export_saved_model(model, filepath, *args, **kwargs):
         return original(model, filepath, *args, **kwargs)
     from keras_hybrid.checkpoint import single_device
 
-    copy = single_device.copy_model(model)  # a collective on every rank
-    if _strategy() is None:
-        return original(copy, filepath, *args, **kwargs)
+    # Every rank gathers the weights (a collective); only the chief builds
+    # the copy it exports.
+    copy = single_device.copy_model(model, build_copy=strategy.is_chief)
 
     def write(path):
         if strategy.is_chief:

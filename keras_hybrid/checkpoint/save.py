@@ -67,16 +67,16 @@ def save_checkpoint(
         except OSError as e:
             error = e
     world.agree(error, f"Creating {tmp!r}")
-    error, records = None, {}
+    error = None
     try:
-        records = _write_own_files(entries, tmp, world)
+        _write_own_files(entries, tmp, world)
     except Exception as e:  # re-raised by `agree`, on every worker
         error = e
     world.agree(error, f"Writing checkpoint {tmp!r}")
     error = None
     if world.is_chief:
         try:
-            _publish(entries, tmp, final, world, step, epoch, records)
+            _publish(entries, tmp, final, world, step, epoch)
             _prune(directory, keep)
         except Exception as e:
             error = e
@@ -97,8 +97,9 @@ def _step(model) -> int:
     return int(np.asarray(optimizer.iterations.numpy()))
 
 
-def _write_own_files(entries, tmp, world) -> dict:
-    """Writes this worker's files; returns `{relative path: record}`."""
+def _write_own_files(entries, tmp, world) -> None:
+    """Writes this worker's files, then its sidecar `{relative path:
+    record}` that the chief reads back."""
     records = {}
     own = manifest_lib.shard_dir(world.rank, world.size)
     os.makedirs(os.path.join(tmp, own), exist_ok=True)
@@ -120,10 +121,9 @@ def _write_own_files(entries, tmp, world) -> dict:
             path = os.path.join(tmp, name)
             records[name] = shard_files.write_array(path, value)
     shard_files.write_json(os.path.join(tmp, own + ".json"), records)
-    return records
 
 
-def _publish(entries, tmp, final, world, step, epoch, records) -> None:
+def _publish(entries, tmp, final, world, step, epoch) -> None:
     """Chief: checks every worker's files, writes the manifest, renames."""
     files = {}
     for rank in range(world.size):

@@ -4,7 +4,7 @@ import keras
 import tensorflow as tf
 
 
-def copy_model(model: keras.Model) -> keras.Model:
+def copy_model(model: keras.Model, build_copy: bool = True):
     """Returns a copy of `model` with its full weights, outside any strategy.
 
     Every worker must call it at the same time: the weights of partitioned
@@ -14,9 +14,12 @@ def copy_model(model: keras.Model) -> keras.Model:
 
     Args:
         model: A built Keras model.
+        build_copy: Boolean. If `False`, only take part in gathering the
+            weights (for workers that will not use the copy) and return
+            `None`. Defaults to `True`.
 
     Returns:
-        A `keras.Model` of the same config with the same weights.
+        A `keras.Model` of the same config with the same weights, or `None`.
 
     Raises:
         RuntimeError: If called inside a strategy's `scope()` (the copy's
@@ -35,6 +38,8 @@ def copy_model(model: keras.Model) -> keras.Model:
             "`fit` it before exporting."
         )
     weights = model.get_weights()
+    if not build_copy:
+        return None
     copy = keras.models.clone_model(model)
     copy.set_weights(weights)
     return copy

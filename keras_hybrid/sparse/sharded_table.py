@@ -168,10 +168,6 @@ class ShardedTable(resource_variable_ops.ResourceVariable):
         row_bytes = int(np.prod(self.full_shape[1:])) * self.dtype.size
         return max(1, (block_bytes or BLOCK_BYTES) // max(1, row_bytes))
 
-    def local_rows(self) -> tf.Tensor:
-        """This shard's rows, in local order (`partition.ids_on_shard`)."""
-        return super()._dense_var_to_tensor()
-
     def assign_local_rows(self, rows) -> None:
         """Replaces this shard's rows (local order) without communication."""
         super().assign(rows)

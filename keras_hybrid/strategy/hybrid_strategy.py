@@ -125,9 +125,8 @@ class HybridStrategy(tf.distribute.Strategy):
         )
         self._cluster_info = info
         self._engine = engine
-        self._watchdog = None
         if engine == "tf" and info.size > 1:
-            self._watchdog = cluster.start_watchdog(info, timeout_seconds)
+            cluster.start_watchdog(info, timeout_seconds)
         super().__init__(
             HybridExtended(
                 self, _local_device(info), comm, variable_kinds, indexed_slices

@@ -53,7 +53,6 @@ def _save_growth_kib(save) -> int:
 
 
 def _measure_saves(strategy, model) -> dict:
-    rank_dir = os.path.join(FLAGS.save_dir, f"rank{strategy.rank}")
     return {
         "save_weights": _save_growth_kib(
             lambda: model.save_weights(
@@ -63,7 +62,6 @@ def _measure_saves(strategy, model) -> dict:
         "save_checkpoint": _save_growth_kib(
             lambda: strategy.save_checkpoint(model, FLAGS.save_dir)
         ),
-        "scratch": os.path.exists(rank_dir),
     }
 
 

@@ -12,6 +12,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "HybridOptimizer": "keras_hybrid.optimizers.hybrid_optimizer",
     "HybridStrategy": "keras_hybrid.strategy.hybrid_strategy",
+    "Link": "keras_hybrid.plan.cost_rule",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -1,9 +1,29 @@
-"""`make_plan`: decides, from the variables alone, how each one travels."""
+"""`make_plan`: decides, from what is known of each variable, how it travels.
+
+A pure function of the variables' facts (`VariableFacts`), the number of
+shards, the user's overrides and the link: `HybridStrategy.plan` is its
+result, and the strategy places variables as it says.
+"""
 
 import dataclasses
 
+from keras_hybrid.plan import cost_rule
 from keras_hybrid.plan import kind_overrides
+from keras_hybrid.plan.variable_facts import VariableFacts
 from keras_hybrid.sparse.row_partition import RowPartition
+
+# Why a variable has its kind (`VariablePlan.source`).
+SOURCES = (
+    "override",  # variable_kinds
+    "provisional",  # a possible table, decided when a step is traced
+    "gathered",  # read only by gathers and cheaper partitioned
+    "cost",  # read only by gathers but cheaper replicated
+    "read whole",  # some op reads the whole value
+    "blocked",  # a regularizer or constraint that is not row by row
+    "small",  # partitioning cannot pay on this link
+    "too few rows",  # fewer rows than shards
+    "not a table",  # scalar, or never looked up
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -11,15 +31,15 @@ class VariablePlan:
     """How one variable is stored and synchronized.
 
     Attributes:
-        path: String. The Keras variable path, e.g. `"embedding/embeddings"`.
+        path: String. The variable's unique path (`variable_kinds` key).
         kind: String. `"dense"` (replicated, all-reduced) or `"sparse"`
             (rows partitioned over shards, pulled and pushed by id).
         shape: Tuple of ints. Full shape.
         bytes: Int. Full size in bytes.
-        source: String. Why this kind: `"layer"` (the table of a
-            `keras.layers.Embedding`), `"default"`, `"override"`, or
-            `"too few rows"` (fewer rows than shards, kept dense).
+        source: String, one of `SOURCES`.
+        reason: String. The decision in words, with the figures.
         partition: `RowPartition` for sparse variables, else `None`.
+        cost: `cost_rule.TableCost` where both choices were costed.
     """
 
     path: str
@@ -27,7 +47,9 @@ class VariablePlan:
     shape: tuple
     bytes: int
     source: str
+    reason: str = ""
     partition: RowPartition | None = None
+    cost: cost_rule.TableCost | None = None
 
     def bytes_per_worker(self) -> int:
         """Bytes one worker stores: all of a dense variable, or the rows of
@@ -58,13 +80,22 @@ class RoutingPlan:
         return tuple(v for v in self.variables if v.kind == kind)
 
     def __str__(self) -> str:
-        header = f"{'variable':40} {'kind':6} {'shape':>16} {'MB/worker':>10}"
+        width = max([8] + [len(v.path) for v in self.variables])
+        header = (
+            f"{'variable':{width}} {'kind':6} {'shape':>14} {'MB/worker':>9} "
+            f"{'sparse kB/step':>14} {'dense kB/step':>13}  reason"
+        )
         lines = [header, "-" * len(header)]
         for v in self.variables:
             shape = "x".join(str(d) for d in v.shape)
+            sparse = dense = "-"
+            if v.cost is not None:
+                sparse = f"{v.cost.sparse_bytes / 1e3:.1f}"
+                dense = f"{v.cost.dense_bytes / 1e3:.1f}"
             lines.append(
-                f"{v.path:40} {v.kind:6} {shape:>16} "
-                f"{v.bytes_per_worker() / 2**20:10.2f}  ({v.source})"
+                f"{v.path:{width}} {v.kind:6} {shape:>14} "
+                f"{v.bytes_per_worker() / 2**20:9.2f} {sparse:>14} "
+                f"{dense:>13}  {v.source}: {v.reason}"
             )
         return "\n".join(lines)
 
@@ -73,16 +104,16 @@ def make_plan(
     variables,
     num_shards: int,
     overrides: dict | None = None,
+    link: cost_rule.Link | None = None,
 ) -> RoutingPlan:
-    """Classifies variables and lays out sparse ones over `num_shards`.
+    """Decides the kind of each variable and lays out sparse ones.
 
     Args:
-        variables: Iterable of `(path, shape, dtype_size, sparse_source)`.
-            `sparse_source` is `None` if nothing marks the variable sparse,
-            else `"gradient"` or `"layer"`.
+        variables: Iterable of `VariableFacts`.
         num_shards: Int. Parameter-server shards (one per worker).
         overrides: Optional dict `{path or regex: "dense" | "sparse"}`.
             An exact path wins over regexes; a regex must full-match.
+        link: Optional `cost_rule.Link`. Defaults to `Link()`.
 
     Returns:
         A `RoutingPlan`.
@@ -92,28 +123,68 @@ def make_plan(
             variable, or a 0-d variable is made sparse.
     """
     overrides = kind_overrides.check_overrides(overrides)
+    link = link or cost_rule.Link()
     entries = []
-    for path, shape, dtype_size, sparse_source in variables:
-        shape = tuple(int(d) for d in shape)
-        kind, source = (
-            ("sparse", sparse_source) if sparse_source else ("dense", "default")
-        )
-        forced = kind_overrides.override_for(path, overrides)
+    for facts in variables:
+        kind, source, reason, cost = _decide(facts, num_shards, link)
+        forced = kind_overrides.override_for(facts.path, overrides)
         if forced is not None:
-            kind, source = forced, "override"
+            kind, source, reason = forced, "override", "variable_kinds"
         partition = None
         if kind == "sparse":
-            if not shape:
+            if not facts.shape:
                 raise ValueError(
                     f"A scalar cannot be partitioned by rows. Received: "
-                    f"{path!r} with shape () made sparse."
+                    f"{facts.path!r} with shape () made sparse."
                 )
-            if shape[0] < num_shards:
+            if facts.shape[0] < num_shards:
                 kind, source = "dense", "too few rows"
+                reason = f"{facts.shape[0]} rows for {num_shards} shards"
             else:
-                partition = RowPartition.create(shape[0], num_shards)
-        size = dtype_size
-        for d in shape:
-            size *= d
-        entries.append(VariablePlan(path, kind, shape, size, source, partition))
+                partition = RowPartition.create(facts.shape[0], num_shards)
+        entries.append(
+            VariablePlan(
+                facts.path,
+                kind,
+                tuple(facts.shape),
+                facts.bytes,
+                source,
+                reason,
+                partition,
+                cost,
+            )
+        )
     return RoutingPlan(tuple(entries), num_shards)
+
+
+def _decide(facts: VariableFacts, num_shards: int, link):
+    """`(kind, source, reason, cost)` of one variable, overrides aside."""
+    if not facts.shape:
+        return "dense", "not a table", "a scalar", None
+    if facts.shape[0] < num_shards:
+        rows = f"{facts.shape[0]} rows for {num_shards} shards"
+        return "dense", "too few rows", rows, None
+    if facts.blocker:
+        return "dense", "blocked", facts.blocker, None
+    if facts.use == "whole":
+        return "dense", "read whole", facts.whole_reader, None
+    if facts.use == "unseen":
+        if facts.candidate:
+            return (
+                "sparse",
+                "provisional",
+                "decided when a step is traced",
+                None,
+            )
+        if not cost_rule.may_pay(
+            facts.shape[0], facts.row_bytes, num_shards, link
+        ):
+            size = f"{facts.bytes / 1e3:.1f} kB"
+            return "dense", "small", f"{size}: partitioning cannot pay", None
+        return "dense", "not a table", "never looked up by id", None
+    cost = cost_rule.table_cost(
+        facts.shape[0], facts.row_bytes, facts.lookups, num_shards, link
+    )
+    source = "gathered" if cost.partition else "cost"
+    kind = "sparse" if cost.partition else "dense"
+    return kind, source, cost.summary(), cost

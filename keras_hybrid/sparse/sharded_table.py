@@ -13,6 +13,13 @@ who reads:
   trace time, into a clear error instead of a wrong result;
 - `numpy()` (so `get_weights()`) gathers the whole table from all workers.
 
+While a table is *provisional* (placed before any step was traced, see
+`strategy.variable_router`), reads also serve placement: in a discovery
+trace (`plan.use_discovery`) gathers and whole reads are recorded and
+answered without communication; in Keras' symbolic scope (output specs,
+never run) likewise; an eager whole read that is not a shape query asks
+the router to make the table dense there and then.
+
 Private hooks touched (TF 2.21): subclasses `ResourceVariable` and
 overrides `_dense_var_to_tensor`, like `GlobalReadVariable`.
 """
@@ -23,6 +30,9 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.ops import resource_variable_ops
 
+from keras_hybrid._compat import keras as keras_compat
+from keras_hybrid._compat import tf as tf_compat
+from keras_hybrid.plan import use_discovery
 from keras_hybrid.utils.thread_flag import ThreadFlag
 
 ROLES = ("table", "slot")
@@ -67,6 +77,11 @@ class ShardedTable(resource_variable_ops.ResourceVariable):
         self.partition = partition
         self.communicator = communicator
         self.role = role
+        # Set by the router while placement is not final: called with this
+        # table on an eager whole read; returns the dense replacement.
+        self.on_whole_read = None
+        # A row-wise constraint the strategy applies after each update.
+        self.row_constraint = None
 
     @property
     def shard(self) -> int:
@@ -84,7 +99,18 @@ class ShardedTable(resource_variable_ops.ResourceVariable):
                 f"Optimizer state {self.path!r} is partitioned with its "
                 "table and cannot be gathered by id."
             )
+        if use_discovery.active():
+            use_discovery.recorder().gathered(self.path, indices)
+            return self._local_stand_in(indices)
+        if keras_compat.in_symbolic_scope():
+            return self._local_stand_in(indices)
         return lookup.pull(self, indices)
+
+    def _local_stand_in(self, indices):
+        """Local rows shaped like a lookup of `indices`, for graphs that
+        are never run (no communication)."""
+        ids = tf.math.floormod(tf.cast(indices, tf.int64), self.shape[0])
+        return super().sparse_read(ids)
 
     def read_local_rows(self, local_indices):
         """Gathers rows of this shard by local index (owner side)."""
@@ -95,6 +121,17 @@ class ShardedTable(resource_variable_ops.ResourceVariable):
             return super()._dense_var_to_tensor(
                 dtype=dtype, name=name, as_ref=as_ref
             )
+        if use_discovery.active() or keras_compat.in_symbolic_scope():
+            full = tf.zeros(self.full_shape, dtype or self.dtype)
+            if use_discovery.active():
+                use_discovery.recorder().read_whole(self.path, full)
+            return full
+        if (
+            self.on_whole_read is not None
+            and tf.executing_eagerly()
+            and not tf_compat.in_shape_query()
+        ):
+            return tf.convert_to_tensor(self.on_whole_read(self), dtype)
         local = super()._dense_var_to_tensor(dtype=dtype, name=name)
         # Zero rows, and an unknown row count for shape inference: a use
         # that would check rows against something else is still traced, so

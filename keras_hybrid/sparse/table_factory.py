@@ -17,13 +17,16 @@ from keras_hybrid.sparse.sharded_table import ShardedTable
 _KEPT = ("trainable", "name", "dtype", "distribute_strategy")
 
 
-def create_table(info, kwargs, entry, communicator) -> ShardedTable:
-    """The shard of sparse variable `entry` (a `VariablePlan`)."""
-    path = info.variable.path
-    table_init.check_initializer(info.initializer, path)
-    seed = _agreed_seed(info.initializer, communicator)
+def create_table(
+    variable, initializer, path, entry, kwargs, communicator
+) -> ShardedTable:
+    """The shard of sparse variable `entry` (a `VariablePlan`) of Keras
+    `variable`, drawn with `initializer`; `path` is its unique path."""
+    table_init.check_initializer(initializer, path)
+    seed = _agreed_seed(initializer, communicator)
     table = _make(
-        info,
+        variable,
+        initializer,
         kwargs,
         path,
         entry.partition,
@@ -33,7 +36,7 @@ def create_table(info, kwargs, entry, communicator) -> ShardedTable:
     )
     # Keras' `ops.take` and `tf.gather` look for `sparse_read` on the object
     # they are given, which is the Keras variable.
-    info.variable.sparse_read = table.sparse_read
+    variable.sparse_read = table.sparse_read
     logging.log_first_n(
         logging.INFO,
         "keras-hybrid: %s is partitioned over %d shards (%d rows here).",
@@ -46,8 +49,9 @@ def create_table(info, kwargs, entry, communicator) -> ShardedTable:
 
 
 def create_slot(reference: ShardedTable, info, kwargs, communicator):
-    """Optimizer state of `reference`, partitioned like it."""
-    if info is None or tuple(info.variable.shape) != reference.full_shape:
+    """Optimizer state of `reference`, partitioned like it; `info` is
+    `(keras variable, initializer)` or None."""
+    if info is None or tuple(info[0].shape) != reference.full_shape:
         raise NotImplementedError(
             "An optimizer variable placed next to partitioned table "
             f"{reference.path!r} does not have the table's shape "
@@ -57,24 +61,28 @@ def create_slot(reference: ShardedTable, info, kwargs, communicator):
             f"`HybridStrategy(variable_kinds={{{reference.path!r}: "
             "'dense'}})`."
         )
+    variable, initializer = info
     return _make(
-        info,
+        variable,
+        initializer,
         kwargs,
-        info.variable.path,
+        variable.path,
         reference.partition,
         communicator,
         role="slot",
-        seed=table_init.base_seed(info.initializer),
+        seed=table_init.base_seed(initializer),
     )
 
 
-def _make(info, kwargs, path, partition, communicator, role, seed):
-    full_shape = tuple(info.variable.shape)
-    dtype = info.variable.dtype
+def _make(
+    variable, initializer, kwargs, path, partition, communicator, role, seed
+):
+    full_shape = tuple(variable.shape)
+    dtype = variable.dtype
 
     def initial_rows():
         return table_init.shard_rows(
-            info.initializer,
+            initializer,
             full_shape,
             dtype,
             partition,

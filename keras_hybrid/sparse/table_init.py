@@ -27,6 +27,11 @@ _ROW_INDEPENDENT = (
 _WHOLE_SHAPE = (keras.initializers.Orthogonal, keras.initializers.Identity)
 
 
+def rows_independent(initializer) -> bool:
+    """Whether `initializer` can draw a table block by block."""
+    return not isinstance(initializer, _WHOLE_SHAPE)
+
+
 def check_initializer(initializer, path: str) -> None:
     """Raises `NotImplementedError` for initializers that couple rows."""
     if isinstance(initializer, _WHOLE_SHAPE):

@@ -21,6 +21,8 @@ from tensorflow.python.distribute import distribute_lib
 from tensorflow.python.distribute import one_device_strategy
 from tensorflow.python.framework import indexed_slices
 
+from keras_hybrid.plan import cost_rule
+from keras_hybrid.plan import use_discovery
 from keras_hybrid.sparse import sharded_table
 from keras_hybrid.sparse import table_gradients
 from keras_hybrid.strategy import global_metrics
@@ -53,13 +55,15 @@ class HybridExtended(one_device_strategy.OneDeviceExtended):
         device,
         communicator,
         variable_kinds=None,
-        indexed_slices="allgather",
+        indexed_slices=None,
+        link=None,
     ) -> None:
         super().__init__(container_strategy, device)
         self._communicator = communicator
         self._indexed_slices = indexed_slices
+        self._link = link or cost_rule.Link()
         self._warned_indexed_slices = False
-        self.router = VariableRouter(communicator, variable_kinds)
+        self.router = VariableRouter(communicator, variable_kinds, self._link)
 
     @property
     def communicator(self):
@@ -75,6 +79,8 @@ class HybridExtended(one_device_strategy.OneDeviceExtended):
                 strategy, replica_id_in_sync_group=self._communicator.rank
             ),
         ):
+            with global_read_variable.local_reads():
+                self._place_by_use(fn, args, kwargs)
             model = global_metrics.keras_model_of_step(fn)
             if model is not None and model.optimizer is not None:
                 _check_optimizer(model.optimizer, model.trainable_variables)
@@ -90,6 +96,15 @@ class HybridExtended(one_device_strategy.OneDeviceExtended):
                     model, outputs, self._communicator
                 )
             return outputs
+
+    def _place_by_use(self, fn, args, kwargs) -> None:
+        """Decides provisional tables from how `fn` reads them, before it
+        runs (see `plan.use_discovery` and `VariableRouter.decide`)."""
+        if use_discovery.active() or not self.router.undecided():
+            return
+        self.router.prepare()
+        if self.router.undecided():
+            self.router.decide(use_discovery.trace(fn, args, kwargs))
 
     @property
     def _num_replicas_in_sync(self):
@@ -125,8 +140,12 @@ class HybridExtended(one_device_strategy.OneDeviceExtended):
                 "HybridStrategy reduces with SUM or MEAN. Received: "
                 f"reduce_op={reduce_op}"
             )
-        if self._indexed_slices == "densify":
-            values = [_densify(v) for v in values]
+        if use_discovery.active():
+            return list(values)  # a scratch trace: never run
+        values = [
+            _densify(v) if self._sync_of(v) == "allreduce" else v
+            for v in values
+        ]
         results = list(values)
         dense = [
             i
@@ -146,6 +165,28 @@ class HybridExtended(one_device_strategy.OneDeviceExtended):
             elif isinstance(value, indexed_slices.IndexedSlices):
                 results[i] = self._gather_indexed_slices(value, op)
         return results
+
+    def _sync_of(self, value) -> str:
+        """How the `IndexedSlices` gradient of a replicated variable is
+        summed: as `indexed_slices` says, else the cost rule's choice."""
+        if not isinstance(value, indexed_slices.IndexedSlices):
+            return "dense"
+        if table_gradients.table_of(value) is not None:
+            return "pushed"
+        if self._indexed_slices is not None:
+            return {"densify": "allreduce"}.get(
+                self._indexed_slices, self._indexed_slices
+            )
+        shape = tf.get_static_value(value.dense_shape)
+        if shape is None or len(shape) == 0 or self._communicator.size == 1:
+            return "allgather"
+        rows, row_bytes = int(shape[0]), value.dtype.size
+        for d in shape[1:]:
+            row_bytes *= int(d)
+        lookups = cost_rule.lookups_of(value.indices.shape)
+        return cost_rule.table_cost(
+            rows, row_bytes, lookups, self._communicator.size, self._link
+        ).dense_sync
 
     def _gather_indexed_slices(self, value, op):
         """IndexedSlices sum: all-gather of rows and ids, never densified."""
@@ -181,20 +222,27 @@ class HybridExtended(one_device_strategy.OneDeviceExtended):
             self.router.observe_gradient(var, args[0])
         # The optimizer sees (and writes) the rows this shard owns.
         with sharded_table.local_reads():
-            return super()._update(var, fn, args, kwargs, group)
+            result = super()._update(var, fn, args, kwargs, group)
+            constraint = getattr(var, "row_constraint", None)
+            if constraint is not None and args:
+                # Keras applies constraints after the update; the owner
+                # does it for its rows (`sparse.row_wise`).
+                var.assign(constraint(tf.convert_to_tensor(var)))
+            return result
 
     def _create_variable(self, next_creator, **kwargs):
         with tf.device(self._device):
             if kwargs.get("synchronization") == _ON_READ:
                 return self._create_global_read_variable(kwargs)
-            table = self.router.create(next_creator, kwargs)
-            if table is not None:
-                return table
-            if self._communicator.size > 1:
-                kwargs["initial_value"] = self._broadcast_initial_value(
-                    kwargs["initial_value"], kwargs.get("dtype")
-                )
-            return next_creator(**kwargs)
+
+            def make_dense():
+                if self._communicator.size > 1:
+                    kwargs["initial_value"] = self._broadcast_initial_value(
+                        kwargs["initial_value"], kwargs.get("dtype")
+                    )
+                return next_creator(**kwargs)
+
+            return self.router.create(next_creator, kwargs, make_dense)
 
     def _broadcast_initial_value(self, initial_value, dtype):
         comm = self._communicator

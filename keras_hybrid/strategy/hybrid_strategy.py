@@ -9,6 +9,7 @@ from absl import logging
 from keras_hybrid import checkpoint
 from keras_hybrid.checkpoint import chief_writes
 from keras_hybrid.comm import communicator as communicator_lib
+from keras_hybrid.plan.cost_rule import Link
 from keras_hybrid.strategy import cluster
 from keras_hybrid.strategy import input_sharding
 from keras_hybrid.strategy import quiet_ranks
@@ -63,15 +64,22 @@ class HybridStrategy(tf.distribute.Strategy):
             `"item_embedding/embeddings"`) or a regex to `"dense"` or
             `"sparse"`, overriding the plan: an exact path wins, else the
             one regex that full-matches; two matching regexes are an error.
-            By default the tables of `keras.layers.Embedding` are sparse
-            (partitioned by rows over the workers) unless they have a
-            regularizer or constraint, and everything else is dense.
-        indexed_slices: String. How `tf.IndexedSlices` gradients of *dense*
-            variables (for example an embedding table made dense by
-            `variable_kinds`) are summed: `"allgather"` all-gathers their
-            rows and ids, as stock TensorFlow does; `"densify"` turns them
-            into full tensors and all-reduces those. Partitioned tables do
-            not use this. Defaults to `"allgather"`.
+            By default placement follows use: a variable the model reads
+            only through gathers (an `Embedding` table anywhere in the
+            model, a custom weight read with `ops.take`) is partitioned by
+            rows when the cost rule finds that cheaper than replicating it;
+            everything else is dense (docs/sparse.md).
+        indexed_slices: Optional string. How `tf.IndexedSlices` gradients
+            of *replicated* variables (a table the plan keeps dense) are
+            summed: `"allgather"` all-gathers their rows and ids, as stock
+            TensorFlow does; `"densify"` turns them into full tensors and
+            all-reduces those. Partitioned tables do not use this. Defaults
+            to `None`: per gradient, whichever the cost rule finds cheaper
+            on `link`.
+        link: Optional `keras_hybrid.Link`: bandwidth and latency between
+            workers, for the cost rule that decides which tables are
+            partitioned (docs/sparse.md). Defaults to `Link()`, 10 Gbit/s
+            and 50 us.
 
     Example:
 
@@ -101,10 +109,15 @@ class HybridStrategy(tf.distribute.Strategy):
         bucket_bytes: int = DEFAULT_BUCKET_BYTES,
         log_all_ranks: bool = False,
         variable_kinds: dict | None = None,
-        indexed_slices: str = "allgather",
+        indexed_slices: str | None = None,
+        link: Link | None = None,
     ) -> None:
         engine = _choose_engine(engine)
-        if indexed_slices not in INDEXED_SLICES:
+        if link is not None and not isinstance(link, Link):
+            raise TypeError(
+                f"`link` must be a `keras_hybrid.Link`. Received: link={link!r}"
+            )
+        if indexed_slices is not None and indexed_slices not in INDEXED_SLICES:
             raise ValueError(
                 f"`indexed_slices` must be one of {INDEXED_SLICES}. Received: "
                 f"indexed_slices={indexed_slices!r}"
@@ -129,7 +142,12 @@ class HybridStrategy(tf.distribute.Strategy):
             cluster.start_watchdog(info, timeout_seconds)
         super().__init__(
             HybridExtended(
-                self, _local_device(info), comm, variable_kinds, indexed_slices
+                self,
+                _local_device(info),
+                comm,
+                variable_kinds,
+                indexed_slices,
+                link,
             )
         )
         if info.rank != 0 and not log_all_ranks:

@@ -1,79 +1,231 @@
-"""Decides, as each variable is created, whether it is dense or sparse.
+"""Places each variable as the plan says, and re-places it as use is seen.
 
-The decision is `plan.make_plan` applied to the variable (with the user's
-`variable_kinds` overrides), so `HybridStrategy.plan` prints exactly what
-the creator did. Sparse variables become a `ShardedTable` holding this
-worker's rows; optimizer variables created next to one (Adam's m and v,
-accumulators) are partitioned the same way.
+At creation a trainable variable big enough that partitioning could pay
+(`cost_rule.may_pay`), with rows for every shard and a row-wise
+initializer, becomes a *provisional* table: a `ShardedTable` holding this
+worker's rows, so no table is ever whole on a worker before its use is
+known. Everything else is created dense.
+
+Before the first step function that reads provisional tables runs, the
+strategy traces it once (`plan.use_discovery`) and hands the uses here
+(`decide`): a table read only by gathers stays partitioned if the cost
+rule says so; a table read whole (a tied output projection, a position
+table sliced whole) or cheaper replicated is made dense, gathered once
+from the shards, with its optimizer slots. An eager whole read (not a
+shape query) of a provisional table makes it dense at once. The plan
+(`plan()`) is `make_plan` of the facts gathered here.
 """
 
+import dataclasses
 import re
 
 import tensorflow as tf
 from absl import logging
 
+from keras_hybrid._compat import keras as keras_compat
+from keras_hybrid._compat import tf as tf_compat
+from keras_hybrid.plan import cost_rule
 from keras_hybrid.plan import kind_overrides
 from keras_hybrid.plan import make_plan
+from keras_hybrid.plan.variable_facts import VariableFacts
+from keras_hybrid.sparse import row_wise
 from keras_hybrid.sparse import table_factory
+from keras_hybrid.sparse import table_init
 from keras_hybrid.sparse.sharded_table import ShardedTable
-from keras_hybrid.strategy import keras_variables
+
+
+@dataclasses.dataclass
+class _Placed:
+    """A variable this router created, and what follows it."""
+
+    keras_variable: object
+    storage: tf.Variable
+    slots: list = dataclasses.field(default_factory=list)
+    regularizer: object = None
+    constraint: object = None
 
 
 class VariableRouter:
-    """Creates variables under `HybridStrategy` according to the plan.
+    """Creates and re-places variables under `HybridStrategy`.
 
     Args:
         communicator: The job's `Communicator`.
         variable_kinds: Optional dict `{path or regex: "dense" | "sparse"}`.
+        link: Optional `cost_rule.Link` for the cost rule.
     """
 
-    def __init__(self, communicator, variable_kinds=None) -> None:
+    def __init__(self, communicator, variable_kinds=None, link=None) -> None:
         self._comm = communicator
         self._overrides = kind_overrides.check_overrides(variable_kinds)
-        self._entries: dict[str, tuple] = {}
+        self._link = link or cost_rule.Link()
+        self._facts: dict[str, VariableFacts] = {}
+        self._placed: dict[str, _Placed] = {}
+        self._paths: dict[int, str] = {}  # id(storage) -> path
         self._warned_paths: set[str] = set()
         self._overrides_checked = False
 
     def plan(self):
         """The `RoutingPlan` of every model variable created so far."""
         return make_plan(
-            self._entries.values(), self._comm.size, self._overrides
+            self._facts.values(), self._comm.size, self._overrides, self._link
         )
 
-    def create(self, next_creator, kwargs):
-        """Returns a `ShardedTable` or calls `next_creator` (dense)."""
-        info = keras_variables.describe(kwargs.get("initial_value"))
+    def path_of(self, storage) -> str:
+        """The unique path of a variable's `tf.Variable`."""
+        return self._paths.get(id(storage)) or getattr(
+            storage, "path", storage.name
+        )
+
+    # -- creation
+
+    def create(self, next_creator, kwargs, make_dense):
+        """Returns a `ShardedTable`, or `make_dense()`'s variable."""
+        info = keras_compat.variable_info(kwargs.get("initial_value"))
         colocate = kwargs.get("colocate_with")
         if isinstance(colocate, ShardedTable):
-            return table_factory.create_slot(colocate, info, kwargs, self._comm)
-        if info is None or not info.variable.trainable:
-            return None
-        variable = info.variable
-        entry = (
-            variable.path,
-            tuple(variable.shape),
+            slot = table_factory.create_slot(colocate, info, kwargs, self._comm)
+            self._placed[colocate.path].slots.append((info[0], slot))
+            return slot
+        if info is None or not info[0].trainable:
+            return make_dense()
+        variable, initializer = info
+        facts = self._facts_of(variable, initializer)
+        self._facts[facts.path] = facts
+        entry = make_plan([facts], self._comm.size, self._overrides).variables
+        if entry[0].kind == "sparse":
+            storage = table_factory.create_table(
+                variable, initializer, facts.path, entry[0], kwargs, self._comm
+            )
+            if entry[0].source == "provisional":
+                storage.on_whole_read = self._on_eager_whole_read
+        else:
+            storage = make_dense()
+        self._placed[facts.path] = _Placed(variable, storage)
+        self._paths[id(storage)] = facts.path
+        return storage
+
+    def _facts_of(self, variable, initializer) -> VariableFacts:
+        shape = tuple(int(d) for d in variable.shape)
+        facts = VariableFacts(
+            self._unique_path(variable.path),
+            shape,
             tf.as_dtype(variable.dtype).size,
-            keras_variables.sparse_source(info),
         )
-        self._entries[variable.path] = entry
-        decided = make_plan([entry], self._comm.size, self._overrides)
-        plan = decided.variables[0]
-        if plan.kind != "sparse":
-            return None
-        return table_factory.create_table(info, kwargs, plan, self._comm)
+        candidate = (
+            self._comm.size > 1
+            and len(shape) >= 1
+            and shape[0] >= self._comm.size
+            and table_init.rows_independent(initializer)
+            and cost_rule.may_pay(
+                shape[0], facts.row_bytes, self._comm.size, self._link
+            )
+        )
+        return dataclasses.replace(facts, candidate=candidate)
+
+    def _unique_path(self, path: str) -> str:
+        unique, k = path, 1
+        while unique in self._facts:
+            k += 1
+            unique = f"{path}#{k}"
+        return unique
+
+    # -- decisions
+
+    def undecided(self) -> list[str]:
+        """Paths of provisional tables, in creation order."""
+        return [
+            path
+            for path, placed in self._placed.items()
+            if isinstance(placed.storage, ShardedTable)
+            and placed.storage.on_whole_read is not None
+        ]
+
+    def prepare(self) -> None:
+        """Before a discovery trace: regularizers and constraints of
+        provisional tables run row by row on the shard, or block it."""
+        for path in self.undecided():
+            placed = self._placed[path]
+            blocker = row_wise.install(placed, self._comm)
+            if blocker:
+                self._facts[path] = dataclasses.replace(
+                    self._facts[path], blocker=blocker
+                )
+        self._apply_plan()
+
+    def decide(self, uses: dict) -> None:
+        """Records the uses a discovery trace saw, and re-places."""
+        for path in self.undecided():
+            use = uses.get(path)
+            if use is None:
+                continue
+            reader = use.whole_reader()
+            self._facts[path] = dataclasses.replace(
+                self._facts[path],
+                use="whole" if reader else "gathered",
+                lookups=use.lookups,
+                whole_reader=reader,
+            )
+        self._apply_plan()
+
+    def _apply_plan(self) -> None:
+        plan = self.plan()
+        for path in self.undecided():
+            entry = plan[path]
+            if entry.source == "provisional":
+                continue
+            table = self._placed[path].storage
+            table.on_whole_read = None
+            if entry.kind == "dense":
+                self._make_dense(path, f"{entry.source}: {entry.reason}")
+            else:
+                logging.info("keras-hybrid: %s stays partitioned.", path)
+
+    def _on_eager_whole_read(self, table):
+        path = self._paths[id(table)]
+        self._facts[path] = dataclasses.replace(
+            self._facts[path], use="whole", whole_reader="read whole eagerly"
+        )
+        table.on_whole_read = None
+        return self._make_dense(path, "read whole eagerly")
+
+    def _make_dense(self, path: str, why: str):
+        """Gathers table `path` and its slots whole; they become dense."""
+        placed = self._placed[path]
+        row_wise.uninstall(placed)
+        with tf.init_scope():
+            for keras_var, old in [
+                (placed.keras_variable, placed.storage),
+                *placed.slots,
+            ]:
+                new = tf_compat.plain_variable(
+                    old.gather_full(),
+                    name=old.name.split(":")[0],
+                    trainable=old.trainable,
+                )
+                tf_compat.keep_variable_key(new, old)
+                keras_compat.set_variable_storage(keras_var, new)
+                if old is placed.storage:
+                    vars(keras_var).pop("sparse_read", None)
+                    placed.storage = new
+                    self._paths[id(new)] = path
+            placed.slots = []
+        logging.info("keras-hybrid: %s is dense (%s).", path, why)
+        return placed.storage
+
+    # -- checks and warnings
 
     def warn_unused_overrides(self) -> None:
         """Logs, once, `variable_kinds` keys that matched no variable (a
         typo or a path without its model prefix would otherwise change
         nothing, silently)."""
-        if self._overrides_checked or not self._entries:
+        if self._overrides_checked or not self._facts:
             return
         self._overrides_checked = True
         unused = [
             key
             for key in self._overrides
             if not any(
-                key == path or re.fullmatch(key, path) for path in self._entries
+                key == path or re.fullmatch(key, path) for path in self._facts
             )
         ]
         if unused:
@@ -81,7 +233,7 @@ class VariableRouter:
                 "keras-hybrid: variable_kinds keys %s match no variable. "
                 "Variable paths: %s",
                 unused,
-                sorted(self._entries),
+                sorted(self._facts),
             )
 
     def observe_gradient(self, variable, gradient) -> None:
@@ -90,14 +242,22 @@ class VariableRouter:
             return
         if not isinstance(gradient, tf.IndexedSlices):
             return
-        path = getattr(variable, "path", None) or variable.name
+        path = self.path_of(variable)
         if path in self._warned_paths:
             return
         self._warned_paths.add(path)
-        logging.warning(
-            "keras-hybrid: %s gets IndexedSlices gradients but is dense "
-            "(replicated); they are all-gathered. To partition it by rows, "
-            "pass HybridStrategy(variable_kinds={%r: 'sparse'}).",
+        logging.info(
+            "keras-hybrid: %s is replicated and gets IndexedSlices "
+            "gradients (%s in the plan). To partition it by rows, pass "
+            "HybridStrategy(variable_kinds={%r: 'sparse'}).",
             path,
+            self._plan_reason(path),
             path,
         )
+
+    def _plan_reason(self, path: str) -> str:
+        try:
+            entry = self.plan()[path]
+        except KeyError:
+            return "not in the plan"
+        return f"{entry.source}: {entry.reason}"

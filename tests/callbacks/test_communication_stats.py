@@ -15,6 +15,7 @@ import keras_hybrid as kh
 from keras_hybrid.callbacks import CommunicationStats
 from keras_hybrid.callbacks.communication_stats import format_table
 from keras_hybrid.comm import PATHS
+from keras_hybrid.testing import SPARSE_TABLES
 from keras_hybrid.testing import OneProcessTestCase
 from keras_hybrid.testing import run_workers
 from tests.callbacks.workers import stats_data as w
@@ -135,7 +136,7 @@ class OneProcessTest(OneProcessTestCase):
             )
 
     def test_one_process_counts_rows_served_and_no_traffic(self):
-        strategy = kh.HybridStrategy()
+        strategy = kh.HybridStrategy(variable_kinds=SPARSE_TABLES)
         with strategy.scope():
             model = keras.Sequential(
                 [

@@ -9,6 +9,7 @@ import numpy as np
 import tensorflow as tf
 
 import keras_hybrid
+from keras_hybrid.testing import SPARSE_TABLES
 from keras_hybrid.testing import TestCase
 
 V, D = 300, 4
@@ -85,7 +86,7 @@ class HybridOptimizerApiTest(TestCase):
         self.assertAllClose(clone.learning_rate, 0.003)
 
     def test_learning_rate_callbacks_reach_the_inner_optimizer(self):
-        strategy = keras_hybrid.HybridStrategy()
+        strategy = keras_hybrid.HybridStrategy(variable_kinds=SPARSE_TABLES)
         with strategy.scope():
             model = embedding_model()
             opt = keras_hybrid.HybridOptimizer(keras.optimizers.SGD(0.5))
@@ -112,7 +113,7 @@ class HybridOptimizerApiTest(TestCase):
 
 class HybridOptimizerSemanticsTest(TestCase):
     def _train_hybrid(self, make_optimizer, steps, batch=16):
-        strategy = keras_hybrid.HybridStrategy()
+        strategy = keras_hybrid.HybridStrategy(variable_kinds=SPARSE_TABLES)
         with strategy.scope():
             model = embedding_model()
             model.compile(optimizer=make_optimizer(), loss=LOSS)
@@ -146,7 +147,7 @@ class HybridOptimizerSemanticsTest(TestCase):
             self.assertAllClose(g, w)
 
     def test_custom_training_loop_with_apply(self):
-        strategy = keras_hybrid.HybridStrategy()
+        strategy = keras_hybrid.HybridStrategy(variable_kinds=SPARSE_TABLES)
         with strategy.scope():
             model = embedding_model()
             opt = keras_hybrid.HybridOptimizer(keras.optimizers.SGD(0.5))
@@ -172,7 +173,7 @@ class HybridOptimizerSemanticsTest(TestCase):
 
 class UnsupportedOptimizerTest(TestCase):
     def _fit(self, make_optimizer):
-        strategy = keras_hybrid.HybridStrategy()
+        strategy = keras_hybrid.HybridStrategy(variable_kinds=SPARSE_TABLES)
         with strategy.scope():
             model = embedding_model()
             model.compile(optimizer=make_optimizer(), loss=LOSS)
@@ -233,7 +234,9 @@ class PerElementOptimizersTest(TestCase):
         for name, make in PER_ELEMENT_OPTIMIZERS.items():
             with self.subTest(optimizer=name):
                 keras.backend.clear_session()
-                strategy = keras_hybrid.HybridStrategy()
+                strategy = keras_hybrid.HybridStrategy(
+                    variable_kinds=SPARSE_TABLES
+                )
                 with strategy.scope():
                     model = embedding_model()
                     model.compile(optimizer=make(), loss=LOSS)

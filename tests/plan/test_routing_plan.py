@@ -1,22 +1,37 @@
-"""The routing plan: classification, overrides and layout."""
+"""The routing plan: decisions by use and cost, overrides and layout."""
 
+from keras_hybrid.plan import cost_rule
 from keras_hybrid.plan import make_plan
+from keras_hybrid.plan.variable_facts import VariableFacts
 from keras_hybrid.testing import TestCase
 
+# Latency 0: bytes alone decide, so figures can be checked by hand.
+BYTES_ONLY = cost_rule.Link(bandwidth="1gbit", latency="0")
 VARIABLES = [
-    ("embedding/embeddings", (1000, 16), 4, "layer"),
-    ("softmax/weights", (1000, 32), 4, "gradient"),
-    ("dense/kernel", (16, 8), 4, None),
-    ("dense/bias", (8,), 4, None),
+    VariableFacts("embedding/embeddings", (1000, 16), 4, True, "gathered", 64),
+    VariableFacts("softmax/weights", (1000, 32), 4, True, "gathered", 64),
+    VariableFacts(
+        "tied/embeddings", (1000, 16), 4, True, "whole", 0, "op 'MatMul'"
+    ),
+    VariableFacts("pending/embeddings", (1000, 16), 4, True),
+    VariableFacts("dense/kernel", (16, 8), 4),
+    VariableFacts("dense/bias", (8,), 4),
 ]
 
 
 class RoutingPlanTest(TestCase):
-    def test_default_classification_and_sizes(self):
-        plan = make_plan(VARIABLES, num_shards=4)
+    def test_decisions_by_use_and_sizes(self):
+        plan = make_plan(VARIABLES, num_shards=4, link=BYTES_ONLY)
         self.assertEqual(
-            [v.kind for v in plan.variables],
-            ["sparse", "sparse", "dense", "dense"],
+            [(v.kind, v.source) for v in plan.variables],
+            [
+                ("sparse", "gathered"),
+                ("sparse", "gathered"),
+                ("dense", "read whole"),
+                ("sparse", "provisional"),
+                ("dense", "not a table"),
+                ("dense", "small"),
+            ],
         )
         table = plan["embedding/embeddings"]
         self.assertEqual(table.bytes, 1000 * 16 * 4)
@@ -24,6 +39,56 @@ class RoutingPlanTest(TestCase):
         self.assertEqual(plan["dense/kernel"].bytes_per_worker(), 16 * 8 * 4)
         self.assertEqual(table.partition.num_shards, 4)
         self.assertIsNone(plan["dense/bias"].partition)
+        self.assertIn("MatMul", plan["tied/embeddings"].reason)
+
+    def test_cost_figures_by_hand(self):
+        # 64 lookups of 1000 rows: u = min(64, 1000) ids; 3/4 of them go
+        # to other shards, each an 8-byte id and two 64-byte rows (pull and
+        # push), plus 4 x 3 count entries of 4 bytes.
+        plan_cost = make_plan(VARIABLES, 4, link=BYTES_ONLY)[
+            "embedding/embeddings"
+        ].cost
+        cost = plan_cost
+        self.assertEqual(cost.unique, 64)
+        away = cost.unique * 3 / 4
+        self.assertAlmostEqual(cost.sparse_bytes, 48 + away * (8 + 128))
+        # Replicated: all-gather of 64 rows + ids to 3 peers = 13824 bytes,
+        # below the all-reduce of the table, 2 x 3/4 x 64000 = 96000.
+        self.assertEqual(cost.dense_sync, "allgather")
+        self.assertAlmostEqual(cost.dense_bytes, 3 * 64 * (64 + 8))
+        self.assertTrue(cost.partition)
+
+    def test_table_read_in_full_every_step_stays_dense(self):
+        position = VariableFacts("pos/embeddings", (200, 64), 4, True)
+        for link in (BYTES_ONLY, cost_rule.Link()):
+            # [batch, 200] position ids: every row, every step.
+            facts = VariableFacts(
+                "pos/embeddings", (200, 64), 4, True, "gathered", 128 * 200
+            )
+            entry = make_plan([facts], 4, link=link)["pos/embeddings"]
+            self.assertEqual((entry.kind, entry.source), ("dense", "cost"))
+            self.assertEqual(entry.cost.dense_sync, "allreduce")
+        # Before use is known, such a table is provisional only if some
+        # number of lookups could make partitioning pay.
+        self.assertEqual(
+            make_plan([position], 4)["pos/embeddings"].source, "provisional"
+        )
+
+    def test_latency_keeps_small_batches_replicated(self):
+        facts = VariableFacts(
+            "t/embeddings", (200_000, 8), 4, True, "gathered", 8
+        )
+        slow = make_plan([facts], 2)["t/embeddings"]
+        self.assertEqual((slow.kind, slow.source), ("dense", "cost"))
+        fast = make_plan([facts], 2, link=BYTES_ONLY)["t/embeddings"]
+        self.assertEqual(fast.kind, "sparse")
+
+    def test_huge_tables_are_partitioned(self):
+        rows = cost_rule.REPLICA_BYTES_LIMIT // 512 + 1
+        facts = VariableFacts("big", (rows, 128), 4, True, "gathered", 8)
+        entry = make_plan([facts], 2)["big"]
+        self.assertEqual(entry.kind, "sparse")
+        self.assertIn("too big to replicate", entry.reason)
 
     def test_exact_override_beats_regex(self):
         plan = make_plan(
@@ -37,6 +102,7 @@ class RoutingPlanTest(TestCase):
         )
         self.assertEqual(plan["embedding/embeddings"].kind, "sparse")
         self.assertEqual(plan["embedding/embeddings"].source, "override")
+        self.assertEqual(plan["tied/embeddings"].kind, "dense")
         self.assertEqual(plan["dense/kernel"].kind, "sparse")
 
     def test_regex_must_full_match(self):
@@ -59,12 +125,21 @@ class RoutingPlanTest(TestCase):
         with self.assertRaisesRegex(TypeError, "must be a dict"):
             make_plan(VARIABLES, 2, overrides=[("a", "dense")])
         with self.assertRaisesRegex(ValueError, "scalar cannot be"):
-            make_plan([("step", (), 8, None)], 2, overrides={"step": "sparse"})
+            make_plan(
+                [VariableFacts("step", (), 8)], 2, overrides={"step": "sparse"}
+            )
+
+    def test_bad_link(self):
+        with self.assertRaisesRegex(ValueError, "rate must be"):
+            cost_rule.Link(bandwidth="fast")
+        with self.assertRaisesRegex(ValueError, "must be >= 0"):
+            cost_rule.Link(latency=-1.0)
 
     def test_plan_prints_as_a_table(self):
-        text = str(make_plan(VARIABLES, 4))
+        text = str(make_plan(VARIABLES, 4, link=BYTES_ONLY))
         self.assertIn("embedding/embeddings", text)
-        self.assertIn("sparse", text)
-        self.assertIn("(layer)", text)
+        self.assertIn("sparse kB/step", text)
+        self.assertIn("gathered: partitioned", text)
+        self.assertIn("read whole: op 'MatMul'", text)
         with self.assertRaisesRegex(KeyError, "No variable"):
             make_plan(VARIABLES, 4)["nope"]

@@ -11,6 +11,7 @@ from absl import flags
 
 import keras_hybrid as kh
 from keras_hybrid.callbacks import CommunicationStats
+from keras_hybrid.testing import SPARSE_TABLES
 from keras_hybrid.testing.multiprocess import save_result
 
 FLAGS = flags.FLAGS
@@ -31,7 +32,9 @@ class Recorder(keras.callbacks.Callback):
 
 def main(argv):
     del argv
-    strategy = kh.HybridStrategy(timeout_seconds=60)
+    strategy = kh.HybridStrategy(
+        timeout_seconds=60, variable_kinds=SPARSE_TABLES
+    )
     with strategy.scope():
         model = keras.Sequential(
             [

@@ -38,6 +38,8 @@ sys.path.insert(
 )
 import sparse_cases as cases  # noqa: E402
 
+from keras_hybrid.testing import SPARSE_TABLES
+
 FLAGS = flags.FLAGS
 flags.DEFINE_string("out_dir", None, "Where to save this rank's results.")
 flags.DEFINE_string("dir", None, "Checkpoint or export folder.")
@@ -211,7 +213,9 @@ def crash(strategy):
 
 def main(argv):
     del argv
-    strategy = kh.HybridStrategy(timeout_seconds=60)
+    strategy = kh.HybridStrategy(
+        timeout_seconds=60, variable_kinds=SPARSE_TABLES
+    )
     result = globals()[FLAGS.phase](strategy)
     save_result(FLAGS.out_dir, strategy.rank, result)
 

@@ -18,6 +18,7 @@ from absl import flags
 
 import keras_hybrid as kh
 from keras_hybrid.sparse import sharded_table
+from keras_hybrid.testing import SPARSE_TABLES
 from keras_hybrid.testing.multiprocess import save_result
 
 FLAGS = flags.FLAGS
@@ -48,7 +49,9 @@ def _local_weights(model):
 
 def main(argv):
     del argv
-    strategy = kh.HybridStrategy(timeout_seconds=FLAGS.timeout)
+    strategy = kh.HybridStrategy(
+        timeout_seconds=FLAGS.timeout, variable_kinds=SPARSE_TABLES
+    )
     with strategy.scope():
         ids = keras.Input((IDS,), dtype="int32")
         x = keras.layers.Embedding(FLAGS.rows, 4, name="item")(ids)

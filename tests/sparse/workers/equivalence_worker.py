@@ -19,6 +19,7 @@ from absl import flags
 
 import keras_hybrid as kh
 from keras_hybrid.sparse.sharded_table import ShardedTable
+from keras_hybrid.testing import SPARSE_TABLES
 from keras_hybrid.testing.multiprocess import save_result
 
 FLAGS = flags.FLAGS
@@ -89,7 +90,9 @@ def train_one(strategy, model_name, opt_name, accumulation):
 
 def main(argv):
     del argv
-    strategy = kh.HybridStrategy(timeout_seconds=FLAGS.timeout)
+    strategy = kh.HybridStrategy(
+        timeout_seconds=FLAGS.timeout, variable_kinds=SPARSE_TABLES
+    )
     have_wrapper = "HybridOptimizer" in getattr(kh, "__all__", ())
     results = {"size": strategy.size, "engine": strategy.engine}
     for model_name, opt_name, accumulation in json.loads(FLAGS.configs):

@@ -17,6 +17,7 @@ from absl import flags
 import keras_hybrid as kh
 from keras_hybrid.sparse.sharded_table import ShardedTable
 from keras_hybrid.testing.multiprocess import save_result
+from keras_hybrid.testing import SPARSE_TABLES
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("out_dir", None, "Where to save this rank's results.")
@@ -30,7 +31,9 @@ flags.DEFINE_integer("steps", 6, "Steps measured after tracing.")
 def main(argv):
     del argv
     rows, dim = FLAGS.rows, FLAGS.dim
-    strategy = kh.HybridStrategy(timeout_seconds=60)
+    strategy = kh.HybridStrategy(
+        timeout_seconds=60, variable_kinds=SPARSE_TABLES
+    )
     with strategy.scope():
         ids = keras.Input((FLAGS.ids_per_sample,), dtype="int32")
         x = keras.layers.Embedding(rows, dim, name="item")(ids)

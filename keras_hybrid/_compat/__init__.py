@@ -1,0 +1,21 @@
+"""The only place that touches private TensorFlow and Keras API.
+
+Every hook is a small named function in `tf.py` or `keras.py`; the rest
+of the package calls these and public API only. `tests/compat/` checks
+each hook in every supported TensorFlow version.
+
+Hooks (tested on TF 2.21 with Keras 3.15):
+
+- `keras.variable_info`: the closure Keras' TF `Variable` passes to
+  `tf.Variable` as `initial_value` (`self`, `initializer`);
+- `keras.creating_layer`: Keras' name-scope stack (`global_state`
+  `"name_scope_stack"`, `name_scope.caller`);
+- `keras.in_symbolic_scope`: `keras.src.backend.common.symbolic_scope`;
+- `keras.set_variable_storage`: a Keras TF `Variable`'s `_value`;
+- `tf.keep_variable_key`: a `ResourceVariable`'s `_unique_id`, which
+  Keras' TF optimizer uses as the key of its per-variable state;
+- `tf.plain_variable`: `resource_variable_ops.ResourceVariable`, built
+  directly so that no variable-creator scope sees it;
+- `tf.in_shape_query`: the Python stack, for `array_ops.shape_internal`
+  (eager `tf.shape` converts a Keras variable's whole value).
+"""

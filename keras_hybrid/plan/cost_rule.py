@@ -1,0 +1,206 @@
+"""Whether partitioning a table pays: the simulator's cost model per table.
+
+For one table of `rows` rows of `row_bytes` bytes, looked up `lookups`
+times per worker and step on `workers` workers linked by `link`:
+
+- partitioned: a lookup exchanges a count vector, the unique ids, their
+  rows (pull) and their gradient rows (push), about 2 u r bytes per worker
+  in 4 collectives, where u, the number of distinct ids, is taken as
+  `min(lookups, rows)`: exact for a position table read in full and for
+  random ids of a big table, an upper bound otherwise (skewed ids repeat),
+  so the rule errs towards replicating;
+- replicated (only below `REPLICA_BYTES_LIMIT`: a bigger table, with its
+  optimizer state, would cost every worker several times its size in
+  memory), the cheaper of: the table's gradient densified into the
+  dense all-reduce, which exists anyway (no extra latency), or its
+  `IndexedSlices` all-gathered, rows and ids, as stock TensorFlow does.
+
+Times come from `simulate.cost_model.exchange_seconds` on a flat cluster of
+one worker per host.
+"""
+
+import dataclasses
+
+from keras_hybrid.simulate import cluster_spec
+from keras_hybrid.simulate import cost_model
+from keras_hybrid.simulate import traffic
+
+DEFAULT_BANDWIDTH = "10gbit"
+DEFAULT_LATENCY = "50us"
+# Per-worker batch assumed for a lookup whose batch dimension is unknown
+# when the step is traced.
+ASSUMED_BATCH = 128
+SYNCS = ("allreduce", "allgather")
+# A replica of a table this big, with its optimizer state, costs more
+# memory per worker than any traffic saving is worth: it is partitioned.
+REPLICA_BYTES_LIMIT = 64 * 2**20
+
+
+@dataclasses.dataclass(frozen=True)
+class Link:
+    """The network between workers, as the placement cost rule sees it.
+
+    Args:
+        bandwidth: String or float. A tc-style rate (`"10gbit"`,
+            `"100mbit"`) or bytes per second. Defaults to `"10gbit"`.
+        latency: String or float. A tc-style time (`"50us"`) or seconds,
+            per message. Defaults to `"50us"`.
+
+    Example:
+
+    ```python
+    strategy = keras_hybrid.HybridStrategy(
+        link=keras_hybrid.Link(bandwidth="100gbit", latency="5us"))
+    ```
+
+    Raises:
+        ValueError: If the rate is not positive or the time is negative.
+    """
+
+    bandwidth: str | float = DEFAULT_BANDWIDTH
+    latency: str | float = DEFAULT_LATENCY
+
+    def __post_init__(self) -> None:
+        self.bytes_per_second  # noqa: B018 (validates)
+        self.seconds  # noqa: B018
+
+    @property
+    def bytes_per_second(self) -> float:
+        if isinstance(self.bandwidth, str):
+            return cluster_spec.parse_rate(self.bandwidth)
+        if not self.bandwidth > 0:
+            raise ValueError(
+                f"`bandwidth` must be > 0 bytes/s. Received: {self.bandwidth}"
+            )
+        return float(self.bandwidth)
+
+    @property
+    def seconds(self) -> float:
+        if isinstance(self.latency, str):
+            return cluster_spec.parse_time(self.latency)
+        if not self.latency >= 0:
+            raise ValueError(
+                f"`latency` must be >= 0 seconds. Received: {self.latency}"
+            )
+        return float(self.latency)
+
+    def __str__(self) -> str:
+        return f"{self.bandwidth}/{self.latency}"
+
+    def get_config(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_config(cls, config: dict) -> "Link":
+        return cls(**config)
+
+
+@dataclasses.dataclass(frozen=True)
+class TableCost:
+    """Predicted communication of one table per worker and step.
+
+    Attributes:
+        lookups: Int. Ids looked up per worker and step.
+        unique: Float. Expected distinct ids among them.
+        sparse_bytes: Float. Bytes sent if partitioned.
+        sparse_seconds: Float.
+        dense_bytes: Float. Bytes sent if replicated (cheaper sync).
+        dense_seconds: Float.
+        dense_sync: String, one of `SYNCS`: how a replicated copy syncs.
+        table_bytes: Int. Size of the whole table.
+    """
+
+    lookups: int
+    unique: float
+    sparse_bytes: float
+    sparse_seconds: float
+    dense_bytes: float
+    dense_seconds: float
+    dense_sync: str
+    table_bytes: int = 0
+
+    @property
+    def partition(self) -> bool:
+        if self.table_bytes >= REPLICA_BYTES_LIMIT:
+            return True
+        return self.sparse_seconds < self.dense_seconds
+
+    def summary(self) -> str:
+        sparse = f"{self.sparse_bytes / 1e3:.1f} kB"
+        dense = f"{self.dense_bytes / 1e3:.1f} kB ({self.dense_sync})"
+        sign = "<" if self.sparse_seconds < self.dense_seconds else ">="
+        too_big = ""
+        if self.table_bytes >= REPLICA_BYTES_LIMIT:
+            too_big = (
+                f"; {self.table_bytes / 2**20:.0f} MiB is too big to replicate"
+            )
+        return (
+            f"partitioned {sparse} {self.sparse_seconds * 1e3:.3f} ms {sign} "
+            f"replicated {dense} {self.dense_seconds * 1e3:.3f} ms{too_big}"
+        )
+
+
+def expected_unique(rows: int, lookups: int) -> float:
+    """Distinct ids assumed among `lookups` ids of a `rows`-row table."""
+    return float(min(rows, lookups))
+
+
+def table_cost(
+    rows: int, row_bytes: int, lookups: int, workers: int, link: Link
+) -> TableCost:
+    """Both choices' bytes and seconds for one table (see module doc)."""
+    spec = cluster_spec.ClusterSpec(
+        workers=workers,
+        inter_bandwidth=link.bytes_per_second,
+        inter_latency=link.seconds,
+    )
+    n = workers
+    unique = expected_unique(rows, lookups)
+    away = unique * (n - 1) / n
+    sparse = [
+        traffic.Exchange("all_gather", {}, n * traffic.COUNT_BYTES),
+        traffic.Exchange("all_to_all", {}, away * traffic.ID_BYTES),
+        traffic.Exchange("all_to_all", {}, away * row_bytes),
+        traffic.Exchange("all_to_all", {}, away * row_bytes),
+    ]
+    sparse_bytes = (n - 1) * n * traffic.COUNT_BYTES + away * (
+        traffic.ID_BYTES + 2 * row_bytes
+    )
+    sparse_seconds = sum(cost_model.exchange_seconds(e, spec) for e in sparse)
+    table_bytes = rows * row_bytes
+    # Fused into the dense all-reduce: bandwidth only.
+    reduce_bytes = 2 * (n - 1) * table_bytes / n
+    reduce_seconds = reduce_bytes / link.bytes_per_second
+    gather = [
+        traffic.Exchange("all_gather", {}, lookups * row_bytes),
+        traffic.Exchange("all_gather", {}, lookups * traffic.ID_BYTES),
+    ]
+    gather_bytes = (n - 1) * lookups * (row_bytes + traffic.ID_BYTES)
+    gather_seconds = sum(cost_model.exchange_seconds(e, spec) for e in gather)
+    if reduce_seconds <= gather_seconds:
+        dense = (reduce_bytes, reduce_seconds, "allreduce")
+    else:
+        dense = (gather_bytes, gather_seconds, "allgather")
+    return TableCost(
+        lookups, unique, sparse_bytes, sparse_seconds, *dense, table_bytes
+    )
+
+
+def may_pay(rows: int, row_bytes: int, workers: int, link: Link) -> bool:
+    """Whether partitioning pays for some number of lookups per step (1,
+    2, 4, ... up to 16 times the rows)."""
+    lookups = 1
+    while lookups <= 16 * rows:
+        if table_cost(rows, row_bytes, lookups, workers, link).partition:
+            return True
+        lookups *= 2
+    return False
+
+
+def lookups_of(shape) -> int:
+    """Ids in a lookup of static `shape`; unknown dims count as
+    `ASSUMED_BATCH`."""
+    count = 1
+    for dim in shape:
+        count *= ASSUMED_BATCH if dim is None else int(dim)
+    return count

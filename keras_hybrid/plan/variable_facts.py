@@ -1,0 +1,44 @@
+"""`VariableFacts`: what placement knows about one trainable variable."""
+
+import dataclasses
+
+USES = ("unseen", "gathered", "whole")
+
+
+@dataclasses.dataclass(frozen=True)
+class VariableFacts:
+    """What the strategy has seen of a variable, for `make_plan`.
+
+    Attributes:
+        path: String. Unique path; the key `variable_kinds` takes.
+        shape: Tuple of ints.
+        dtype_size: Int. Bytes per element.
+        candidate: Boolean. Created as a provisional table: big enough
+            that partitioning could pay, with rows for every shard.
+        use: String, one of `USES`: not yet seen in a traced step, read
+            only through gathers, or read whole somewhere.
+        lookups: Int or None. Ids gathered per worker and step.
+        whole_reader: String. What read it whole (`use == "whole"`).
+        blocker: String. Why it cannot be partitioned whatever its use
+            (for example a regularizer that is not row by row), or "".
+    """
+
+    path: str
+    shape: tuple
+    dtype_size: int
+    candidate: bool = False
+    use: str = "unseen"
+    lookups: int | None = None
+    whole_reader: str = ""
+    blocker: str = ""
+
+    @property
+    def bytes(self) -> int:
+        size = self.dtype_size
+        for d in self.shape:
+            size *= d
+        return size
+
+    @property
+    def row_bytes(self) -> int:
+        return self.bytes // max(1, self.shape[0]) if self.shape else 0

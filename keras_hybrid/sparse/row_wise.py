@@ -1,0 +1,149 @@
+"""Regularizers and constraints of a partitioned table, shard by shard.
+
+A table's regularizer and constraint can run on the owner's rows only if
+they work row by row: the penalty of the whole table is the sum of its
+rows' penalties (L1, L2, L1L2, any per-element or per-row penalty), and
+the constraint of a row depends on that row alone (`NonNeg`,
+`MaxNorm(axis=1)`, `UnitNorm(axis=1)`). Both are checked by a probe on
+random rows when a provisional table's placement is decided; a penalty or
+constraint that fails it (an orthogonality penalty, `MaxNorm(axis=0)`,
+which bounds columns across all rows) keeps the table dense.
+
+- The penalty becomes `RowRegularizer`: each owner applies the user's
+  regularizer to its rows, and one scalar all-reduce gives every worker the
+  whole table's penalty. Its gradient stays on the owner's rows: Keras
+  scales each worker's loss by `1/N` and a replicated table's gradient
+  would be summed over N workers, so the owner takes N times its own
+  upstream gradient, which is exactly the replicated table's gradient.
+- The constraint is taken off the Keras variable (so Keras' optimizer
+  does not apply it to the whole table) and applied by the strategy to the
+  owner's rows right after each optimizer update of the table.
+"""
+
+import numpy as np
+import tensorflow as tf
+
+from keras_hybrid._compat import keras as keras_compat
+from keras_hybrid.plan import use_discovery
+from keras_hybrid.sparse import sharded_table
+from keras_hybrid.sparse import table_gradients
+
+_PROBE_ROWS = 3
+_PROBE_SEED = 1234
+
+
+class RowRegularizer:
+    """The user's row-wise `regularizer`, applied to this shard's rows.
+
+    Args:
+        regularizer: Callable. The user's regularizer.
+        table: The `ShardedTable` it penalizes.
+        communicator: The job's `Communicator`.
+    """
+
+    def __init__(self, regularizer, table, communicator) -> None:
+        self.regularizer = regularizer
+        self.table = table
+        self.communicator = communicator
+
+    def __call__(self, value):
+        del value  # the Keras variable: its rows live on the shards
+        if use_discovery.active() or keras_compat.in_symbolic_scope():
+            with sharded_table.local_reads():
+                return self.regularizer(tf.convert_to_tensor(self.table))
+        return _shard_penalty(self.table, self.regularizer, self.communicator)
+
+    def get_config(self) -> dict:
+        return self.regularizer.get_config()
+
+
+def _shard_penalty(table, regularizer, comm):
+    @tf.custom_gradient
+    def penalty(anchor):
+        with sharded_table.local_reads():
+            rows = tf.convert_to_tensor(table)
+        with tf.GradientTape() as tape:
+            tape.watch(rows)
+            local = regularizer(rows)
+        d_rows = tape.gradient(local, rows)
+        total = comm.all_reduce([local], op="sum", path="dense")[0]
+
+        def grad(upstream, variables=None):
+            del variables
+            scale = tf.cast(comm.size, d_rows.dtype) * upstream
+            ids = tf.range(tf.shape(d_rows)[0], dtype=tf.int64)
+            pushed = table_gradients.make(table, scale * d_rows, ids)
+            return tf.zeros_like(anchor), [pushed]
+
+        return total, grad
+
+    # `custom_gradient` passes the variables it saw through an IdentityN;
+    # they must read as the local rows, not as a whole-table stand-in.
+    with sharded_table.local_reads():
+        return penalty(tf.constant(0.0))
+
+
+def install(placed, communicator) -> str:
+    """Makes the regularizer and constraint of provisional table `placed`
+    row-wise. Returns why they cannot be, or "" if they can."""
+    variable, table = placed.keras_variable, placed.storage
+    row_shape = tuple(table.full_shape[1:])
+    regularizer = variable.regularizer
+    if regularizer is not None and not isinstance(regularizer, RowRegularizer):
+        if not _sums_over_rows(regularizer, row_shape):
+            return f"regularizer {_name(regularizer)} is not a sum over rows"
+        placed.regularizer = regularizer
+        variable.regularizer = RowRegularizer(regularizer, table, communicator)
+    constraint = variable.constraint
+    if constraint is not None:
+        if not _acts_per_row(constraint, row_shape):
+            uninstall(placed)
+            return f"constraint {_name(constraint)} mixes rows"
+        placed.constraint = constraint
+        variable.constraint = None
+        table.row_constraint = constraint
+    return ""
+
+
+def uninstall(placed) -> None:
+    """Gives the Keras variable back its own regularizer and constraint."""
+    variable = placed.keras_variable
+    if placed.regularizer is not None:
+        variable.regularizer = placed.regularizer
+        placed.regularizer = None
+    if placed.constraint is not None:
+        variable.constraint = placed.constraint
+        placed.storage.row_constraint = None
+        placed.constraint = None
+
+
+def _probe_rows(row_shape):
+    rng = np.random.default_rng(_PROBE_SEED)
+    shape = (_PROBE_ROWS, *row_shape)
+    a = rng.normal(size=shape).astype("float32")
+    b = rng.normal(size=shape).astype("float32")
+    return a, b, np.concatenate([a, b])
+
+
+def _sums_over_rows(regularizer, row_shape) -> bool:
+    a, b, both = _probe_rows(row_shape)
+    with tf.init_scope():
+        parts = float(regularizer(tf.constant(a))) + float(
+            regularizer(tf.constant(b))
+        )
+        whole = float(regularizer(tf.constant(both)))
+    return bool(np.isclose(parts, whole, rtol=1e-5, atol=1e-6))
+
+
+def _acts_per_row(constraint, row_shape) -> bool:
+    a, b, both = _probe_rows(row_shape)
+    with tf.init_scope():
+        parts = np.concatenate(
+            [np.asarray(constraint(tf.constant(x))) for x in (a, b)]
+        )
+        whole = np.asarray(constraint(tf.constant(both)))
+    return bool(np.allclose(parts, whole, rtol=1e-5, atol=1e-6))
+
+
+def _name(obj) -> str:
+    return type(obj).__name__

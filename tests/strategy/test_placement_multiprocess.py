@@ -1,0 +1,119 @@
+"""Tables are found by use in every model shape, on 2 and 3 workers.
+
+Each shape of `workers/placement_shapes.py` trains 3 steps on N workers;
+the final weights must equal one process trained on the same global
+batches (1e-5), the plan must say what `EXPECTED` says, and on 3 workers
+the sparse bytes per step must be below the same model's with every
+variable replicated and `IndexedSlices` all-gathered (stock TF).
+"""
+
+import json
+import os
+import re
+import sys
+import tempfile
+
+import keras
+import numpy as np
+import pytest
+
+from keras_hybrid.testing import TestCase
+from keras_hybrid.testing import run_workers
+
+HERE = os.path.dirname(__file__)
+sys.path.insert(0, os.path.join(HERE, "workers"))
+import placement_shapes as shapes  # noqa: E402
+import placement_worker as worker  # noqa: E402
+
+WORKER = os.path.join(HERE, "workers", "placement_worker.py")
+SPARSE_PATHS = ("sparse_pull", "sparse_push", "ids", "padding")
+CONFIGS = [(name, "sgd") for name in shapes.BUILDERS] + [
+    ("regularized", "adam")
+]
+
+
+def _reference(shape: str, optimizer: str, start: list) -> list:
+    """One plain process, same start, same global batches."""
+    keras.backend.clear_session()
+    model = shapes.BUILDERS[shape]()
+    x, y = worker.make_data(3, 24)
+    if not model.built:
+        model(x[:24])
+    model.set_weights(start)
+    model.compile(optimizer=worker.make_optimizer(optimizer), loss="mse")
+    model.fit(x, y, batch_size=24, shuffle=False, verbose=0)
+    return model.get_weights()
+
+
+def _sparse_bytes(result) -> int:
+    return sum(result["sent"][p]["sent_bytes"] for p in SPARSE_PATHS)
+
+
+@pytest.mark.multiprocess
+class PlacementTest(TestCase):
+    def _run(self, num_workers: int, configs: list) -> dict:
+        with tempfile.TemporaryDirectory() as out:
+            run = run_workers(
+                WORKER,
+                num_workers,
+                out,
+                args=(f"--shapes={json.dumps(configs)}",),
+                timeout=600,
+            ).check()
+        self.assertEqual(sorted(run.results), list(range(num_workers)))
+        return run.results
+
+    def _check(self, num_workers: int, results: dict) -> None:
+        for shape, optimizer in CONFIGS:
+            key = f"{shape}/{optimizer}/hybrid"
+            with self.subTest(shape=shape, optimizer=optimizer):
+                ours = results[0][key]
+                self._check_plan(shape, ours["plan"], ours["plan_text"])
+                for rank in range(1, num_workers):
+                    for a, b in zip(
+                        ours["end"], results[rank][key]["end"], strict=True
+                    ):
+                        np.testing.assert_array_equal(a, b)
+                want = _reference(shape, optimizer, ours["start"])
+                for got, ref in zip(ours["end"], want, strict=True):
+                    np.testing.assert_allclose(got, ref, atol=1e-5)
+                self.assertGreater(
+                    max(
+                        np.abs(e - s).max()
+                        for e, s in zip(ours["end"], ours["start"], strict=True)
+                    ),
+                    1e-4,
+                )
+
+    def _check_plan(self, shape: str, plan: dict, text: str) -> None:
+        for pattern, (kind, source) in shapes.EXPECTED[shape].items():
+            paths = [p for p in plan if re.fullmatch(pattern, p)]
+            self.assertTrue(paths, f"{pattern} matches none of\n{text}")
+            for path in paths:
+                self.assertEqual(plan[path][0], kind, f"{path}\n{text}")
+                if source is not None:
+                    self.assertEqual(plan[path][1], source, f"{path}\n{text}")
+
+    def test_two_workers(self):
+        configs = [[s, o, "hybrid"] for s, o in CONFIGS]
+        self._check(2, self._run(2, configs))
+
+    def test_three_workers_and_bytes_against_allgather(self):
+        configs = [[s, o, "hybrid"] for s, o in CONFIGS]
+        configs += [[s, "sgd", "allgather"] for s, _ in CONFIGS[:-1]]
+        results = self._run(3, configs)
+        self._check(3, results)
+        for shape, (kind, _) in (
+            (s, next(iter(shapes.EXPECTED[s].values())))
+            for s, _ in CONFIGS[:-1]
+        ):
+            if kind != "sparse":
+                continue
+            with self.subTest(shape=shape):
+                hybrid = _sparse_bytes(results[0][f"{shape}/sgd/hybrid"])
+                stock = _sparse_bytes(results[0][f"{shape}/sgd/allgather"])
+                print(
+                    f"{shape}: {hybrid / 3:.0f} B/step vs all-gather "
+                    f"{stock / 3:.0f} B/step ({stock / max(1, hybrid):.2f}x)"
+                )
+                self.assertLess(hybrid, stock)

@@ -1,0 +1,212 @@
+"""Model shapes whose tables must be found by use, wherever they sit.
+
+Each builder returns a fresh model; `EXPECTED[name]` maps a path regex to
+the kind the plan must give (on `BYTES_ONLY`, where bytes alone decide).
+Inputs are int32 ids of shape (batch, 2) in [0, ROWS).
+"""
+
+import keras
+import tensorflow as tf
+from keras import ops
+
+ROWS = 3000
+DIM = 8
+POSITIONS = 2
+
+
+class Recommender(keras.Model):
+    """Tables as attributes: the usual subclassed recommender."""
+
+    def __init__(self, **kwargs):
+        super().__init__(name="recommender", **kwargs)
+        self.user = keras.layers.Embedding(ROWS, DIM, name="user")
+        self.item = keras.layers.Embedding(ROWS, DIM, name="item")
+        self.out = keras.layers.Dense(1, name="out")
+
+    def call(self, x):
+        both = ops.concatenate([self.user(x[:, 0]), self.item(x[:, 1])], -1)
+        return self.out(both)
+
+
+class TokenAndPosition(keras.layers.Layer):
+    """A custom layer owning two tables (the keras-io Transformer one)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.token = keras.layers.Embedding(ROWS, DIM, name="token")
+        self.position = keras.layers.Embedding(POSITIONS, DIM, name="pos")
+
+    def call(self, x):
+        positions = ops.arange(ops.shape(x)[-1])
+        return self.token(x) + self.position(positions)
+
+
+class TablesInList(keras.Model):
+    def __init__(self, **kwargs):
+        super().__init__(name="in_list", **kwargs)
+        self.tables = [
+            keras.layers.Embedding(ROWS, DIM, name=f"t{i}") for i in range(2)
+        ]
+        self.out = keras.layers.Dense(1, name="out")
+
+    def call(self, x):
+        return self.out(self.tables[0](x[:, 0]) * self.tables[1](x[:, 1]))
+
+
+class TablesInDict(keras.Model):
+    def __init__(self, **kwargs):
+        super().__init__(name="in_dict", **kwargs)
+        self.tables = {
+            "a": keras.layers.Embedding(ROWS, DIM, name="a"),
+            "b": keras.layers.Embedding(ROWS, DIM, name="b"),
+        }
+        self.out = keras.layers.Dense(1, name="out")
+
+    def call(self, x):
+        a, b = self.tables["a"](x[:, 0]), self.tables["b"](x[:, 1])
+        return self.out(a - b)
+
+
+class LazyTables(keras.layers.Layer):
+    """Creates its table in `build`, on first call."""
+
+    def build(self, input_shape):
+        self.table = keras.layers.Embedding(ROWS, DIM, name="lazy")
+        self.table.build()
+
+    def call(self, x):
+        return ops.sum(self.table(x), axis=1)
+
+
+class MyEmbedding(keras.layers.Embedding):
+    """A subclass of `Embedding`."""
+
+    def call(self, inputs):
+        return super().call(inputs) * 2.0
+
+
+class GatherWeights(keras.layers.Layer):
+    """Custom weights read only by gathers, three ways."""
+
+    def build(self, input_shape):
+        self.w_take = self.add_weight(shape=(ROWS, DIM), name="w_take")
+        self.w_gather = self.add_weight(shape=(ROWS, DIM), name="w_gather")
+        self.w_lookup = self.add_weight(shape=(ROWS, DIM), name="w_lookup")
+
+    def call(self, x):
+        a = ops.take(self.w_take, x[:, 0], axis=0)
+        b = tf.gather(self.w_gather, x[:, 1])
+        c = tf.nn.embedding_lookup(self.w_lookup.value, x[:, 0])
+        return a + b + c
+
+
+class Tied(keras.Model):
+    """Input table reused as the output projection: read whole."""
+
+    def __init__(self, **kwargs):
+        super().__init__(name="tied", **kwargs)
+        self.table = keras.layers.Embedding(ROWS, DIM, name="shared")
+
+    def call(self, x):
+        h = ops.mean(self.table(x), axis=1)
+        logits = ops.matmul(h, ops.transpose(self.table.embeddings))
+        return logits[:, :1]
+
+
+def _functional(layer_fn, name):
+    ids = keras.Input((2,), dtype="int32")
+    x = layer_fn(ids)
+    x = keras.layers.Flatten()(x) if len(x.shape) > 2 else x
+    return keras.Model(ids, keras.layers.Dense(1, name="out")(x), name=name)
+
+
+def _nested():
+    inner = _functional(
+        lambda i: keras.layers.Embedding(ROWS, DIM, name="inner_table")(i),
+        "inner",
+    )
+
+    class Outer(keras.Model):
+        def __init__(self):
+            super().__init__(name="outer")
+            self.inner = inner
+
+        def call(self, x):
+            return self.inner(x) + 1.0
+
+    return Outer()
+
+
+def _regularized():
+    return _functional(
+        lambda i: keras.layers.Embedding(
+            ROWS,
+            DIM,
+            name="reg",
+            embeddings_regularizer=keras.regularizers.L1L2(1e-3, 1e-2),
+            embeddings_constraint=keras.constraints.MaxNorm(0.05, axis=1),
+        )(i),
+        "regularized",
+    )
+
+
+def _column_constraint():
+    return _functional(
+        lambda i: keras.layers.Embedding(
+            ROWS,
+            DIM,
+            name="colnorm",
+            embeddings_constraint=keras.constraints.MaxNorm(1.0, axis=0),
+        )(i),
+        "column_constraint",
+    )
+
+
+BUILDERS = {
+    "functional": lambda: _functional(
+        lambda i: keras.layers.Embedding(ROWS, DIM, name="table")(i),
+        "functional",
+    ),
+    "subclassed": Recommender,
+    "subclassed_unbuilt": Recommender,
+    "custom_layer": lambda: _functional(
+        lambda i: TokenAndPosition(name="tok_pos")(i), "custom_layer"
+    ),
+    "list": TablesInList,
+    "dict": TablesInDict,
+    "nested": _nested,
+    "lazy": lambda: _functional(lambda i: LazyTables(name="lazy")(i), "lazy"),
+    "subclass_of_embedding": lambda: _functional(
+        lambda i: MyEmbedding(ROWS, DIM, name="mine")(i), "subclass"
+    ),
+    "gather_weights": lambda: _functional(
+        lambda i: GatherWeights(name="gw")(i), "gather_weights"
+    ),
+    "tied": Tied,
+    "regularized": _regularized,
+    "column_constraint": _column_constraint,
+}
+
+EXPECTED = {
+    "functional": {"table/embeddings": ("sparse", "gathered")},
+    "subclassed": {
+        "recommender/user/embeddings": ("sparse", "gathered"),
+        "recommender/item/embeddings": ("sparse", "gathered"),
+    },
+    "subclassed_unbuilt": {
+        "recommender/(user|item)/embeddings": ("sparse", "gathered"),
+    },
+    "custom_layer": {
+        ".*tok_pos/token/embeddings": ("sparse", "gathered"),
+        ".*tok_pos/pos/embeddings": ("dense", None),
+    },
+    "list": {"in_list/t[01]/embeddings": ("sparse", "gathered")},
+    "dict": {"in_dict/[ab]/embeddings": ("sparse", "gathered")},
+    "nested": {".*inner_table/embeddings": ("sparse", "gathered")},
+    "lazy": {".*lazy/embeddings": ("sparse", "gathered")},
+    "subclass_of_embedding": {".*mine/embeddings": ("sparse", "gathered")},
+    "gather_weights": {".*gw/w_(take|gather|lookup)": ("sparse", "gathered")},
+    "tied": {"tied/shared/embeddings": ("dense", "read whole")},
+    "regularized": {".*reg/embeddings": ("sparse", "gathered")},
+    "column_constraint": {".*colnorm/embeddings": ("dense", "blocked")},
+}

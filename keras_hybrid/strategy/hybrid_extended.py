@@ -15,6 +15,7 @@ Keras' TF optimizer sends every gradient through the replica context's
 `all_reduce`, which reaches `_batch_reduce_to` here through `merge_call`.
 """
 
+import keras
 import tensorflow as tf
 from absl import logging
 from tensorflow.python.distribute import distribute_lib
@@ -319,6 +320,10 @@ def _check_optimizer(optimizer, variables) -> None:
     from keras_hybrid.optimizers import sparse_support
     from keras_hybrid.optimizers.hybrid_optimizer import HybridOptimizer
 
+    # `compile` wraps any optimizer in a `LossScaleOptimizer` under
+    # "mixed_float16"; what updates the tables is the one inside.
+    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+        optimizer = optimizer.inner_optimizer
     wrapped = isinstance(optimizer, HybridOptimizer)
     inner = optimizer.inner_optimizer if wrapped else optimizer
     sparse_support.check(inner, variables, wrapped=wrapped)

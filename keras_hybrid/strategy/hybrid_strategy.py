@@ -9,6 +9,7 @@ from absl import logging
 from keras_hybrid import checkpoint
 from keras_hybrid.checkpoint import chief_writes
 from keras_hybrid.comm import communicator as communicator_lib
+from keras_hybrid.optimizers import finite_check
 from keras_hybrid.plan.cost_rule import Link
 from keras_hybrid.strategy import cluster
 from keras_hybrid.strategy import input_sharding
@@ -155,6 +156,7 @@ class HybridStrategy(tf.distribute.Strategy):
         self._agree_on_random_seed()
         if info.size > 1:
             chief_writes.install(self)
+            finite_check.install()
 
     # -- where this process sits
 

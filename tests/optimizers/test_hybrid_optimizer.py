@@ -250,3 +250,35 @@ class PerElementOptimizersTest(TestCase):
                 for g, w in zip(got, want, strict=True):
                     self.assertAllClose(g, w, msg=name)
                 self.assertGreater(np.abs(got[0] - start[0]).max(), 1e-4)
+
+
+class LossScaledOptimizerCheckTest(TestCase):
+    """Under "mixed_float16" `compile` wraps the optimizer in a
+    `LossScaleOptimizer`; the optimizer inside is still checked."""
+
+    def _fit_mixed(self, make_optimizer):
+        keras.mixed_precision.set_global_policy("mixed_float16")
+        self.addCleanup(keras.mixed_precision.set_global_policy, "float32")
+        strategy = keras_hybrid.HybridStrategy(
+            variable_kinds={".*embeddings": "sparse"}
+        )
+        with strategy.scope():
+            model = embedding_model()
+            model.compile(optimizer=make_optimizer(), loss=LOSS)
+        self.assertIsInstance(
+            model.optimizer, keras.optimizers.LossScaleOptimizer
+        )
+        x, y = data(16)
+        model.fit(x, y, batch_size=16, verbose=0)
+
+    def test_whole_table_optimizer_inside_loss_scaling_is_refused(self):
+        with self.assertRaisesRegex(NotImplementedError, "Adafactor"):
+            self._fit_mixed(keras.optimizers.Adafactor)
+
+    def test_plain_accumulation_inside_loss_scaling_asks_for_wrapper(self):
+        with self.assertRaisesRegex(
+            NotImplementedError, "keras_hybrid.HybridOptimizer"
+        ):
+            self._fit_mixed(
+                lambda: keras.optimizers.SGD(gradient_accumulation_steps=2)
+            )

@@ -118,6 +118,37 @@ class SingleProcessTest(TestCase):
         self.assertIn("'embedding/embeddings'", message)
         self.assertIn("items/embeddings", message)
 
+    def test_paths_are_unique_and_are_the_override_keys(self):
+        class TwoSameNames(keras.Model):
+            def __init__(self):
+                super().__init__(name="twins")
+                self.a = keras.layers.Embedding(50, 4, name="emb")
+                self.b = keras.layers.Embedding(50, 4, name="emb")
+
+            def call(self, x):
+                return self.a(x) + self.b(x)
+
+        with mock.patch.dict(os.environ):
+            os.environ.pop("TF_CONFIG", None)
+            strategy = HybridStrategy(
+                variable_kinds={"twins/emb/embeddings#2": "sparse"}
+            )
+        with strategy.scope():
+            model = TwoSameNames()
+            model(np.zeros((2, 3), "int32"))
+        plan = strategy.plan
+        self.assertEqual(
+            [v.path for v in plan.variables],
+            ["twins/emb/embeddings", "twins/emb/embeddings#2"],
+        )
+        self.assertEqual(plan["twins/emb/embeddings"].kind, "dense")
+        self.assertEqual(plan["twins/emb/embeddings#2"].kind, "sparse")
+        self.assertEqual(plan["twins/emb/embeddings#2"].source, "override")
+
+    def test_link_must_be_a_link(self):
+        with self.assertRaisesRegex(TypeError, "keras_hybrid.Link"):
+            HybridStrategy(link="10gbit")
+
     def test_gather_predictions_checks_batch_size(self):
         strategy = HybridStrategy()
         with self.assertRaisesRegex(ValueError, "batch_size"):

@@ -20,7 +20,6 @@ from absl import app
 from absl import flags
 
 import keras_hybrid as kh
-from keras_hybrid.testing import SPARSE_TABLES
 from keras_hybrid.testing.multiprocess import save_result
 
 FLAGS = flags.FLAGS
@@ -68,9 +67,7 @@ def _measure_saves(strategy, model) -> dict:
 
 def main(argv):
     del argv
-    strategy = kh.HybridStrategy(
-        timeout_seconds=120, variable_kinds=SPARSE_TABLES
-    )
+    strategy = kh.HybridStrategy(timeout_seconds=120)
     before = _peak_rss_kib()
     with strategy.scope():
         ids = keras.Input((4,), dtype="int32")

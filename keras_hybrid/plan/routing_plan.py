@@ -128,6 +128,8 @@ def make_plan(
     for facts in variables:
         kind, source, reason, cost = _decide(facts, num_shards, link)
         forced = kind_overrides.override_for(facts.path, overrides)
+        if forced is None and facts.keras_path:
+            forced = kind_overrides.override_for(facts.keras_path, overrides)
         if forced is not None:
             kind, source, reason = forced, "override", "variable_kinds"
         partition = None

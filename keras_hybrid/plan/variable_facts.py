@@ -21,6 +21,8 @@ class VariableFacts:
         whole_reader: String. What read it whole (`use == "whole"`).
         blocker: String. Why it cannot be partitioned whatever its use
             (for example a regularizer that is not row by row), or "".
+        keras_path: String. The Keras path, if `path` had to be made
+            unique (`path` then ends in `#k`); overrides match it too.
     """
 
     path: str
@@ -31,6 +33,7 @@ class VariableFacts:
     lookups: int | None = None
     whole_reader: str = ""
     blocker: str = ""
+    keras_path: str = ""
 
     @property
     def bytes(self) -> int:

@@ -18,6 +18,7 @@ shape query) of a provisional table makes it dense at once. The plan
 
 import dataclasses
 import re
+import weakref
 
 import tensorflow as tf
 from absl import logging
@@ -36,13 +37,19 @@ from keras_hybrid.sparse.sharded_table import ShardedTable
 
 @dataclasses.dataclass
 class _Placed:
-    """A variable this router created, and what follows it."""
+    """A variable this router created, and what follows it. Only a weak
+    reference to the Keras variable: a model that is dropped (a notebook
+    building it again) takes its shards with it."""
 
-    keras_variable: object
+    keras_ref: weakref.ref
     storage: tf.Variable
     slots: list = dataclasses.field(default_factory=list)
     regularizer: object = None
     constraint: object = None
+
+    @property
+    def keras_variable(self):
+        return self.keras_ref()
 
 
 class VariableRouter:
@@ -84,7 +91,9 @@ class VariableRouter:
         colocate = kwargs.get("colocate_with")
         if isinstance(colocate, ShardedTable):
             slot = table_factory.create_slot(colocate, info, kwargs, self._comm)
-            self._placed[colocate.path].slots.append((info[0], slot))
+            self._placed[colocate.path].slots.append(
+                (weakref.ref(info[0]), slot)
+            )
             return slot
         if info is None or not info[0].trainable:
             return make_dense()
@@ -100,16 +109,18 @@ class VariableRouter:
                 storage.on_whole_read = self._on_eager_whole_read
         else:
             storage = make_dense()
-        self._placed[facts.path] = _Placed(variable, storage)
+        self._placed[facts.path] = _Placed(weakref.ref(variable), storage)
         self._paths[id(storage)] = facts.path
         return storage
 
     def _facts_of(self, variable, initializer) -> VariableFacts:
         shape = tuple(int(d) for d in variable.shape)
+        path = self._unique_path(variable.path)
         facts = VariableFacts(
-            self._unique_path(variable.path),
+            path,
             shape,
             tf.as_dtype(variable.dtype).size,
+            keras_path=variable.path if path != variable.path else "",
         )
         candidate = (
             self._comm.size > 1
@@ -123,16 +134,26 @@ class VariableRouter:
         return dataclasses.replace(facts, candidate=candidate)
 
     def _unique_path(self, path: str) -> str:
+        self._forget_dropped()
         unique, k = path, 1
         while unique in self._facts:
             k += 1
             unique = f"{path}#{k}"
         return unique
 
+    def _forget_dropped(self) -> None:
+        """Drops the entries of variables whose model is gone."""
+        for path, placed in list(self._placed.items()):
+            if placed.keras_variable is None:
+                self._paths.pop(id(placed.storage), None)
+                del self._placed[path]
+                del self._facts[path]
+
     # -- decisions
 
     def undecided(self) -> list[str]:
         """Paths of provisional tables, in creation order."""
+        self._forget_dropped()
         return [
             path
             for path, placed in self._placed.items()
@@ -193,10 +214,13 @@ class VariableRouter:
         placed = self._placed[path]
         row_wise.uninstall(placed)
         with tf.init_scope():
-            for keras_var, old in [
-                (placed.keras_variable, placed.storage),
+            for keras_ref, old in [
+                (placed.keras_ref, placed.storage),
                 *placed.slots,
             ]:
+                keras_var = keras_ref()
+                if keras_var is None:
+                    continue
                 new = tf_compat.plain_variable(
                     old.gather_full(),
                     name=old.name.split(":")[0],

@@ -20,6 +20,7 @@ from keras import ops
 
 from keras_hybrid import HybridStrategy
 from keras_hybrid.sparse.sharded_table import ShardedTable
+from keras_hybrid.testing import SPARSE_TABLES
 from keras_hybrid.testing import OneProcessTestCase
 from keras_hybrid.testing import run_workers
 from keras_hybrid.testing.multiprocess import engines_under_test
@@ -116,7 +117,9 @@ class LookupsInOneProcessTest(OneProcessTestCase):
         y = y.astype("float32")
         plain = build()
         plain.compile(optimizer=keras.optimizers.SGD(0.5), loss="mse")
-        strategy = HybridStrategy(variable_kinds=variable_kinds)
+        strategy = HybridStrategy(
+            variable_kinds=variable_kinds or SPARSE_TABLES
+        )
         with strategy.scope():
             hybrid = build()
             hybrid.compile(optimizer=keras.optimizers.SGD(0.5), loss="mse")

@@ -23,6 +23,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.ops import resource_variable_ops
 
+from keras_hybrid.strategy import call_fence
 from keras_hybrid.utils.thread_flag import ThreadFlag
 
 ROLES = ("table", "slot")
@@ -107,15 +108,18 @@ class ShardedTable(resource_variable_ops.ResourceVariable):
             _whole_reads.setdefault(graph, []).append((stand_in, self))
         return stand_in
 
+    @call_fence.fences("variable.numpy")
     def numpy(self):
         """The whole table, gathered from every worker (a collective)."""
         return self.gather_full()
 
+    @call_fence.fences("variable.numpy")
     def __array__(self, dtype=None, copy=None):
         del copy
         value = self.gather_full()
         return value if dtype is None else value.astype(dtype)
 
+    @call_fence.fences("variable.numpy")
     def gather_full(self) -> np.ndarray:
         """Gathers the full table on every worker, one block at a time.
 

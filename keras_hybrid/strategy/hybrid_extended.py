@@ -24,6 +24,7 @@ from tensorflow.python.framework import indexed_slices
 from keras_hybrid.sparse import sharded_table
 from keras_hybrid.sparse import table_gradients
 from keras_hybrid.strategy import global_metrics
+from keras_hybrid.strategy import global_predictions
 from keras_hybrid.strategy import global_read_variable
 from keras_hybrid.strategy import input_sharding
 from keras_hybrid.strategy.global_read_variable import GlobalReadVariable
@@ -89,6 +90,9 @@ class HybridExtended(one_device_strategy.OneDeviceExtended):
                 outputs = global_metrics.globalize_logs(
                     model, outputs, self._communicator
                 )
+            outputs = global_predictions.gather_outputs(
+                outputs, self._communicator
+            )
             return outputs
 
     @property

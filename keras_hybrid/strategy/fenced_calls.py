@@ -8,7 +8,9 @@ table are collectives. `install` wraps these `keras.Model` and
 the call (`call_fence`); calls of models outside any `HybridStrategy`
 and `get_weights` of layers without partitioned tables are unchanged.
 Saves are fenced where `chief_writes` routes them, sharded checkpoints
-and `ShardedTable.numpy` where they are defined.
+and `ShardedTable.numpy` where they are defined. `predict` and
+`predict_on_batch` also turn on `global_predictions.gathering()`, and
+`predict_on_batch` passes on only this worker's slice of its batch.
 
 Public methods patched (Keras 3.15): `keras.Model.fit`, `evaluate`,
 `predict`, `predict_on_batch`, `train_on_batch`, `test_on_batch` (set on

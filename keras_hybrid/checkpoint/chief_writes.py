@@ -15,8 +15,11 @@ redirects the other ranks' writes, like Keras 2 did for
 - `model.export` (SavedModel for serving) gathers the weights on every
   rank; the chief exports a single-device copy of the model built outside
   the strategy, so the SavedModel holds whole tables and no collectives.
+- `TensorBoard` writes through no-op summary writers on other ranks
+  (`chief_summaries`);
 - the stock callbacks that write files themselves (`BackupAndRestore`'s
-  epoch record, `ModelCheckpoint`'s folders, `CSVLogger`) see a
+  epoch record, `ModelCheckpoint`'s folders, `CSVLogger`, `TensorBoard`'s
+  projector config) see a
   `file_utils` whose `File` in a write mode, `copy`, `remove`, `rmtree`
   and `makedirs` touch only a scratch directory or do nothing on other
   ranks. Reads pass through, and Keras' saving code keeps the real
@@ -25,9 +28,9 @@ redirects the other ranks' writes, like Keras 2 did for
 Private hooks touched (Keras 3.15 / TF 2.21): module attributes
 `keras.src.saving.saving_api.save_model` and `save_weights`,
 `keras.src.export.export_saved_model`, and the `file_utils` attribute of
-`keras.src.callbacks.backup_and_restore`, `model_checkpoint` and
-`csv_logger` (all looked up at call time); tables are written to `.h5`
-files by `h5_streaming`. `install` is idempotent;
+`keras.src.callbacks.backup_and_restore`, `model_checkpoint`,
+`csv_logger` and `tensorboard` (all looked up at call time); tables are
+written to `.h5` files by `h5_streaming`. `install` is idempotent;
 `uninstall` restores them.
 """
 
@@ -39,8 +42,10 @@ import threading
 
 from absl import logging
 
+from keras_hybrid.checkpoint import chief_summaries
 from keras_hybrid.checkpoint import h5_streaming
 from keras_hybrid.checkpoint.world import World
+from keras_hybrid.strategy import call_fence
 
 _lock = threading.Lock()
 _originals: dict = {}
@@ -53,6 +58,7 @@ def install(strategy) -> None:
     from keras.src.callbacks import backup_and_restore
     from keras.src.callbacks import csv_logger
     from keras.src.callbacks import model_checkpoint
+    from keras.src.callbacks import tensorboard
     from keras.src.saving import saving_api
 
     with _lock:
@@ -67,11 +73,13 @@ def install(strategy) -> None:
             (backup_and_restore, "file_utils"): proxy,
             (model_checkpoint, "file_utils"): proxy,
             (csv_logger, "file_utils"): proxy,
+            (tensorboard, "file_utils"): proxy,
         }
         for (module, name), replacement in patches.items():
             _originals[(module, name)] = getattr(module, name)
             setattr(module, name, replacement)
         h5_streaming.install(lambda: _active["strategy"].is_chief)
+        chief_summaries.install(_redirect)
 
 
 def uninstall() -> None:
@@ -81,6 +89,7 @@ def uninstall() -> None:
             setattr(module, name, original)
         _originals.clear()
         h5_streaming.uninstall()
+        chief_summaries.uninstall()
         _active["strategy"] = None
 
 
@@ -134,6 +143,7 @@ def _all_ranks_write(filepath, write) -> object:
     return result
 
 
+@call_fence.fences("model.save")
 def _save_model(model, filepath, *args, **kwargs):
     original = _original("save_model")
     return _all_ranks_write(
@@ -141,6 +151,7 @@ def _save_model(model, filepath, *args, **kwargs):
     )
 
 
+@call_fence.fences("model.save_weights")
 def _save_weights(model, filepath, *args, **kwargs):
     original = _original("save_weights")
     return _all_ranks_write(
@@ -148,6 +159,7 @@ def _save_weights(model, filepath, *args, **kwargs):
     )
 
 
+@call_fence.fences("model.export")
 def _export_saved_model(model, filepath, *args, **kwargs):
     original = _original("export_saved_model")
     strategy = _active["strategy"]

@@ -17,8 +17,10 @@ from keras_hybrid.checkpoint import resharding
 from keras_hybrid.checkpoint import shard_files
 from keras_hybrid.checkpoint import world as world_lib
 from keras_hybrid.sparse.row_partition import RowPartition
+from keras_hybrid.strategy import call_fence
 
 
+@call_fence.fences("restore_checkpoint")
 def restore_checkpoint(model, path: str, strategy=None) -> dict:
     """Restores weights and optimizer state saved by `save_checkpoint`.
 

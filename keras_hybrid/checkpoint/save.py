@@ -19,10 +19,12 @@ from keras_hybrid.checkpoint import manifest as manifest_lib
 from keras_hybrid.checkpoint import model_variables
 from keras_hybrid.checkpoint import shard_files
 from keras_hybrid.checkpoint import world as world_lib
+from keras_hybrid.strategy import call_fence
 
 DEFAULT_KEEP = 2
 
 
+@call_fence.fences("save_checkpoint")
 def save_checkpoint(
     model,
     directory: str,

@@ -149,6 +149,16 @@ class Communicator(abc.ABC):
             rows[:, self.size],
         )
 
+    def gather_fixed(
+        self, tensor: tf.Tensor, path: str = "control"
+    ) -> tf.Tensor:
+        """All-gather, in one collective, of a tensor whose shape is the
+        same on every worker: returns `[size * rows, ...]` in rank order."""
+        tensor = tf.convert_to_tensor(tensor)
+        if self.size == 1:
+            return tf.identity(tensor)
+        return self._gather_fixed(tensor, path)
+
     @abc.abstractmethod
     def _gather_fixed(self, tensor: tf.Tensor, path: str) -> tf.Tensor:
         """All-gather of a tensor whose shape is the same on all workers,

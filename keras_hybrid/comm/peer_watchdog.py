@@ -52,6 +52,19 @@ class PeerWatchdog:
     def stop(self) -> None:
         self._stop.set()
 
+    def unreachable_peers(self, probe_seconds: float = 2.0) -> list[int]:
+        """Ranks of the peers whose server does not answer one probe now
+        (for example because the process exited)."""
+        ranks = []
+        for peer in self._peers:
+            try:
+                context.context().check_collective_ops_peer_health(
+                    peer, timeout_in_ms=int(probe_seconds * 1000)
+                )
+            except Exception:  # any failure to answer counts
+                ranks.append(int(peer.rsplit(":", 1)[1]))
+        return ranks
+
     def _run(self) -> None:
         failing_since: dict[str, float] = {}
         probe_ms = int(min(self.interval, self.timeout_seconds) * 1000)

@@ -33,6 +33,7 @@ from tensorflow.python.ops import resource_variable_ops
 from keras_hybrid._compat import keras as keras_compat
 from keras_hybrid._compat import tf as tf_compat
 from keras_hybrid.plan import use_discovery
+from keras_hybrid.strategy import call_fence
 from keras_hybrid.utils.thread_flag import ThreadFlag
 
 ROLES = ("table", "slot")
@@ -144,15 +145,18 @@ class ShardedTable(resource_variable_ops.ResourceVariable):
             _whole_reads.setdefault(graph, []).append((stand_in, self))
         return stand_in
 
+    @call_fence.fences("variable.numpy")
     def numpy(self):
         """The whole table, gathered from every worker (a collective)."""
         return self.gather_full()
 
+    @call_fence.fences("variable.numpy")
     def __array__(self, dtype=None, copy=None):
         del copy
         value = self.gather_full()
         return value if dtype is None else value.astype(dtype)
 
+    @call_fence.fences("variable.numpy")
     def gather_full(self) -> np.ndarray:
         """Gathers the full table on every worker, one block at a time.
 

@@ -202,3 +202,8 @@ def start_watchdog(info: ClusterInfo, timeout_seconds: float):
             _JOB, info.rank, info.size, timeout_seconds
         ).start()
     return _watchdog
+
+
+def watchdog():
+    """This process's `PeerWatchdog`, or None (one process, or Horovod)."""
+    return _watchdog

@@ -27,6 +27,7 @@ from keras_hybrid.plan import use_discovery
 from keras_hybrid.sparse import sharded_table
 from keras_hybrid.sparse import table_gradients
 from keras_hybrid.strategy import global_metrics
+from keras_hybrid.strategy import global_predictions
 from keras_hybrid.strategy import global_read_variable
 from keras_hybrid.strategy import input_sharding
 from keras_hybrid.strategy.global_read_variable import GlobalReadVariable
@@ -96,6 +97,9 @@ class HybridExtended(one_device_strategy.OneDeviceExtended):
                 outputs = global_metrics.globalize_logs(
                     model, outputs, self._communicator
                 )
+            outputs = global_predictions.gather_outputs(
+                outputs, self._communicator
+            )
             return outputs
 
     def _place_by_use(self, fn, args, kwargs) -> None:

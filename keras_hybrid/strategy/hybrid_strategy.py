@@ -12,7 +12,7 @@ from keras_hybrid.comm import communicator as communicator_lib
 from keras_hybrid.optimizers import finite_check
 from keras_hybrid.plan.cost_rule import Link
 from keras_hybrid.strategy import cluster
-from keras_hybrid.strategy import input_sharding
+from keras_hybrid.strategy import fenced_calls
 from keras_hybrid.strategy import quiet_ranks
 from keras_hybrid.strategy.hybrid_extended import HybridExtended
 
@@ -35,9 +35,14 @@ class HybridStrategy(tf.distribute.Strategy):
     Batch sizes given to `fit`, `evaluate` and `predict` are global: each
     worker computes on its slice of every global batch. Losses and metrics
     in `History`, in callbacks' `logs` and from `evaluate` are global and
-    identical on every rank. Initial values of variables are broadcast from
-    rank 0, so workers that seeded differently start identical. Gradients
-    are summed with fused all-reduces over the chosen engine.
+    identical on every rank, and `predict` returns every row, in input
+    order, on every rank. Collective calls (`fit`, `evaluate`, `predict`,
+    saves, `get_weights` of partitioned tables) must be made on every
+    rank: the workers first agree on the call, and a mismatch or a call
+    made by one rank alone raises `RuntimeError` (docs/migrating.md).
+    Initial values of variables are broadcast from rank 0, so workers that
+    seeded differently start identical. Gradients are summed with fused
+    all-reduces over the chosen engine.
 
     Args:
         cluster_resolver: Optional
@@ -157,6 +162,7 @@ class HybridStrategy(tf.distribute.Strategy):
         if info.size > 1:
             chief_writes.install(self)
             finite_check.install()
+            fenced_calls.install(self)
 
     # -- where this process sits
 
@@ -223,36 +229,29 @@ class HybridStrategy(tf.distribute.Strategy):
         `keras_hybrid.checkpoint.restore_checkpoint`."""
         return checkpoint.restore_checkpoint(model, path, strategy=self)
 
-    def gather_predictions(self, predictions, batch_size: int) -> np.ndarray:
-        """Puts every rank's `predict` output back into global input order.
+    def gather_predictions(self, predictions, batch_size: int):
+        """Deprecated: returns `predictions` unchanged.
 
-        `model.predict(x, batch_size=B)` returns this rank's rows only: its
-        slice of each global batch of B rows. Every rank must call this
-        (it is a collective); every rank gets all rows, in input order.
+        `model.predict` now returns every row, in input order, on every
+        rank; gathering again would duplicate rows. Logs a deprecation
+        warning once.
 
         Args:
-            predictions: Array-like. This rank's output of `predict`.
-            batch_size: Int. The global batch size given to `predict`.
+            predictions: The output of `model.predict`.
+            batch_size: Int. Ignored.
 
         Returns:
-            A NumPy array with the rows of all ranks in input order.
+            `predictions`.
         """
-        _check_positive("batch_size", batch_size)
-        local = tf.convert_to_tensor(predictions)
-        gathered, sizes = self.communicator.all_gather(local)
-        gathered, sizes = gathered.numpy(), sizes.numpy().tolist()
-        per_rank = np.split(gathered, np.cumsum(sizes)[:-1])
-        total = sum(sizes)
-        offsets = [0] * self.size
-        rows = []
-        for start in range(0, total, batch_size):
-            split = input_sharding.split_sizes(
-                min(batch_size, total - start), self.size
-            )
-            for r, n in enumerate(split):
-                rows.append(per_rank[r][offsets[r] : offsets[r] + n])
-                offsets[r] += n
-        return np.concatenate(rows, axis=0)
+        del batch_size
+        logging.log_first_n(
+            logging.WARNING,
+            "keras-hybrid: `HybridStrategy.gather_predictions` is "
+            "deprecated and does nothing: `model.predict` returns every "
+            "row, in input order, on every rank. Remove the call.",
+            1,
+        )
+        return predictions
 
     def _agree_on_random_seed(self) -> None:
         """Gives every worker rank 0's TF global seed (a random one if unset).

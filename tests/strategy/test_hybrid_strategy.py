@@ -93,9 +93,7 @@ class SingleProcessTest(TestCase):
             self.assertAllClose(a, b)
         self.assertAllClose(history.history["loss"], expected.history["loss"])
         predictions = model.predict(x, batch_size=32, verbose=0)
-        self.assertAllClose(
-            strategy.gather_predictions(predictions, 32), predictions
-        )
+        self.assertAllClose(predictions, plain.predict(x, verbose=0))
         self.assertEqual(
             strategy.communicator.stats.snapshot()["dense"]["bytes"], 0
         )
@@ -149,10 +147,13 @@ class SingleProcessTest(TestCase):
         with self.assertRaisesRegex(TypeError, "keras_hybrid.Link"):
             HybridStrategy(link="10gbit")
 
-    def test_gather_predictions_checks_batch_size(self):
+    def test_gather_predictions_is_a_deprecated_no_op(self):
         strategy = HybridStrategy()
-        with self.assertRaisesRegex(ValueError, "batch_size"):
-            strategy.gather_predictions(np.zeros((4, 1)), 0)
+        predictions = np.arange(4.0).reshape(4, 1)
+        with self.assertLogs("absl", level="WARNING") as logs:
+            same = strategy.gather_predictions(predictions, 2)
+        self.assertIs(same, predictions)
+        self.assertIn("deprecated", "\n".join(logs.output))
 
 
 class QuietRanksTest(TestCase):

@@ -94,11 +94,11 @@ def test_indexed_slices_of_a_dense_table_are_all_gathered_not_densified(
 
 
 @by_engine
-def test_predict_returns_local_rows_and_gathers_in_input_order(engine):
+def test_predict_returns_every_row_in_input_order_on_every_rank(engine):
     run = _launch("predict", engine=engine).check()
     ref = _reference("predict")
-    assert [r["local_rows"] for r in run.results.values()] == [50, 50]
     for result in run.results.values():
+        assert len(result["predictions"]) == 100
         _assert_close(result["predictions"], ref["predictions"])
 
 

@@ -90,10 +90,9 @@ def export(strategy):
     model.save(os.path.join(FLAGS.dir, "model.keras"))
     model.save_weights(os.path.join(FLAGS.dir, "model.weights.h5"))
     model.export(os.path.join(FLAGS.dir, "saved_model"), verbose=False)
-    predictions = model.predict(probe(), batch_size=BATCH, verbose=0)
     return {
         "weights": model.get_weights(),
-        "predictions": strategy.gather_predictions(predictions, BATCH),
+        "predictions": model.predict(probe(), batch_size=BATCH, verbose=0),
         "listing": sorted(os.listdir(FLAGS.dir)),
     }
 
@@ -183,11 +182,10 @@ def callbacks(strategy):
 def warm_start(strategy):
     with strategy.scope():
         model = keras.models.load_model(os.path.join(FLAGS.dir, "plain.keras"))
-    predictions = model.predict(probe(), batch_size=BATCH, verbose=0)
     return {
         "kinds": {v.path: strategy.plan[v.path].kind for v in model.weights},
         "weights": model.get_weights(),
-        "predictions": strategy.gather_predictions(predictions, BATCH),
+        "predictions": model.predict(probe(), batch_size=BATCH, verbose=0),
     }
 
 

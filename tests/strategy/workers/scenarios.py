@@ -108,9 +108,7 @@ def _run_embedding(model, strategy, callbacks):
 
 def _run_predict(model, strategy, callbacks):
     x, _ = models.make_data(100)
-    local = model.predict(x, batch_size=32, verbose=0)
-    full = strategy.gather_predictions(local, 32) if strategy else local
-    return {"local_rows": len(local), "predictions": full}
+    return {"predictions": model.predict(x, batch_size=32, verbose=0)}
 
 
 def _run_long(model, strategy, callbacks):

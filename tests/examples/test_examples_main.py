@@ -66,8 +66,10 @@ class RecommenderMainTest(ExampleMainTestCase):
         auc = self.figures(log, "held-out AUC per epoch:")
         self.assertEqual(len(auc), 2)
         self.assertTrue(all(0 <= a <= 1 for a in auc))
+        # One worker: the plan lists each table, kept dense (nothing to
+        # partition over), with the reason.
         for table in ("table_0", "table_1", "table_2"):
-            self.assertRegex(log, rf"{table}/embeddings\s+sparse")
+            self.assertRegex(log, rf"{table}/embeddings\s+dense .* small:")
 
     def test_interaction_is_the_upper_triangle_of_dot_products(self):
         a, b, c = (

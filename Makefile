@@ -59,6 +59,7 @@ $(HVD_STAMP): setup.cfg setup.py pyproject.toml
 
 # Reuses a wheel from $(HVD_WHEELS) or pip's cache; else builds it (about
 # 6 minutes on 2 cores, 10 on a loaded machine; pip shows its progress).
+# CMake 4 refuses Gloo's `cmake_minimum_required` (< 3.5), hence cmake<4.
 horovod-wheel:
 	@mkdir -p $(HVD_WHEELS)
 	@if ls $(HVD_WHEELS)/horovod-0.28.1-*.whl >/dev/null 2>&1; then \
@@ -70,7 +71,7 @@ horovod-wheel:
 		cp "$$cached" $(HVD_WHEELS)/; \
 	else \
 		echo "horovod: building 0.28.1 against TF 2.15.1 (minutes)"; \
-		$(HVD_PY) -m pip install --quiet cmake && \
+		$(HVD_PY) -m pip install --quiet "cmake<4" && \
 		PATH="$(abspath $(HVD_VENV))/bin:$$PATH" $(HOROVOD_BUILD_ENV) \
 			$(HVD_PY) -m pip wheel --no-build-isolation \
 			--no-deps -w $(HVD_WHEELS) horovod==0.28.1; \

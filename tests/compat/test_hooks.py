@@ -134,9 +134,9 @@ class ClusterContextTest(TestCase):
             protocol="grpc",
         )
         self.assertEqual(server_def.task_index, 1)
+        experimental = server_def.default_session_config.experimental
         self.assertEqual(
-            server_def.default_session_config.experimental.collective_group_leader,
-            "/job:worker/task:0",
+            experimental.collective_group_leader, "/job:worker/task:0"
         )
 
     def test_unavailable_is_the_public_error_code(self):

@@ -4,6 +4,8 @@
 # Each creates .venv on first use and installs the package into it.
 # make test-horovod runs the engine-parametrized tests on the Horovod engine
 # in its own .venv-hvd (TF 2.15.1, Keras 3.15, Horovod 0.28.1 with Gloo).
+# make test-matrix runs tests/compat (the private-hook tests and a 2-worker
+# smoke test) in one .venv-tf<version> per TF version of MATRIX_TF.
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -21,7 +23,16 @@ HVD_WHEELS ?= $(HOME)/.cache/keras-hybrid/wheels/tf-2.15.1
 HOROVOD_BUILD_ENV := HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 \
 	HOROVOD_WITHOUT_MPI=1 HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1
 
-.PHONY: demo test test-horovod horovod-wheel lint clean
+# The TF version matrix. TF 2.21 (.venv) and TF 2.15.1 (.venv-hvd) run
+# tests/compat in `make test` and `make test-horovod`; these are the others.
+MATRIX_TF ?= 2.16.2 2.19.1
+# Every wheel an environment needs is downloaded once per TF version; a
+# rebuilt environment then installs offline from there.
+MATRIX_WHEELS ?= $(HOME)/.cache/keras-hybrid/wheels
+MATRIX_REQS := "keras==3.15.*" pytest pytest-timeout setuptools wheel
+MATRIX_STAMPS := $(foreach v,$(MATRIX_TF),.venv-tf$(v)/.installed)
+
+.PHONY: demo test test-horovod test-matrix horovod-wheel lint clean
 
 $(STAMP): setup.cfg setup.py pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +59,7 @@ $(HVD_STAMP): setup.cfg setup.py pyproject.toml
 
 # Reuses a wheel from $(HVD_WHEELS) or pip's cache; else builds it (about
 # 6 minutes on 2 cores, 10 on a loaded machine; pip shows its progress).
+# CMake 4 refuses Gloo's `cmake_minimum_required` (< 3.5), hence cmake<4.
 horovod-wheel:
 	@mkdir -p $(HVD_WHEELS)
 	@if ls $(HVD_WHEELS)/horovod-0.28.1-*.whl >/dev/null 2>&1; then \
@@ -59,7 +71,7 @@ horovod-wheel:
 		cp "$$cached" $(HVD_WHEELS)/; \
 	else \
 		echo "horovod: building 0.28.1 against TF 2.15.1 (minutes)"; \
-		$(HVD_PY) -m pip install --quiet cmake && \
+		$(HVD_PY) -m pip install --quiet "cmake<4" && \
 		PATH="$(abspath $(HVD_VENV))/bin:$$PATH" $(HOROVOD_BUILD_ENV) \
 			$(HVD_PY) -m pip wheel --no-build-isolation \
 			--no-deps -w $(HVD_WHEELS) horovod==0.28.1; \
@@ -68,10 +80,41 @@ horovod-wheel:
 test-horovod: $(HVD_STAMP)
 	KERAS_HYBRID_TEST_ENGINES=horovod $(HVD_PY) -m pytest -q -k horovod \
 		tests/comm tests/sparse tests/strategy tests/horovod
+	$(HVD_PY) -m pytest -q tests/compat
+
+# Keras 3.15 resolves beside TF >= 2.16 in one install. The package goes
+# in without its dependencies: the matrix needs TF, Keras and pytest only.
+# --no-compile: byte-compiling all of TF took half the install's CPU time;
+# Python compiles what the tests import.
+.venv-tf%/.installed: setup.cfg setup.py pyproject.toml
+	rm -rf .venv-tf$*
+	$(PYTHON) -m venv .venv-tf$*
+	@if [ ! -f $(MATRIX_WHEELS)/tf-$*/.complete ]; then \
+		echo "tf $*: downloading wheels to $(MATRIX_WHEELS)/tf-$*"; \
+		.venv-tf$*/bin/python -m pip download --quiet \
+			-d $(MATRIX_WHEELS)/tf-$* "tensorflow-cpu==$*" \
+			$(MATRIX_REQS) && touch $(MATRIX_WHEELS)/tf-$*/.complete; \
+	fi
+	.venv-tf$*/bin/python -m pip install --quiet --no-compile --no-index \
+		--find-links $(MATRIX_WHEELS)/tf-$* "tensorflow-cpu==$*" $(MATRIX_REQS)
+	.venv-tf$*/bin/python -m pip install --quiet --no-index --no-deps \
+		--no-build-isolation -e .
+	touch $@
+
+# Every version runs, then the target fails if any did.
+test-matrix: $(MATRIX_STAMPS)
+	@failed=""; for v in $(MATRIX_TF); do \
+		echo "== TF $$v: tests/compat"; start=$$(date +%s); \
+		.venv-tf$$v/bin/python -m pytest -q tests/compat \
+			|| failed="$$failed $$v"; \
+		echo "== TF $$v: $$(( $$(date +%s) - start )) s"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "test-matrix failed on TF$$failed"; \
+		exit 1; fi
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check keras_hybrid tests examples
 	$(VENV)/bin/ruff format --check keras_hybrid tests examples
 
 clean:
-	rm -rf $(VENV) $(HVD_VENV) build *.egg-info
+	rm -rf $(VENV) $(HVD_VENV) .venv-tf* build *.egg-info

@@ -17,6 +17,7 @@ shape query) of a provisional table makes it dense at once. The plan
 """
 
 import dataclasses
+import gc
 import re
 import weakref
 
@@ -134,6 +135,10 @@ class VariableRouter:
         return dataclasses.replace(facts, candidate=candidate)
 
     def _unique_path(self, path: str) -> str:
+        if path in self._facts:
+            # Keras models hold reference cycles: a dropped model with the
+            # same names is only gone after a collection.
+            gc.collect()
         self._forget_dropped()
         unique, k = path, 1
         while unique in self._facts:

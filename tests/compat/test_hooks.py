@@ -1,0 +1,665 @@
+"""The private TensorFlow and Keras hooks keras_hybrid relies on, tested.
+
+One test class per group of hooks, named in its docstring with the module
+of keras_hybrid that uses it. Each test exercises the hook itself (that it
+exists and does what the package relies on), never the package, so a
+failure names what moved in this TF or Keras version. Runs in every
+environment of the version matrix: `make test` (TF 2.21), `make
+test-horovod` (TF 2.15.1) and `make test-matrix` (MATRIX_TF).
+"""
+
+import inspect
+import json
+import logging
+import os
+import tempfile
+from unittest import mock
+
+import keras
+import numpy as np
+import tensorflow as tf
+from absl import logging as absl_logging
+from keras.src import export as keras_export
+from keras.src.backend.common import global_state
+from keras.src.callbacks import backup_and_restore
+from keras.src.callbacks import csv_logger
+from keras.src.callbacks import model_checkpoint
+from keras.src.optimizers.base_optimizer import BaseOptimizer
+from keras.src.saving import saving_api
+from keras.src.saving import saving_lib
+from keras.src.saving import serialization_lib
+from keras.src.utils import file_utils
+from keras.src.utils import io_utils
+from tensorflow.core.protobuf import tensorflow_server_pb2
+from tensorflow.python.data.experimental.ops import distribute as tf_data
+from tensorflow.python.distribute import distribute_lib
+from tensorflow.python.distribute import input_ops
+from tensorflow.python.distribute import one_device_strategy
+from tensorflow.python.eager import context
+from tensorflow.python.framework import errors
+from tensorflow.python.framework import indexed_slices
+from tensorflow.python.ops import collective_ops
+from tensorflow.python.ops import resource_variable_ops
+
+from keras_hybrid.testing import TestCase
+
+# A group key no other test uses: TF keeps a group's size per process.
+_GROUP = 4242
+
+
+def _params(fn) -> set:
+    return set(inspect.signature(fn).parameters)
+
+
+def _tiny_model(rows=8):
+    ids = keras.Input(shape=(2,), dtype="int32")
+    pooled = keras.layers.GlobalAveragePooling1D()(
+        keras.layers.Embedding(rows, 2, name="items")(ids)
+    )
+    return keras.Model(ids, keras.layers.Dense(1, name="head")(pooled))
+
+
+def _tiny_data(n=4, rows=8):
+    ids = (np.arange(n * 2).reshape(n, 2) % rows).astype("int32")
+    return ids, np.ones((n, 1), "float32")
+
+
+class CollectiveOpsTest(TestCase):
+    """`comm/tf_communicator.py`: `collective_ops.*_v2`, with the instance
+    key as a tensor (one traced op picks its key per step)."""
+
+    USED = {
+        "all_reduce_v2": {"merge_op", "final_op"},
+        "all_gather_v2": set(),
+        "all_to_all_v2": set(),
+        "broadcast_send_v2": set(),
+        "broadcast_recv_v2": {"shape", "dtype"},
+    }
+    COMMON = {"group_size", "group_key", "instance_key", "timeout"}
+
+    def test_v2_ops_take_the_keywords_used(self):
+        for name, extra in self.USED.items():
+            op = getattr(collective_ops, name)
+            self.assertLessEqual(self.COMMON | extra, _params(op), name)
+
+    def test_ops_run_in_a_group_of_one_with_tensor_keys(self):
+        kwargs = dict(group_size=1, group_key=_GROUP, timeout=30)
+
+        @tf.function
+        def run(x, key):
+            total = collective_ops.all_reduce_v2(
+                x, instance_key=key, merge_op="Max", final_op="Id", **kwargs
+            )
+            gathered = collective_ops.all_gather_v2(
+                x, instance_key=key + 1, **kwargs
+            )
+            swapped = collective_ops.all_to_all_v2(
+                x, instance_key=key + 2, **kwargs
+            )
+            return total, gathered, swapped
+
+        x = tf.constant([[1.0, 2.0]])
+        for key in (10, 20):  # the same trace, two instance keys
+            for out in run(x, tf.constant(key)):
+                self.assertAllClose(out, x)
+        self.assertEqual(run.experimental_get_tracing_count(), 1)
+
+
+class ClusterContextTest(TestCase):
+    """`strategy/cluster.py` and `comm/peer_watchdog.py`: the eager
+    context's collective set-up, peer probes and abort, and `ServerDef`.
+    (`enable_collective_ops` itself runs in the 2-worker smoke test.)"""
+
+    def test_context_methods_take_the_arguments_used(self):
+        ctx = context.context()
+        used = {
+            "configure_collective_ops": {"collective_leader", "device_filters"},
+            "enable_collective_ops": {"server_def"},
+            "ensure_initialized": set(),
+            "check_collective_ops_peer_health": {"task", "timeout_in_ms"},
+            "abort_collective_ops": {"code", "message"},
+        }
+        for name, params in used.items():
+            self.assertLessEqual(params, _params(getattr(ctx, name)), name)
+
+    def test_server_def_carries_the_cluster_and_leader(self):
+        spec = tf.train.ClusterSpec({"worker": ["localhost:1", "localhost:2"]})
+        config = context.context().config
+        config.experimental.collective_group_leader = "/job:worker/task:0"
+        server_def = tensorflow_server_pb2.ServerDef(
+            cluster=spec.as_cluster_def(),
+            default_session_config=config,
+            job_name="worker",
+            task_index=1,
+            protocol="grpc",
+        )
+        self.assertEqual(server_def.task_index, 1)
+        experimental = server_def.default_session_config.experimental
+        self.assertEqual(
+            experimental.collective_group_leader, "/job:worker/task:0"
+        )
+
+    def test_unavailable_is_the_public_error_code(self):
+        self.assertEqual(errors.UNAVAILABLE, tf.errors.UNAVAILABLE)
+
+
+class InputShardingTest(TestCase):
+    """`strategy/input_sharding.py`: the FILE policy's rebatch and shard,
+    as `MultiWorkerMirroredStrategy` does them."""
+
+    def test_rebatch_and_shard_split_each_global_batch(self):
+        dataset = tf.data.Dataset.range(8).batch(4)
+        options = tf.data.Options()
+        policy = tf.data.experimental.AutoShardPolicy.DATA
+        options.experimental_distribute.auto_shard_policy = policy
+        dataset = dataset.with_options(options)
+        self.assertEqual(int(tf_data.compute_batch_size(dataset)), 4)
+        seen = []
+        for rank in range(2):
+            sizes = tf_data.batch_sizes_for_worker(4, 2, 1, rank)
+            local = input_ops.auto_shard_dataset(
+                dataset.rebatch(sizes), 2, rank, 2
+            )
+            batches = [b.numpy().tolist() for b in local]
+            self.assertEqual([len(b) for b in batches], [2, 2])
+            seen += [i for b in batches for i in b]
+        self.assertEqual(sorted(seen), list(range(8)))
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.calls = {}
+
+    def add(self, name, *values):
+        self.calls.setdefault(name, []).append(values)
+
+
+class _RecordingExtended(one_device_strategy.OneDeviceExtended):
+    """Overrides what `HybridExtended` overrides, and records the calls."""
+
+    def __init__(self, container, replicas, recorder) -> None:
+        super().__init__(container, "/cpu:0")
+        self._replicas = replicas
+        self.recorder = recorder
+
+    @property
+    def _num_replicas_in_sync(self):
+        return self._replicas
+
+    def _in_multi_worker_mode(self):
+        return True
+
+    @property
+    def should_checkpoint(self):
+        return False
+
+    def _call_for_each_replica(self, fn, args, kwargs):
+        self.recorder.add("call_for_each_replica", fn)
+        return super()._call_for_each_replica(fn, args, kwargs)
+
+    def _create_variable(self, next_creator, **kwargs):
+        self.recorder.add("create_variable", kwargs)
+        return super()._create_variable(next_creator, **kwargs)
+
+    def _batch_reduce_to(self, reduce_op, value_destination_pairs, options):
+        self.recorder.add(
+            "batch_reduce_to", [v for v, _ in value_destination_pairs]
+        )
+        return super()._batch_reduce_to(
+            reduce_op, value_destination_pairs, options
+        )
+
+    def _reduce_to(self, reduce_op, value, destinations, options):
+        self.recorder.add("reduce_to", value)
+        return super()._reduce_to(reduce_op, value, destinations, options)
+
+    def _update(self, var, fn, args, kwargs, group):
+        self.recorder.add("update", var, args)
+        return super()._update(var, fn, args, kwargs, group)
+
+    def _gather_to_implementation(self, value, destinations, axis, options):
+        self.recorder.add("gather_to", value, axis)
+        return tf.concat([value, value], axis=axis)
+
+    def _experimental_distribute_dataset(self, dataset, options):
+        self.recorder.add("distribute_dataset", dataset)
+        return dataset
+
+    def _distribute_datasets_from_function(self, dataset_fn, options):
+        self.recorder.add("datasets_from_function", dataset_fn)
+        return dataset_fn(tf.distribute.InputContext(2, 1, 2))
+
+    def _experimental_distribute_values_from_function(self, value_fn):
+        self.recorder.add("values_from_function", value_fn)
+        return value_fn(tf.distribute.experimental.ValueContext(1, 2))
+
+
+class _RecordingStrategy(tf.distribute.Strategy):
+    def __init__(self, replicas=1) -> None:
+        self.recorder = _Recorder()
+        super().__init__(_RecordingExtended(self, replicas, self.recorder))
+
+
+class StrategyExtendedTest(TestCase):
+    """`strategy/hybrid_extended.py`: a `OneDeviceExtended` subclass whose
+    overrides Keras' `fit` and `tf.distribute`'s public API reach, and
+    `distribute_lib.ReplicaContext`; `strategy/global_metrics.py`: the step
+    function given to `run` unwraps to the model's `train_step`."""
+
+    OVERRIDDEN = (
+        "_call_for_each_replica",
+        "_reduce_to",
+        "_batch_reduce_to",
+        "_gather_to_implementation",
+        "_create_variable",
+        "_update",
+        "_experimental_distribute_dataset",
+        "_distribute_datasets_from_function",
+        "_experimental_distribute_values_from_function",
+        "_num_replicas_in_sync",
+        "_in_multi_worker_mode",
+        "should_checkpoint",
+        "should_save_summary",
+    )
+
+    def test_every_override_replaces_a_base_member(self):
+        base = one_device_strategy.OneDeviceExtended
+        for name in self.OVERRIDDEN:
+            self.assertTrue(hasattr(base, name), name)
+        self.assertIs(indexed_slices.IndexedSlices, tf.IndexedSlices)
+
+    def test_fit_goes_through_the_overrides(self):
+        strategy = _RecordingStrategy()
+        with strategy.scope():
+            model = _tiny_model()
+            model.compile(optimizer="sgd", loss="mse", metrics=["mae"])
+        model.fit(*_tiny_data(), batch_size=4, epochs=1, verbose=0)
+        calls = strategy.recorder.calls
+        created = [kwargs for (kwargs,) in calls["create_variable"]]
+        self.assertTrue(all("initial_value" in k for k in created))
+        on_read = tf.VariableSynchronization.ON_READ
+        self.assertTrue(
+            any(k.get("synchronization") == on_read for k in created)
+        )
+        step = inspect.unwrap(calls["call_for_each_replica"][0][0])
+        self.assertIs(step.__self__, model)
+        self.assertEqual(step.__name__, "train_step")
+        (grads,) = calls["batch_reduce_to"][0]
+        self.assertEqual(len(grads), len(model.trainable_variables))
+        self.assertIsInstance(grads[0], indexed_slices.IndexedSlices)
+        updated = [var for var, _ in calls["update"]]
+        for v in model.trainable_variables:
+            self.assertTrue(any(u is v.value for u in updated), v.path)
+
+    def test_keras_scales_the_loss_by_the_replica_count(self):
+        for replicas, want in ((1, 0.8), (2, 0.9)):
+            strategy = _RecordingStrategy(replicas)
+            with strategy.scope():
+                model = keras.Sequential(
+                    [
+                        keras.layers.Dense(
+                            1, use_bias=False, kernel_initializer="ones"
+                        )
+                    ]
+                )
+                model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+            # d/dw (w x - 0)^2 = 2 at w = x = 1; Keras divides by replicas.
+            model.fit(np.ones((1, 1)), np.zeros((1, 1)), epochs=1, verbose=0)
+            self.assertAllClose(model.get_weights()[0], [[want]])
+
+    def test_public_api_reaches_the_overrides(self):
+        strategy = _RecordingStrategy(2)
+        calls = strategy.recorder.calls
+        self.assertEqual(strategy.num_replicas_in_sync, 2)
+        self.assertFalse(strategy.extended.should_checkpoint)
+        self.assertTrue(strategy.extended._in_multi_worker_mode())
+        strategy.reduce("SUM", tf.constant(3.0), axis=None)
+        self.assertIn("reduce_to", calls)
+        gathered = strategy.gather(tf.constant([[1.0]]), axis=0)
+        self.assertEqual(gathered.shape, (2, 1))
+        dataset = tf.data.Dataset.range(4)
+        self.assertIs(
+            strategy.experimental_distribute_dataset(dataset), dataset
+        )
+        ids = strategy.distribute_datasets_from_function(
+            lambda ctx: ctx.input_pipeline_id
+        )
+        self.assertEqual(ids, 1)
+        value = strategy.experimental_distribute_values_from_function(
+            lambda ctx: ctx.replica_id_in_sync_group
+        )
+        self.assertEqual(value, 1)
+
+    def test_replica_context_reports_the_given_replica_id(self):
+        class Context(distribute_lib.ReplicaContext):
+            @property
+            def devices(self):
+                return ("/cpu:0",)
+
+        strategy = _RecordingStrategy(2)
+        with Context(strategy, replica_id_in_sync_group=1):
+            replica = tf.distribute.get_replica_context()
+            self.assertEqual(int(replica.replica_id_in_sync_group), 1)
+            self.assertEqual(replica.devices, ("/cpu:0",))
+
+
+class _RecordingVariable(resource_variable_ops.ResourceVariable):
+    """Records the reads `ShardedTable`/`GlobalReadVariable` override."""
+
+    def __init__(self, **kwargs) -> None:
+        self.reads = []
+        super().__init__(**kwargs)
+
+    def sparse_read(self, indices, name=None):
+        self.reads.append("sparse_read")
+        return super().sparse_read(indices, name=name)
+
+    def _dense_var_to_tensor(self, dtype=None, name=None, as_ref=False):
+        self.reads.append("dense_var_to_tensor")
+        return super()._dense_var_to_tensor(
+            dtype=dtype, name=name, as_ref=as_ref
+        )
+
+    def value(self):
+        self.reads.append("value")
+        return super().value()
+
+    def assign(self, value, use_locking=None, name=None, read_value=True):
+        self.reads.append("assign")
+        return super().assign(value, use_locking, name, read_value)
+
+    def numpy(self):
+        self.reads.append("numpy")
+        return super().numpy()
+
+    def __array__(self, dtype=None, copy=None):
+        self.reads.append("__array__")
+        return np.asarray(super().numpy(), dtype=dtype)
+
+
+class ResourceVariableTest(TestCase):
+    """`sparse/sharded_table.py`, `strategy/global_read_variable.py`:
+    `ResourceVariable` subclasses made by a variable creator, whose
+    `sparse_read`, `_dense_var_to_tensor`, `value`, `assign`, `numpy` and
+    `__array__` are what Keras layers and TF ops reach;
+    `sparse/table_factory.py`: `tf.gather` (so Keras' `ops.take`) calls
+    `sparse_read` on the object it is given, the Keras variable, so an
+    instance attribute set there routes the `Embedding` lookup."""
+
+    def _embedding(self):
+        def creator(next_creator, **kwargs):
+            del next_creator
+            return _RecordingVariable(**kwargs)
+
+        with tf.variable_creator_scope(creator):
+            layer = keras.layers.Embedding(8, 2)
+            layer.build((None, 2))
+        table = layer.embeddings.value
+        self.assertIsInstance(table, _RecordingVariable)
+        return layer, table
+
+    def test_embedding_lookup_is_a_sparse_read(self):
+        layer, table = self._embedding()
+        layer.embeddings.sparse_read = table.sparse_read
+        ids = tf.constant([[1, 2]])
+        layer(ids)
+        tf.function(layer)(ids)
+        self.assertEqual(table.reads.count("sparse_read"), 2)
+
+    def test_tensor_conversion_reaches_the_overrides(self):
+        _, table = self._embedding()
+        tf.convert_to_tensor(table)
+        tf.function(lambda: table * 2.0)()
+        self.assertIn("dense_var_to_tensor", table.reads)
+        self.assertIn("value", table.reads)
+
+    def test_set_and_get_weights_reach_assign_and_numpy(self):
+        layer, table = self._embedding()
+        layer.set_weights([np.ones((8, 2), "float32")])
+        self.assertIn("assign", table.reads)
+        self.assertAllClose(layer.get_weights()[0], np.ones((8, 2)))
+        self.assertTrue({"numpy", "__array__"} & set(table.reads))
+
+
+class KerasVariableCreationTest(TestCase):
+    """`strategy/keras_variables.py`: Keras' TF `Variable` hands
+    `tf.Variable` a lambda whose closure holds the Keras variable (`self`)
+    and its `initializer`; Keras' name-scope stack names the building
+    layer as `caller`."""
+
+    def test_creator_sees_the_keras_variable_and_layer(self):
+        seen = []
+
+        def creator(next_creator, **kwargs):
+            init = kwargs["initial_value"]
+            cells = dict(
+                zip(
+                    init.__code__.co_freevars,
+                    (c.cell_contents for c in init.__closure__),
+                    strict=True,
+                )
+            )
+            stack = global_state.get_global_attribute(
+                "name_scope_stack", default=[]
+            )
+            callers = [scope.caller for scope in stack]
+            seen.append((cells["self"], cells["initializer"], callers))
+            return next_creator(**kwargs)
+
+        layer = keras.layers.Dense(3, kernel_initializer="ones", name="d")
+        with tf.variable_creator_scope(creator):
+            layer.build((None, 2))
+        variable, initializer, callers = seen[0]
+        self.assertIs(variable, layer.kernel)
+        self.assertEqual(variable.path, "d/kernel")
+        self.assertAllClose(
+            initializer((2, 3), dtype="float32"), np.ones((2, 3))
+        )
+        self.assertIn(layer, callers)
+
+
+class KerasOptimizerTest(TestCase):
+    """`optimizers/hybrid_optimizer.py`: the accumulated update Keras'
+    `BaseOptimizer._backend_apply_gradients` runs, through `_iterations`,
+    `_accumulated_gradients`, `_get_variable_index`, `_clip_gradients`,
+    `_apply_weight_decay` and `_backend_update_step`; `serialization_lib`."""
+
+    def test_accumulation_members_exist_and_update(self):
+        self.assertTrue(hasattr(BaseOptimizer, "_backend_apply_gradients"))
+        var = keras.Variable(np.ones((2,), "float32"))
+        opt = keras.optimizers.SGD(0.5, gradient_accumulation_steps=2)
+        opt.build([var])
+        acc = opt._accumulated_gradients[opt._get_variable_index(var)]
+        self.assertEqual(tuple(acc.shape), (2,))
+        grads = opt._clip_gradients([tf.constant([1.0, 2.0])])
+        opt._apply_weight_decay([var])
+        opt._backend_update_step(grads, [var], opt.learning_rate)
+        self.assertAllClose(var.numpy(), [0.5, 0.0])
+        opt._iterations.assign_add(1)
+        self.assertEqual(int(opt._iterations.numpy()), 1)
+
+    def test_serialization_round_trips_an_optimizer(self):
+        config = serialization_lib.serialize_keras_object(
+            keras.optimizers.Adam(0.25)
+        )
+        restored = serialization_lib.deserialize_keras_object(config)
+        self.assertIsInstance(restored, keras.optimizers.Adam)
+        self.assertAllClose(restored.learning_rate, 0.25)
+
+
+class KerasSavingTest(TestCase):
+    """`checkpoint/chief_writes.py`: `model.save`, `save_weights` and
+    `export` look up `saving_api.save_model`, `saving_api.save_weights`
+    and `keras.src.export.export_saved_model` when called, and the stock
+    callbacks write through their module's `file_utils`;
+    `checkpoint/h5_streaming.py`: `H5IOStore.__setitem__` receives each
+    Keras variable, and its entry members."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.dir = tempfile.mkdtemp(prefix="compat_hooks_")
+        self.model = _tiny_model()
+        self.model.compile(optimizer="sgd", loss="mse")
+
+    def test_save_and_export_look_their_writer_up_at_call_time(self):
+        path = os.path.join(self.dir, "m")
+        cases = (
+            (saving_api, "save_model", self.model.save, path + ".keras"),
+            (
+                saving_api,
+                "save_weights",
+                self.model.save_weights,
+                path + ".weights.h5",
+            ),
+            (keras_export, "export_saved_model", self.model.export, path),
+        )
+        for module, name, method, target in cases:
+            with mock.patch.object(module, name) as writer:
+                method(target)
+            writer.assert_called_once()
+            self.assertIs(writer.call_args.args[0], self.model)
+            self.assertEqual(str(writer.call_args.args[1]), target)
+
+    def test_callbacks_write_through_their_file_utils(self):
+        members = ("File", "copy", "remove", "rmtree", "makedirs")
+        for module in (backup_and_restore, model_checkpoint, csv_logger):
+            self.assertIs(module.file_utils, file_utils)
+        for name in (*members, "is_remote_path", "exists"):
+            self.assertTrue(callable(getattr(file_utils, name)), name)
+        backup = os.path.join(self.dir, "backup")
+        callbacks = [
+            keras.callbacks.CSVLogger(os.path.join(self.dir, "log.csv")),
+            keras.callbacks.BackupAndRestore(backup, delete_checkpoint=False),
+        ]
+        proxy = mock.MagicMock(wraps=file_utils)
+        with (
+            mock.patch.object(csv_logger, "file_utils", proxy),
+            mock.patch.object(backup_and_restore, "file_utils", proxy),
+        ):
+            self.model.fit(
+                *_tiny_data(), epochs=1, verbose=0, callbacks=callbacks
+            )
+        modes = [c.args[1] for c in proxy.File.call_args_list]
+        self.assertIn("w", modes)  # the CSV and the epoch record
+        with open(os.path.join(backup, "training_metadata.json")) as f:
+            self.assertEqual(json.load(f)["epoch"], 1)
+
+    def test_h5_store_setitem_gets_each_keras_variable(self):
+        original = saving_lib.H5IOStore.__setitem__
+        seen = []
+
+        def setitem(store, key, value):
+            seen.append((store.mode, value))
+            if not store._h5_entry_initialized:
+                store._create_h5_group(store._h5_entry_path)
+            store._h5_entry_group.create_dataset(key, data=np.asarray(value))
+
+        with mock.patch.object(saving_lib.H5IOStore, "__setitem__", setitem):
+            path = os.path.join(self.dir, "m.weights.h5")
+            self.model.save_weights(path)
+        self.assertIs(saving_lib.H5IOStore.__setitem__, original)
+        self.assertEqual({mode for mode, _ in seen}, {"w"})
+        # Layer weights arrive as Keras variables, the optimizer's may not.
+        variables = [
+            value
+            for _, value in seen
+            if isinstance(getattr(value, "value", None), tf.Variable)
+        ]
+        self.assertEqual(len(variables), len(self.model.weights))
+        fresh = _tiny_model()
+        fresh.load_weights(path)
+        for got, want in zip(
+            fresh.get_weights(), self.model.get_weights(), strict=True
+        ):
+            self.assertAllClose(got, want)
+
+
+class KerasModelTest(TestCase):
+    """`checkpoint/world.py`, `checkpoint/model_variables.py`: a model
+    keeps its strategy in `_distribute_strategy`;
+    `callbacks/sharded_checkpoint.py`: `fit` starts from
+    `model._initial_epoch` when a callback sets it (as `BackupAndRestore`
+    does)."""
+
+    def test_model_remembers_its_strategy(self):
+        strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+        with strategy.scope():
+            inside = _tiny_model()
+        self.assertIs(inside._distribute_strategy, strategy)
+        self.assertIsNone(_tiny_model()._distribute_strategy)
+
+    def test_initial_epoch_set_on_train_begin_skips_epochs(self):
+        class Resume(keras.callbacks.Callback):
+            def on_train_begin(self, logs=None):
+                self.model._initial_epoch = 2
+
+        model = _tiny_model()
+        model.compile(optimizer="sgd", loss="mse")
+        history = model.fit(
+            *_tiny_data(), epochs=3, verbose=0, callbacks=[Resume()]
+        )
+        self.assertEqual(history.epoch, [2])
+
+
+class KerasConsoleTest(TestCase):
+    """`strategy/quiet_ranks.py`: with interactive logging off, Keras
+    prints through absl records whose file is `io_utils.py`."""
+
+    def test_print_msg_logs_from_io_utils(self):
+        records = []
+
+        class Keep(logging.Handler):
+            def emit(self, record):
+                records.append(record)
+
+        handler = Keep()
+        logger = absl_logging.get_absl_logger()
+        was_interactive = keras.config.is_interactive_logging_enabled()
+        old_verbosity = absl_logging.get_verbosity()
+        logger.addHandler(handler)
+        absl_logging.set_verbosity(absl_logging.INFO)
+        try:
+            keras.config.disable_interactive_logging()
+            io_utils.print_msg("compat probe")
+        finally:
+            logger.removeHandler(handler)
+            absl_logging.set_verbosity(old_verbosity)
+            if was_interactive:
+                keras.config.enable_interactive_logging()
+        probe = [r for r in records if "compat probe" in r.getMessage()]
+        self.assertEqual([r.filename for r in probe], ["io_utils.py"])
+
+
+class TableGradientMarkTest(TestCase):
+    """`sparse/table_gradients.py`: an attribute set on the `dense_shape`
+    tensor of a `custom_gradient`'s `IndexedSlices` survives TF's sum of
+    two lookups' gradients (the mark routing a pushed gradient)."""
+
+    def test_mark_on_dense_shape_survives_aggregation(self):
+        table = tf.Variable(tf.ones((4, 2)))
+
+        def lookup(ids):
+            @tf.custom_gradient
+            def read(ids):
+                def grad(d_rows, variables):
+                    del variables
+                    shape = tf.constant([4, 2], tf.int64)
+                    shape._compat_mark = "table"
+                    d_rows = tf.convert_to_tensor(d_rows)
+                    return None, [tf.IndexedSlices(d_rows, ids, shape)]
+
+                return tf.gather(table, ids), grad
+
+            return read(ids)
+
+        @tf.function
+        def step():
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_sum(lookup(tf.constant([0, 1])))
+                loss += tf.reduce_sum(lookup(tf.constant([1, 3])))
+            (grad,) = tape.gradient(loss, [table])
+            self.assertIsInstance(grad, tf.IndexedSlices)
+            self.assertEqual(grad.dense_shape._compat_mark, "table")
+            return grad.indices
+
+        self.assertEqual(sorted(step().numpy().tolist()), [0, 1, 1, 3])

@@ -27,8 +27,11 @@ import placement_worker as worker  # noqa: E402
 
 WORKER = os.path.join(HERE, "workers", "placement_worker.py")
 SPARSE_PATHS = ("sparse_pull", "sparse_push", "ids", "padding")
+# A variable made dense before `fit` (read whole eagerly) gets its slots
+# from Keras' optimizer after re-placement: momentum has one.
 CONFIGS = [(name, "sgd") for name in shapes.BUILDERS] + [
-    ("regularized", "adam")
+    ("regularized", "adam"),
+    ("reversible_untied", "momentum"),
 ]
 
 
@@ -46,7 +49,7 @@ def _reference(shape: str, optimizer: str, start: list) -> list:
 
 
 def _sparse_bytes(result) -> int:
-    return sum(result["sent"][p]["sent_bytes"] for p in SPARSE_PATHS)
+    return sum(result["sent"][p]["bytes"] for p in SPARSE_PATHS)
 
 
 @pytest.mark.multiprocess
@@ -100,12 +103,13 @@ class PlacementTest(TestCase):
 
     def test_three_workers_and_bytes_against_allgather(self):
         configs = [[s, o, "hybrid"] for s, o in CONFIGS]
-        configs += [[s, "sgd", "allgather"] for s, _ in CONFIGS[:-1]]
+        configs += [[s, "sgd", "allgather"] for s, o in CONFIGS if o == "sgd"]
         results = self._run(3, configs)
         self._check(3, results)
         for shape, (kind, _) in (
             (s, next(iter(shapes.EXPECTED[s].values())))
-            for s, _ in CONFIGS[:-1]
+            for s, o in CONFIGS
+            if o == "sgd"
         ):
             if kind != "sparse":
                 continue

@@ -15,7 +15,8 @@ Hooks (tested on TF 2.21 with Keras 3.15):
 - `tf.keep_variable_key`: a `ResourceVariable`'s `_unique_id`, which
   Keras' TF optimizer uses as the key of its per-variable state;
 - `tf.plain_variable`: `resource_variable_ops.ResourceVariable`, built
-  directly so that no variable-creator scope sees it;
+  directly so that no variable-creator scope sees it, with the
+  `_distribute_strategy` of the variable it replaces;
 - `tf.in_shape_query`: the Python stack, for `array_ops.shape_internal`
   (eager `tf.shape` converts a Keras variable's whole value).
 """

@@ -12,13 +12,24 @@ def keep_variable_key(new: tf.Variable, old: tf.Variable) -> None:
     new._unique_id = old._unique_id
 
 
-def plain_variable(initial_value, name: str, trainable: bool) -> tf.Variable:
+def plain_variable(
+    initial_value, name: str, trainable: bool, like: tf.Variable | None = None
+) -> tf.Variable:
     """A `ResourceVariable` made without the variable-creator stack (so the
-    strategy does not broadcast or partition it)."""
+    strategy does not broadcast or partition it).
+
+    `like` is the variable it replaces: the new one belongs to the same
+    strategy (`_distribute_strategy`), as a variable the strategy created
+    would, so that `colocate_vars_with` accepts it (Keras' optimizer calls
+    that for each slot it builds later).
+    """
     from tensorflow.python.ops import resource_variable_ops
 
     return resource_variable_ops.ResourceVariable(
-        initial_value=initial_value, name=name, trainable=trainable
+        initial_value=initial_value,
+        name=name,
+        trainable=trainable,
+        distribute_strategy=getattr(like, "_distribute_strategy", None),
     )
 
 

@@ -230,6 +230,7 @@ class VariableRouter:
                     old.gather_full(),
                     name=old.name.split(":")[0],
                     trainable=old.trainable,
+                    like=old,
                 )
                 tf_compat.keep_variable_key(new, old)
                 keras_compat.set_variable_storage(keras_var, new)

@@ -113,6 +113,34 @@ class Tied(keras.Model):
         return logits[:, :1]
 
 
+class SlicedPositions(keras.layers.Layer):
+    """keras-hub's `PositionEmbedding`: the table is sliced whole."""
+
+    def build(self, input_shape):
+        self.positions = self.add_weight(shape=(POSITIONS, DIM), name="pos")
+
+    def call(self, x):
+        table = ops.convert_to_tensor(self.positions)
+        return ops.slice(table, (0, 0), (ops.shape(x)[-1], DIM))
+
+
+class ReversibleLM(keras.Model):
+    """keras-hub's LM pattern (GPT-2, Gemma): a `ReversibleEmbedding` (the
+    base of `keras_hub.layers.ReversibleEmbedding`) embeds the ids and, in
+    reverse mode, projects back to the vocabulary."""
+
+    def __init__(self, tie_weights: bool, **kwargs):
+        super().__init__(name="reversible", **kwargs)
+        self.token = keras.layers.ReversibleEmbedding(
+            ROWS, DIM, tie_weights=tie_weights, name="token"
+        )
+        self.position = SlicedPositions(name="position")
+
+    def call(self, x):
+        h = ops.mean(self.token(x) + self.position(x), axis=1)
+        return self.token(h, reverse=True)[:, :1]
+
+
 def _functional(layer_fn, name):
     ids = keras.Input((2,), dtype="int32")
     x = layer_fn(ids)
@@ -183,6 +211,8 @@ BUILDERS = {
         lambda i: GatherWeights(name="gw")(i), "gather_weights"
     ),
     "tied": Tied,
+    "reversible_tied": lambda: ReversibleLM(tie_weights=True),
+    "reversible_untied": lambda: ReversibleLM(tie_weights=False),
     "regularized": _regularized,
     "column_constraint": _column_constraint,
 }
@@ -207,6 +237,14 @@ EXPECTED = {
     "subclass_of_embedding": {".*mine/embeddings": ("sparse", "gathered")},
     "gather_weights": {".*gw/w_(take|gather|lookup)": ("sparse", "gathered")},
     "tied": {"tied/shared/embeddings": ("dense", "read whole")},
+    "reversible_tied": {
+        "reversible/token/embeddings": ("dense", "read whole"),
+        "reversible/position/pos": ("dense", None),
+    },
+    "reversible_untied": {
+        "reversible/token/embeddings": ("sparse", "gathered"),
+        "reversible/token/reverse_embeddings": ("dense", None),
+    },
     "regularized": {".*reg/embeddings": ("sparse", "gathered")},
     "column_constraint": {".*colnorm/embeddings": ("dense", "blocked")},
 }

@@ -40,6 +40,8 @@ def make_data(steps: int, batch: int):
 def make_optimizer(name: str):
     if name == "sgd":
         return keras.optimizers.SGD(0.5)
+    if name == "momentum":  # a slot per variable, linear in the gradient
+        return keras.optimizers.SGD(0.5, momentum=0.9)
     return keras.optimizers.Adam(0.01)
 
 

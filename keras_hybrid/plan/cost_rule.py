@@ -5,7 +5,9 @@ times per worker and step on `workers` workers linked by `link`:
 
 - partitioned: a lookup exchanges a count vector, the unique ids, their
   rows (pull) and their gradient rows (push), about 2 u r bytes per worker
-  in 4 collectives, where u, the number of distinct ids, is taken as
+  in 4 collectives, plus the padding of every all-to-all block to the
+  largest pair count (`simulate.traffic.hybrid_table`, with the counts
+  drawn as the partition scatters ids), where u, the distinct ids, is
   `min(lookups, rows)`: exact for a position table read in full and for
   random ids of a big table, an upper bound otherwise (skewed ids repeat),
   so the rule errs towards replicating;
@@ -145,10 +147,35 @@ def expected_unique(rows: int, lookups: int) -> float:
     return float(min(rows, lookups))
 
 
+@dataclasses.dataclass(frozen=True)
+class _Table:
+    """What `simulate.traffic` needs of a table looked up once a step."""
+
+    row_bytes: int
+    lookups_per_step: int
+    unique: float
+    calls: int = 1
+    index_bytes: int = traffic.ID_BYTES
+
+    def unique_ids(self, batch, call) -> float:
+        del batch, call
+        return self.unique
+
+    def lookups(self, batch) -> int:
+        del batch
+        return self.lookups_per_step
+
+
+def _priced(exchanges, spec) -> tuple[float, float]:
+    sent = sum(sum(e.bytes.values()) for e in exchanges)
+    return sent, sum(cost_model.exchange_seconds(e, spec) for e in exchanges)
+
+
 def table_cost(
     rows: int, row_bytes: int, lookups: int, workers: int, link: Link
 ) -> TableCost:
-    """Both choices' bytes and seconds for one table (see module doc)."""
+    """Both choices' bytes and seconds for one table (see module doc):
+    the simulator's exchanges, padding, ids and counts included."""
     spec = cluster_spec.ClusterSpec(
         workers=workers,
         inter_bandwidth=link.bytes_per_second,
@@ -156,27 +183,17 @@ def table_cost(
     )
     n = workers
     unique = expected_unique(rows, lookups)
-    away = unique * (n - 1) / n
-    sparse = [
-        traffic.Exchange("all_gather", {}, n * traffic.COUNT_BYTES),
-        traffic.Exchange("all_to_all", {}, away * traffic.ID_BYTES),
-        traffic.Exchange("all_to_all", {}, away * row_bytes),
-        traffic.Exchange("all_to_all", {}, away * row_bytes),
-    ]
-    sparse_bytes = (n - 1) * n * traffic.COUNT_BYTES + away * (
-        traffic.ID_BYTES + 2 * row_bytes
+    table = _Table(row_bytes, lookups, unique)
+    sparse_bytes, sparse_seconds = _priced(
+        traffic.hybrid_table(table, n, batch=0), spec
     )
-    sparse_seconds = sum(cost_model.exchange_seconds(e, spec) for e in sparse)
     table_bytes = rows * row_bytes
     # Fused into the dense all-reduce: bandwidth only.
     reduce_bytes = 2 * (n - 1) * table_bytes / n
     reduce_seconds = reduce_bytes / link.bytes_per_second
-    gather = [
-        traffic.Exchange("all_gather", {}, lookups * row_bytes),
-        traffic.Exchange("all_gather", {}, lookups * traffic.ID_BYTES),
-    ]
-    gather_bytes = (n - 1) * lookups * (row_bytes + traffic.ID_BYTES)
-    gather_seconds = sum(cost_model.exchange_seconds(e, spec) for e in gather)
+    gather_bytes, gather_seconds = _priced(
+        traffic.allgather_table(table, n, batch=0), spec
+    )
     if reduce_seconds <= gather_seconds:
         dense = (reduce_bytes, reduce_seconds, "allreduce")
     else:

@@ -25,7 +25,8 @@ flags.DEFINE_string(
     "'hybrid' or 'allgather' (every variable replicated, stock TF).",
 )
 flags.DEFINE_integer("steps", 3, "Training steps.")
-flags.DEFINE_integer("batch", 24, "Global batch size.")
+BATCH = 96  # divides over 2 and 3 workers
+flags.DEFINE_integer("batch", BATCH, "Global batch size.")
 
 BYTES_ONLY = kh.Link(bandwidth="1gbit", latency="0")
 

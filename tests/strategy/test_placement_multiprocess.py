@@ -23,7 +23,6 @@ from keras_hybrid.testing import run_workers
 HERE = os.path.dirname(__file__)
 sys.path.insert(0, os.path.join(HERE, "workers"))
 import placement_shapes as shapes  # noqa: E402
-import placement_worker as worker  # noqa: E402
 
 WORKER = os.path.join(HERE, "workers", "placement_worker.py")
 SPARSE_PATHS = ("sparse_pull", "sparse_push", "ids", "padding")
@@ -42,12 +41,12 @@ def _reference(shape: str, optimizer: str, start: list) -> list:
     """One plain process, same start, same global batches."""
     keras.backend.clear_session()
     model = shapes.BUILDERS[shape]()
-    x, y = worker.make_data(3, worker.BATCH)
+    x, y = shapes.make_data(3, shapes.BATCH)
     if not model.built:
-        model(x[: worker.BATCH])
+        model(x[: shapes.BATCH])
     model.set_weights(start)
-    model.compile(optimizer=worker.make_optimizer(optimizer), loss="mse")
-    model.fit(x, y, batch_size=worker.BATCH, shuffle=False, verbose=0)
+    model.compile(optimizer=shapes.make_optimizer(optimizer), loss="mse")
+    model.fit(x, y, batch_size=shapes.BATCH, shuffle=False, verbose=0)
     return model.get_weights()
 
 

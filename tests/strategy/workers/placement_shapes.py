@@ -9,12 +9,29 @@ shape (batch, 2) in [0, ROWS).
 """
 
 import keras
+import numpy as np
 import tensorflow as tf
 from keras import ops
 
 ROWS = 3000
 DIM = 32
 POSITIONS = 2
+BATCH = 96  # global; divides over 2 and 3 workers
+
+
+def make_data(steps: int, batch: int):
+    rng = np.random.default_rng(7)
+    x = rng.integers(0, ROWS, (steps * batch, 2)).astype("int32")
+    y = rng.normal(size=(steps * batch, 1)).astype("float32")
+    return x, y
+
+
+def make_optimizer(name: str):
+    if name == "sgd":
+        return keras.optimizers.SGD(0.5)
+    if name == "momentum":  # a slot per variable, linear in the gradient
+        return keras.optimizers.SGD(0.5, momentum=0.9)
+    return keras.optimizers.Adam(0.01)
 
 
 class Recommender(keras.Model):

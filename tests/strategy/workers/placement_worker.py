@@ -25,25 +25,9 @@ flags.DEFINE_string(
     "'hybrid' or 'allgather' (every variable replicated, stock TF).",
 )
 flags.DEFINE_integer("steps", 3, "Training steps.")
-BATCH = 96  # divides over 2 and 3 workers
-flags.DEFINE_integer("batch", BATCH, "Global batch size.")
+flags.DEFINE_integer("batch", shapes.BATCH, "Global batch size.")
 
 BYTES_ONLY = kh.Link(bandwidth="1gbit", latency="0")
-
-
-def make_data(steps: int, batch: int):
-    rng = np.random.default_rng(7)
-    x = rng.integers(0, shapes.ROWS, (steps * batch, 2)).astype("int32")
-    y = rng.normal(size=(steps * batch, 1)).astype("float32")
-    return x, y
-
-
-def make_optimizer(name: str):
-    if name == "sgd":
-        return keras.optimizers.SGD(0.5)
-    if name == "momentum":  # a slot per variable, linear in the gradient
-        return keras.optimizers.SGD(0.5, momentum=0.9)
-    return keras.optimizers.Adam(0.01)
 
 
 def train(shape: str, optimizer: str, mode: str) -> dict:
@@ -53,12 +37,12 @@ def train(shape: str, optimizer: str, mode: str) -> dict:
         extra = {"variable_kinds": {".*": "dense"}, "indexed_slices": mode}
     strategy = kh.HybridStrategy(timeout_seconds=60, link=BYTES_ONLY, **extra)
     keras.utils.set_random_seed(11 + strategy.rank)
-    x, y = make_data(FLAGS.steps, FLAGS.batch)
+    x, y = shapes.make_data(FLAGS.steps, FLAGS.batch)
     with strategy.scope():
         model = shapes.BUILDERS[shape]()
         if not model.built and not shape.endswith("_unbuilt"):
             model(x[: FLAGS.batch])  # eagerly, as users build models
-        model.compile(optimizer=make_optimizer(optimizer), loss="mse")
+        model.compile(optimizer=shapes.make_optimizer(optimizer), loss="mse")
     stats = strategy.communicator.stats
     before = stats.snapshot()
     if model.built:

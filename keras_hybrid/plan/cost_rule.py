@@ -23,6 +23,8 @@ one worker per host.
 
 import dataclasses
 
+import tensorflow as tf
+
 from keras_hybrid.simulate import cluster_spec
 from keras_hybrid.simulate import cost_model
 from keras_hybrid.simulate import traffic
@@ -176,6 +178,13 @@ def table_cost(
 ) -> TableCost:
     """Both choices' bytes and seconds for one table (see module doc):
     the simulator's exchanges, padding, ids and counts included."""
+    # Placement is decided while a step is traced; the simulator's
+    # capacity ladder runs TensorFlow ops, eagerly.
+    with tf.init_scope():
+        return _table_cost(rows, row_bytes, lookups, workers, link)
+
+
+def _table_cost(rows, row_bytes, lookups, workers, link) -> TableCost:
     spec = cluster_spec.ClusterSpec(
         workers=workers,
         inter_bandwidth=link.bytes_per_second,

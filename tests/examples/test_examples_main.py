@@ -113,7 +113,7 @@ class DenseCNNMainTest(ExampleMainTestCase):
         log = self.run_main()
         accuracy = self.figures(log, "held-out accuracy per epoch:")
         self.assertEqual(len(accuracy), 2)
-        self.assertNotRegex(log, r"\ssparse\s")
+        self.assertNotRegex(log, r"(?m)^\S+ +sparse ")
         result = dense_cnn.train(2, 8, 1)
         self.assertEqual(result["sparse"], 0)
 

@@ -76,14 +76,15 @@ class RoutingPlanTest(TestCase):
             make_plan([position], 4)["pos/embeddings"].source, "provisional"
         )
 
-    def test_latency_keeps_small_batches_replicated(self):
-        facts = VariableFacts(
-            "t/embeddings", (200_000, 8), 4, True, "gathered", 8
-        )
-        slow = make_plan([facts], 2)["t/embeddings"]
-        self.assertEqual((slow.kind, slow.source), ("dense", "cost"))
-        fast = make_plan([facts], 2, link=BYTES_ONLY)["t/embeddings"]
-        self.assertEqual(fast.kind, "sparse")
+    def test_distinct_ids_gain_from_three_workers_on(self):
+        # With as many distinct ids as lookups, 2 workers move about as
+        # many bytes partitioned as all-gathered, and padding tips it.
+        for workers, kind in ((2, "dense"), (3, "sparse"), (4, "sparse")):
+            facts = VariableFacts(
+                "t/embeddings", (200_000, 8), 4, True, "gathered", 64
+            )
+            entry = make_plan([facts], workers)["t/embeddings"]
+            self.assertEqual(entry.kind, kind, entry.reason)
 
     def test_huge_tables_are_partitioned(self):
         rows = cost_rule.REPLICA_BYTES_LIMIT // 512 + 1

@@ -1,5 +1,5 @@
 # Two commands do all the set-up on a fresh machine with Python 3.11 + pip:
-#   make demo   - 2-worker training on localhost through keras-hybrid-run
+#   make demo   - 3-worker training on localhost through keras-hybrid-run
 #   make test   - the test suite
 # Each creates .venv on first use and installs the package into it.
 # make test-horovod runs the engine-parametrized tests on the Horovod engine
@@ -41,7 +41,7 @@ $(STAMP): setup.cfg setup.py pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/keras-hybrid-run -np 2 $(PY) examples/quickstart/main.py --epochs=5
+	$(VENV)/bin/keras-hybrid-run -np 3 $(PY) examples/quickstart/main.py --epochs=5
 
 test: $(STAMP)
 	$(PY) -m pytest -q

@@ -22,13 +22,6 @@ flags.DEFINE_integer("batch_size", 256, "Global batch size (all workers).")
 flags.DEFINE_integer("num_samples", 8192, "Synthetic training samples.")
 flags.DEFINE_float("learning_rate", 0.01, "Adam learning rate.")
 flags.DEFINE_integer("num_items", 20000, "Rows of the item table.")
-flags.DEFINE_string(
-    "link_latency",
-    "0",
-    "Per-message latency of the network between workers, for the plan's "
-    "cost rule (tc syntax, e.g. '50us'). 0 on localhost, where bytes "
-    "decide; with '50us' 2 workers keep this small table replicated.",
-)
 
 
 def make_data(num_samples: int, seed: int = 0):
@@ -58,19 +51,17 @@ def build_model() -> keras.Model:
 
 
 def train(epochs: int, batch_size: int, num_samples: int, lr: float):
-    strategy = keras_hybrid.HybridStrategy(  # keras_hybrid:
-        link=keras_hybrid.Link(latency=FLAGS.link_latency)  # keras_hybrid:
-    )  # keras_hybrid:
+    strategy = keras_hybrid.HybridStrategy()  # keras_hybrid:
     x, y = make_data(num_samples)
     with strategy.scope():  # keras_hybrid:
         model = build_model()
         model.compile(
             optimizer=keras.optimizers.Adam(lr), loss="mse", metrics=["mae"]
         )
-    if strategy.is_chief:  # keras_hybrid: which variable goes where
-        logging.info("Routing plan:\n%s", strategy.plan)
     history = model.fit(x, y, batch_size=batch_size, epochs=epochs)
     if strategy.is_chief:  # keras_hybrid: one rank reports
+        # Placement is final once a step was traced: kind, reason, bytes.
+        logging.info("Routing plan:\n%s", strategy.plan)
         logging.info(
             "%d worker(s); global loss per epoch: %s",
             strategy.size,

@@ -174,24 +174,30 @@ def _priced(exchanges, spec) -> tuple[float, float]:
 
 
 def table_cost(
-    rows: int, row_bytes: int, lookups: int, workers: int, link: Link
+    rows: int,
+    row_bytes: int,
+    lookups: int,
+    workers: int,
+    link: Link,
+    unique: float | None = None,
 ) -> TableCost:
     """Both choices' bytes and seconds for one table (see module doc):
     the simulator's exchanges, padding, ids and counts included."""
     # Placement is decided while a step is traced; the simulator's
     # capacity ladder runs TensorFlow ops, eagerly.
     with tf.init_scope():
-        return _table_cost(rows, row_bytes, lookups, workers, link)
+        return _table_cost(rows, row_bytes, lookups, workers, link, unique)
 
 
-def _table_cost(rows, row_bytes, lookups, workers, link) -> TableCost:
+def _table_cost(rows, row_bytes, lookups, workers, link, unique):
     spec = cluster_spec.ClusterSpec(
         workers=workers,
         inter_bandwidth=link.bytes_per_second,
         inter_latency=link.seconds,
     )
     n = workers
-    unique = expected_unique(rows, lookups)
+    if unique is None:
+        unique = expected_unique(rows, lookups)
     table = _Table(row_bytes, lookups, unique)
     sparse_bytes, sparse_seconds = _priced(
         traffic.hybrid_table(table, n, batch=0), spec
@@ -212,12 +218,20 @@ def _table_cost(rows, row_bytes, lookups, workers, link) -> TableCost:
     )
 
 
+# Candidates are chosen before use is seen: a table is worth watching if
+# partitioning pays when each id repeats this often in a step (skewed ids).
+CANDIDATE_REPEATS = 4
+
+
 def may_pay(rows: int, row_bytes: int, workers: int, link: Link) -> bool:
     """Whether partitioning pays for some number of lookups per step (1,
-    2, 4, ... up to 16 times the rows)."""
+    2, 4, ... up to 16 times the rows), if ids repeat
+    `CANDIDATE_REPEATS` times."""
     lookups = 1
     while lookups <= 16 * rows:
-        if table_cost(rows, row_bytes, lookups, workers, link).partition:
+        unique = max(1.0, min(lookups, rows) / CANDIDATE_REPEATS)
+        cost = table_cost(rows, row_bytes, lookups, workers, link, unique)
+        if cost.partition:
             return True
         lookups *= 2
     return False

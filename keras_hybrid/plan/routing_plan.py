@@ -182,7 +182,8 @@ def _decide(facts: VariableFacts, num_shards: int, link):
             facts.shape[0], facts.row_bytes, num_shards, link
         ):
             size = f"{facts.bytes / 1e3:.1f} kB"
-            return "dense", "small", f"{size}: partitioning cannot pay", None
+            why = f"{size}: partitioning cannot pay on {num_shards} workers"
+            return "dense", "small", why, None
         return "dense", "not a table", "never looked up by id", None
     cost = cost_rule.table_cost(
         facts.shape[0], facts.row_bytes, facts.lookups, num_shards, link

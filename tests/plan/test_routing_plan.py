@@ -29,7 +29,7 @@ class RoutingPlanTest(TestCase):
                 ("sparse", "gathered"),
                 ("dense", "read whole"),
                 ("sparse", "provisional"),
-                ("dense", "small"),
+                ("dense", "not a table"),
                 ("dense", "small"),
             ],
         )

@@ -100,7 +100,8 @@ class PlacementTest(TestCase):
                 kind, source, _ = plan[path]
                 where = f"{path} on {n} workers\n{text}"
                 if role == "table":
-                    # Found by use and priced; 3 workers gain here.
+                    # Found by use and priced (with distinct ids 2 workers
+                    # keep it replicated, "cost"); 3 workers gain here.
                     self.assertIn(source, ("gathered", "cost"), where)
                     if n == 3:
                         self.assertEqual(kind, "sparse", where)

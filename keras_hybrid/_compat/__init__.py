@@ -8,8 +8,6 @@ Hooks (tested on TF 2.21 with Keras 3.15):
 
 - `keras.variable_info`: the closure Keras' TF `Variable` passes to
   `tf.Variable` as `initial_value` (`self`, `initializer`);
-- `keras.creating_layer`: Keras' name-scope stack (`global_state`
-  `"name_scope_stack"`, `name_scope.caller`);
 - `keras.in_symbolic_scope`: `keras.src.backend.common.symbolic_scope`;
 - `keras.set_variable_storage`: a Keras TF `Variable`'s `_value`;
 - `tf.keep_variable_key`: a `ResourceVariable`'s `_unique_id`, which

@@ -1,7 +1,6 @@
 """Private Keras 3 hooks (see the package docstring for the list)."""
 
 import keras
-from keras.src.backend.common import global_state
 from keras.src.backend.common import symbolic_scope
 
 
@@ -27,15 +26,6 @@ def variable_info(initial_value):
     if not isinstance(variable, keras.Variable) or initializer is None:
         return None
     return variable, initializer
-
-
-def creating_layer():
-    """The innermost `keras.layers.Layer` whose name scope is open."""
-    stack = global_state.get_global_attribute("name_scope_stack", default=[])
-    for scope in reversed(stack or []):
-        if isinstance(scope.caller, keras.layers.Layer):
-            return scope.caller
-    return None
 
 
 def in_symbolic_scope() -> bool:

@@ -1,7 +1,7 @@
 """Creates the `ShardedTable` of a sparse variable or of its optimizer slot.
 
 Called from the strategy's variable creator with the `tf.Variable` keyword
-arguments and what `strategy.keras_variables` found out about the Keras
+arguments and what `_compat.keras.variable_info` found out about the Keras
 variable. The rows are drawn here, shard by shard (see `table_init`); the
 creator's own `initial_value` (the whole table) is never called.
 """

@@ -421,8 +421,80 @@ class ResourceVariableTest(TestCase):
         self.assertTrue({"numpy", "__array__"} & set(table.reads))
 
 
+class CompatHooksTest(TestCase):
+    """`keras_hybrid/_compat/`: each named hook does what it says."""
+
+    def test_variable_info_names_the_keras_variable(self):
+        from keras_hybrid._compat import keras as keras_compat
+
+        seen = []
+
+        def creator(next_creator, **kwargs):
+            seen.append(keras_compat.variable_info(kwargs["initial_value"]))
+            return next_creator(**kwargs)
+
+        layer = keras.layers.Embedding(6, 2, name="e")
+        with tf.variable_creator_scope(creator):
+            layer.build()
+        variable, initializer = seen[0]
+        self.assertIs(variable, layer.embeddings)
+        self.assertEqual(tuple(initializer((2, 2)).shape), (2, 2))
+        self.assertIsNone(keras_compat.variable_info(lambda: 1.0))
+
+    def test_symbolic_scope_is_seen(self):
+        from keras_hybrid._compat import keras as keras_compat
+
+        flags = []
+
+        class Probe(keras.layers.Layer):
+            def call(self, x):
+                flags.append(keras_compat.in_symbolic_scope())
+                return x
+
+        Probe()(keras.Input((2,)))
+        Probe()(np.zeros((1, 2), "float32"))
+        self.assertEqual(flags, [True, False])
+
+    def test_storage_swap_keeps_the_optimizer_key(self):
+        from keras_hybrid._compat import keras as keras_compat
+        from keras_hybrid._compat import tf as tf_compat
+
+        variable = keras.Variable(np.zeros((3, 2), "float32"))
+        optimizer = keras.optimizers.SGD(0.5, momentum=0.9)
+        optimizer.build([variable])
+        old = variable.value
+        new = tf_compat.plain_variable(
+            np.ones((3, 2), "float32"), "swapped", True, like=old
+        )
+        tf_compat.keep_variable_key(new, old)
+        keras_compat.set_variable_storage(variable, new)
+        self.assertIs(variable.value, new)
+        optimizer.apply([np.ones((3, 2), "float32")], [variable])
+        self.assertAllClose(variable.numpy(), np.full((3, 2), 0.5))
+
+    def test_shape_query_is_told_apart_eagerly(self):
+        from keras_hybrid._compat import tf as tf_compat
+
+        seen = []
+        variable = keras.Variable(np.zeros((3, 2), "float32"))
+        original = type(variable.value)._dense_var_to_tensor
+
+        def watch(self, *args, **kwargs):
+            seen.append(tf_compat.in_shape_query())
+            return original(self, *args, **kwargs)
+
+        type(variable.value)._dense_var_to_tensor = watch
+        try:
+            tf.shape(variable)
+            tf.reduce_sum(variable)
+        finally:
+            type(variable.value)._dense_var_to_tensor = original
+        self.assertEqual(seen[:1], [True])
+        self.assertIn(False, seen[1:])
+
+
 class KerasVariableCreationTest(TestCase):
-    """`strategy/keras_variables.py`: Keras' TF `Variable` hands
+    """`_compat/keras.py` (`variable_info`): Keras' TF `Variable` hands
     `tf.Variable` a lambda whose closure holds the Keras variable (`self`)
     and its `initializer`; Keras' name-scope stack names the building
     layer as `caller`."""

@@ -6,15 +6,10 @@ real peers; here `keras_patches` is driven with fake strategies, and
 """
 
 import gc
+import os
+import sys
 
 import keras
-from keras.src import export as export_pkg
-from keras.src.callbacks import backup_and_restore
-from keras.src.callbacks import csv_logger
-from keras.src.callbacks import model_checkpoint
-from keras.src.callbacks import tensorboard
-from keras.src.saving import saving_api
-from keras.src.saving import saving_lib
 
 from keras_hybrid import HybridStrategy
 from keras_hybrid.strategy import call_fence
@@ -23,43 +18,8 @@ from keras_hybrid.strategy import keras_patches
 from keras_hybrid.testing import OneProcessTestCase
 from keras_hybrid.testing import TestCase
 
-_CALLBACK_MODULES = (
-    backup_and_restore,
-    csv_logger,
-    model_checkpoint,
-    tensorboard,
-)
-_MODEL_CALLS = (
-    "fit",
-    "evaluate",
-    "predict",
-    "predict_on_batch",
-    "train_on_batch",
-    "test_on_batch",
-)
-
-
-def keras_objects() -> dict:
-    """Every object a multi-worker strategy replaces, by name."""
-    objects = {
-        "save_model": saving_api.save_model,
-        "save_weights": saving_api.save_weights,
-        "export_saved_model": export_pkg.export_saved_model,
-        "H5IOStore.__setitem__": saving_lib.H5IOStore.__dict__["__setitem__"],
-        "check_finite": keras.optimizers.LossScaleOptimizer.__dict__[
-            "check_finite"
-        ],
-        "TensorBoard.summary": tensorboard.TensorBoard.__dict__["summary"],
-        "TensorBoard._start_profiler": tensorboard.TensorBoard.__dict__[
-            "_start_profiler"
-        ],
-        "Layer.get_weights": keras.layers.Layer.__dict__["get_weights"],
-    }
-    for module in _CALLBACK_MODULES:
-        objects[f"{module.__name__}.file_utils"] = module.file_utils
-    for name in _MODEL_CALLS:
-        objects[f"Model.{name}"] = keras.Model.__dict__.get(name)
-    return objects
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "workers"))
+from stock_keras import keras_objects  # noqa: E402
 
 
 class _Communicator:

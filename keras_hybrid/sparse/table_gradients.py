@@ -3,22 +3,41 @@
 The push (see `lookup`) delivers to each owner the gradient rows of the ids
 it owns, from every worker: an `IndexedSlices` over *local* row indices,
 already summed across workers but with one entry per (worker, id). Its
-`dense_shape` tensor carries the table, so the strategy's all-reduce can
-tell it apart from other `IndexedSlices` and not reduce it a second time.
-TensorFlow keeps the first gradient's `dense_shape` when it adds the
-gradients of several lookups of one table, so the mark survives that too.
+`dense_shape` tensor is registered here with the table, so the strategy's
+all-reduce can tell it apart from other `IndexedSlices` and not reduce it a
+second time. TensorFlow keeps the first gradient's `dense_shape` object
+when it adds the gradients of several lookups of one table, so the
+registration survives that too.
+
+The registry maps `id(dense_shape)` to a weak reference to the tensor and
+its table; a lookup checks identity (ids are reused after a tensor dies),
+and an entry is dropped when its tensor is collected.
 """
+
+import dataclasses
+import weakref
 
 import tensorflow as tf
 
-_MARK = "_keras_hybrid_table"
+
+@dataclasses.dataclass(frozen=True)
+class _Entry:
+    """A registered `dense_shape` tensor (weakly) and its table."""
+
+    dense_shape: weakref.ref
+    table: object
+
+
+# Dict operations are atomic; no lock, since entries are also dropped from
+# weakref callbacks, which may run during any allocation.
+_registry: dict[int, _Entry] = {}
 
 
 def make(table, values: tf.Tensor, local_ids: tf.Tensor) -> tf.IndexedSlices:
     """The owner's gradient of `table`: rows `values` at `local_ids`."""
     local_shape = [table.shape[0], *table.full_shape[1:]]
     dense_shape = tf.constant(local_shape, dtype=tf.int64)
-    setattr(dense_shape, _MARK, table)
+    _register(dense_shape, table)
     return tf.IndexedSlices(values, local_ids, dense_shape)
 
 
@@ -26,7 +45,10 @@ def table_of(value):
     """The table whose pushed gradient `value` is, or None."""
     if not isinstance(value, tf.IndexedSlices) or value.dense_shape is None:
         return None
-    return getattr(value.dense_shape, _MARK, None)
+    entry = _registry.get(id(value.dense_shape))
+    if entry is None or entry.dense_shape() is not value.dense_shape:
+        return None
+    return entry.table
 
 
 def aggregate(value: tf.IndexedSlices) -> tf.IndexedSlices:
@@ -35,3 +57,21 @@ def aggregate(value: tf.IndexedSlices) -> tf.IndexedSlices:
     ids, slot = tf.unique(value.indices)
     rows = tf.math.unsorted_segment_sum(value.values, slot, tf.size(ids))
     return tf.IndexedSlices(rows, ids, value.dense_shape)
+
+
+def registered() -> int:
+    """Int. How many live `dense_shape` tensors are registered (for
+    tests)."""
+    return len(_registry)
+
+
+def _register(dense_shape: tf.Tensor, table) -> None:
+    key = id(dense_shape)
+
+    def drop(ref: weakref.ref) -> None:
+        entry = _registry.get(key)
+        # A newer tensor may already hold the same id.
+        if entry is not None and entry.dense_shape is ref:
+            del _registry[key]
+
+    _registry[key] = _Entry(weakref.ref(dense_shape, drop), table)

@@ -207,3 +207,13 @@ def start_watchdog(info: ClusterInfo, timeout_seconds: float):
 def watchdog():
     """This process's `PeerWatchdog`, or None (one process, or Horovod)."""
     return _watchdog
+
+
+def stop_watchdog() -> None:
+    """Stops this process's `PeerWatchdog`, if any; the next
+    `start_watchdog` starts a new one. Does not wait for the thread, which
+    ends after its current probe."""
+    global _watchdog
+    if _watchdog is not None:
+        _watchdog.stop()
+        _watchdog = None

@@ -1,18 +1,19 @@
 """`HybridStrategy`: synchronous data parallelism, one replica per process."""
 
+import atexit
+import functools
 import os
+import weakref
 
 import numpy as np
 import tensorflow as tf
 from absl import logging
 
 from keras_hybrid import checkpoint
-from keras_hybrid.checkpoint import chief_writes
 from keras_hybrid.comm import communicator as communicator_lib
-from keras_hybrid.optimizers import finite_check
 from keras_hybrid.plan.cost_rule import Link
 from keras_hybrid.strategy import cluster
-from keras_hybrid.strategy import fenced_calls
+from keras_hybrid.strategy import keras_patches
 from keras_hybrid.strategy import quiet_ranks
 from keras_hybrid.strategy.hybrid_extended import HybridExtended
 
@@ -43,6 +44,11 @@ class HybridStrategy(tf.distribute.Strategy):
     Initial values of variables are broadcast from rank 0, so workers that
     seeded differently start identical. Gradients are summed with fused
     all-reduces over the chosen engine.
+
+    With more than one worker the strategy patches Keras (saves write on
+    the chief, collective calls are fenced) until it is closed: call
+    `close()`, or use it as a context manager (`with HybridStrategy() as
+    strategy:`); interpreter exit closes it too.
 
     Args:
         cluster_resolver: Optional
@@ -159,10 +165,57 @@ class HybridStrategy(tf.distribute.Strategy):
         if info.rank != 0 and not log_all_ranks:
             quiet_ranks.quiet_keras_console()
         self._agree_on_random_seed()
+        self._closed = False
+        self._close_at_exit = None
         if info.size > 1:
-            chief_writes.install(self)
-            finite_check.install()
-            fenced_calls.install(self)
+            keras_patches.acquire(self)
+            # Weakly, so that an unclosed strategy can still be collected.
+            self._close_at_exit = functools.partial(
+                _close_at_exit, weakref.ref(self)
+            )
+            atexit.register(self._close_at_exit)
+
+    # -- lifetime
+
+    def close(self) -> None:
+        """Takes this strategy's patches out of Keras (idempotent).
+
+        A multi-worker strategy patches Keras for the process (saves and
+        file-writing callbacks write on the chief only, collective calls
+        are fenced, `LossScaleOptimizer` agrees on finite gradients). Once
+        every open strategy is closed, Keras is stock again and the peer
+        watchdog stops. Models built under a closed strategy must not be
+        trained, evaluated or saved any more. Exiting a `with` block
+        closes the strategy; interpreter exit closes any left open.
+
+        ```python
+        with keras_hybrid.HybridStrategy() as strategy:
+            with strategy.scope():
+                model = build_model()
+            model.fit(x, y)
+        # Keras is stock here.
+        ```
+        """
+        if self._closed:
+            return
+        self._closed = True
+        if self._close_at_exit is not None:
+            atexit.unregister(self._close_at_exit)
+            self._close_at_exit = None
+        if self.size > 1:
+            keras_patches.release(self)
+
+    @property
+    def closed(self) -> bool:
+        """Boolean. Whether `close` was called."""
+        return self._closed
+
+    def __enter__(self) -> "HybridStrategy":
+        """Returns the strategy; it does not enter `scope()`."""
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
 
     # -- where this process sits
 
@@ -270,6 +323,12 @@ class HybridStrategy(tf.distribute.Strategy):
         seed = int(seed.numpy()[0])
         tf.random.set_seed(seed)
         logging.info("keras-hybrid: TF global seed %d on all ranks", seed)
+
+
+def _close_at_exit(strategy_ref) -> None:
+    strategy = strategy_ref()
+    if strategy is not None:
+        strategy.close()
 
 
 def _choose_engine(engine: str | None) -> str:

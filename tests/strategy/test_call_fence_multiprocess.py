@@ -126,7 +126,8 @@ def test_different_calls_and_lone_calls_raise_on_every_rank():
     assert chief["lone_exited_seconds"] < TIMEOUT
 
 
-def test_horovod_style_script_fails_with_the_fence_error_on_every_rank():
+def test_rank0_only_script_fails_with_the_fence_error_on_every_rank():
+    # The `if rank == 0:` idiom of Horovod scripts, on the TF engine.
     start = time.monotonic()
     run, _ = _launch("uncaught", 2)
     assert run.returncode != 0

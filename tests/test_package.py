@@ -8,7 +8,7 @@ import keras_hybrid
 
 
 def test_public_api_is_what_init_exports():
-    assert keras_hybrid.__all__ == ["HybridOptimizer", "HybridStrategy"]
+    assert keras_hybrid.__all__ == ["HybridOptimizer", "HybridStrategy", "Link"]
     assert keras_hybrid.HybridStrategy.__name__ == "HybridStrategy"
     assert keras_hybrid.HybridOptimizer.__name__ == "HybridOptimizer"
 

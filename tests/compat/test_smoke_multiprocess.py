@@ -26,7 +26,7 @@ pytestmark = pytest.mark.multiprocess
 def smoke():
     sys.path.insert(0, WORKERS)
     try:
-        import smoke_worker
+        import smoke_data
     finally:
         sys.path.remove(WORKERS)
     out_dir = tempfile.mkdtemp(prefix="compat_smoke_")
@@ -35,7 +35,7 @@ def smoke():
         WORKER, 2, out_dir, args=(f"--model_path={model_path}",), timeout=240
     ).check()
     probe_path = os.path.join(out_dir, "probe.npy")
-    np.save(probe_path, smoke_worker.make_data(smoke_worker.BATCH, seed=2)[0])
+    np.save(probe_path, smoke_data.make_data(smoke_data.BATCH, seed=2)[0])
     plain = subprocess.run(
         [sys.executable, PLAIN, model_path, probe_path],
         capture_output=True,
@@ -45,7 +45,7 @@ def smoke():
     )
     assert plain.returncode == 0, plain.stderr[-4000:]
     loaded = json.loads(plain.stdout.strip().splitlines()[-1])
-    return run.results, loaded, smoke_worker
+    return run.results, loaded, smoke_data
 
 
 def test_table_is_partitioned_over_the_workers(smoke):

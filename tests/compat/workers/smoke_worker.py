@@ -14,6 +14,9 @@ import numpy as np
 import tensorflow as tf
 from absl import app
 from absl import flags
+from smoke_data import BATCH  # noqa: I001  (beside this script)
+from smoke_data import ROWS
+from smoke_data import make_data
 
 import keras_hybrid as kh
 from keras_hybrid.testing.multiprocess import save_result
@@ -22,17 +25,7 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string("out_dir", None, "Where to save this rank's results.")
 flags.DEFINE_string("model_path", None, "The `.keras` file to write.")
 
-ROWS = 64
 TABLE = "items/embeddings"
-BATCH = 16  # global; 8 rows per worker
-
-
-def make_data(n: int, seed: int):
-    rng = np.random.default_rng(seed)
-    ids = rng.integers(0, ROWS, size=(n, 3)).astype("int32")
-    # A target the table can learn: the mean id, scaled.
-    y = (ids.mean(axis=1, keepdims=True) / ROWS).astype("float32")
-    return ids, y
 
 
 def build_model() -> keras.Model:

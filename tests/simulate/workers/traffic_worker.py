@@ -52,7 +52,9 @@ def main(argv):
         if FLAGS.mode == "allgather"
         else "sparse"
     }
-    strategy = kh.HybridStrategy(variable_kinds=kinds)
+    # allgather: stock TF's path, whatever the cost rule would choose.
+    slices = "allgather" if FLAGS.mode == "allgather" else None
+    strategy = kh.HybridStrategy(variable_kinds=kinds, indexed_slices=slices)
     global_batch = tm.SEQS_PER_WORKER * strategy.size
     ids, labels = tm.make_data(
         (FLAGS.warmup_steps + FLAGS.steps) * global_batch

@@ -22,6 +22,7 @@ from absl import flags
 import keras_hybrid as kh
 from keras_hybrid.sparse.sharded_table import ShardedTable
 from keras_hybrid.strategy import call_fence
+from keras_hybrid.testing import SPARSE_TABLES
 from keras_hybrid.testing.multiprocess import save_result
 
 FLAGS = flags.FLAGS
@@ -158,7 +159,10 @@ def uncaught(strategy):
 
 def main(argv):
     del argv
-    strategy = kh.HybridStrategy(timeout_seconds=FLAGS.timeout)
+    # Tables partitioned: reads of them are the collectives under test.
+    strategy = kh.HybridStrategy(
+        timeout_seconds=FLAGS.timeout, variable_kinds=SPARSE_TABLES
+    )
     result = globals()[FLAGS.phase](strategy)
     save_result(FLAGS.out_dir, strategy.rank, result)
 

@@ -22,6 +22,7 @@ one worker per host.
 """
 
 import dataclasses
+import functools
 
 import tensorflow as tf
 
@@ -173,6 +174,9 @@ def _priced(exchanges, spec) -> tuple[float, float]:
     return sent, sum(cost_model.exchange_seconds(e, spec) for e in exchanges)
 
 
+# Pure functions of hashable arguments, asked again for every variable each
+# time a plan is made: each call runs the simulator's draws and TF ops.
+@functools.lru_cache(maxsize=4096)
 def table_cost(
     rows: int,
     row_bytes: int,
@@ -223,6 +227,7 @@ def _table_cost(rows, row_bytes, lookups, workers, link, unique):
 CANDIDATE_REPEATS = 4
 
 
+@functools.lru_cache(maxsize=4096)
 def may_pay(rows: int, row_bytes: int, workers: int, link: Link) -> bool:
     """Whether partitioning pays for some number of lookups per step (1,
     2, 4, ... up to 16 times the rows), if ids repeat

@@ -148,7 +148,7 @@ class HybridExtended(one_device_strategy.OneDeviceExtended):
         if use_discovery.active():
             return list(values)  # a scratch trace: never run
         values = [
-            _densify(v) if self._sync_of(v) == "allreduce" else v
+            tf.convert_to_tensor(v) if self._sync_of(v) == "allreduce" else v
             for v in values
         ]
         results = list(values)
@@ -308,15 +308,6 @@ class HybridExtended(one_device_strategy.OneDeviceExtended):
         return value_fn(
             tf.distribute.experimental.ValueContext(comm.rank, comm.size)
         )
-
-
-def _densify(value):
-    """A dense tensor for an `IndexedSlices` that is not a table gradient."""
-    if table_gradients.table_of(value) is not None:
-        return value
-    if isinstance(value, indexed_slices.IndexedSlices):
-        return tf.convert_to_tensor(value)
-    return value
 
 
 def _check_optimizer(optimizer, variables) -> None:

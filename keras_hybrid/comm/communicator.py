@@ -111,8 +111,8 @@ class Communicator(abc.ABC):
             send_counts: Int vector `[size]`.
             path: String. The `CommStats` path charged.
             plan: Optional `ExchangePlan` from `plan_exchange` whose
-                `send_counts` equal these. It saves the two small control
-                collectives that agree on counts and capacity. Its
+                `send_counts` equal these. It saves the small control
+                collective that tells each worker what it receives. Its
                 `reversed()` plan sends replies back the same way.
 
         Returns:
@@ -123,30 +123,52 @@ class Communicator(abc.ABC):
     def plan_exchange(
         self, send_counts: tf.Tensor, flag: tf.Tensor | int = 0
     ) -> "ExchangePlan":
-        """Agrees on the counts and capacity of an all-to-all in one
-        control collective, and shares one int `flag` per worker (for
-        example "my input was invalid") on the way.
+        """Agrees on the counts of an all-to-all in one control collective,
+        and shares one int `flag` per worker (for example "my input was
+        invalid") on the way.
 
-        Every worker gathers every worker's `send_counts` and flag (one
-        small fixed-size all-gather). An engine that needs no padding
-        (Horovod) still gets a capacity, to keep one plan for all.
+        Each worker sends every peer the count it will send it and its
+        flag (one fixed-size all-to-all of two int32 per peer), so the
+        control traffic per worker is O(N), not the N x N matrix.
         """
         send_counts = tf.cast(tf.reshape(send_counts, [self.size]), tf.int32)
         flag = tf.reshape(tf.cast(flag, tf.int32), [1])
         if self.size == 1:
             cap = capacity.capacity_for(tf.reduce_max(send_counts))
             return ExchangePlan(send_counts, send_counts, cap, flag)
-        rows = tf.reshape(
-            self._gather_fixed(tf.concat([send_counts, flag], 0), "control"),
-            [self.size, self.size + 1],
-        )
-        matrix = rows[:, : self.size]
+        rows = tf.stack(
+            [send_counts, tf.tile(flag, [self.size])], axis=1
+        )  # [size, 2]: row j goes to worker j.
+        got = self._all_to_all_fixed(rows, "control")
+        recv_counts = got[:, 0]
         return ExchangePlan(
             send_counts,
-            matrix[:, self.rank],
-            capacity.capacity_for(tf.reduce_max(matrix)),
-            rows[:, self.size],
+            recv_counts,
+            capacity.capacity_for(
+                tf.maximum(
+                    tf.reduce_max(send_counts), tf.reduce_max(recv_counts)
+                )
+            ),
+            got[:, 1],
         )
+
+    def exchange_counts(
+        self, send_counts: tf.Tensor, path: str = "control"
+    ) -> tf.Tensor:
+        """Returns `recv_counts`: `recv_counts[j]` is what worker j sends
+        this worker, from every worker's `send_counts` (int `[size]`), in
+        one fixed-size all-to-all (O(N) bytes per worker)."""
+        send_counts = tf.cast(tf.reshape(send_counts, [self.size]), tf.int32)
+        if self.size == 1:
+            return tf.identity(send_counts)
+        return self._all_to_all_fixed(send_counts, path)
+
+    @abc.abstractmethod
+    def _all_to_all_fixed(self, tensor: tf.Tensor, path: str) -> tf.Tensor:
+        """All-to-all of equal blocks: row j of `tensor` (`[size, ...]`, the
+        same shape on every worker) goes to worker j; returns the rows
+        received, row j from worker j. Charges the `size - 1` rows sent to
+        peers to `path`."""
 
     def gather_fixed(
         self, tensor: tf.Tensor, path: str = "control"
@@ -176,12 +198,14 @@ class Communicator(abc.ABC):
 
 @dataclasses.dataclass(frozen=True)
 class ExchangePlan:
-    """Counts and padding capacity of one all-to-all, known to all workers.
+    """Counts of one all-to-all as this worker sees them.
 
     Attributes:
         send_counts: Int32 `[size]`: rows this worker sends to each worker.
         recv_counts: Int32 `[size]`: rows it receives from each worker.
-        capacity: Int32 scalar on the capacity ladder, >= every count.
+        capacity: Int32 scalar on the capacity ladder, >= every count of
+            this worker (sent or received). Informational: engines pad each
+            pair's block to its own count's ladder step, not to this.
         flags: Int32 `[size]`: the `flag` each worker passed.
     """
 

@@ -132,6 +132,15 @@ class HorovodCommunicator(Communicator):
         )
         return gathered
 
+    def _all_to_all_fixed(self, tensor, path):
+        """Row j of `tensor` to worker j (equal splits)."""
+        received = self._hvd.alltoall(tensor)
+        self.stats.record(
+            path,
+            (self.size - 1) * byte_sizes.static_bytes(tensor) // self.size,
+        )
+        return received
+
     def all_to_all(self, tensor, send_counts, path="control", plan=None):
         del plan  # Horovod agrees on the counts itself.
         tensor = tf.convert_to_tensor(tensor)

@@ -123,32 +123,35 @@ class Communicator(abc.ABC):
     def plan_exchange(
         self, send_counts: tf.Tensor, flag: tf.Tensor | int = 0
     ) -> "ExchangePlan":
-        """Agrees on the counts of an all-to-all in one control collective,
-        and shares one int `flag` per worker (for example "my input was
-        invalid") on the way.
+        """Agrees on the counts and capacity of an all-to-all in one control
+        collective, and shares one int `flag` per worker (for example "my
+        input was invalid") on the way.
 
-        Each worker sends every peer the count it will send it and its
-        flag (one fixed-size all-to-all of two int32 per peer), so the
-        control traffic per worker is O(N), not the N x N matrix.
+        Each worker sends every peer three int32: the count it will send
+        it, its flag and the largest count it sends anyone (one fixed-size
+        all-to-all), so the control traffic per worker is O(N), not the
+        N x N count matrix, and every worker still learns the largest
+        count of all pairs, which the capacity is taken from.
         """
         send_counts = tf.cast(tf.reshape(send_counts, [self.size]), tf.int32)
         flag = tf.reshape(tf.cast(flag, tf.int32), [1])
         if self.size == 1:
             cap = capacity.capacity_for(tf.reduce_max(send_counts))
             return ExchangePlan(send_counts, send_counts, cap, flag)
+        peak = tf.reshape(tf.reduce_max(send_counts), [1])
         rows = tf.stack(
-            [send_counts, tf.tile(flag, [self.size])], axis=1
-        )  # [size, 2]: row j goes to worker j.
+            [
+                send_counts,
+                tf.tile(flag, [self.size]),
+                tf.tile(peak, [self.size]),
+            ],
+            axis=1,
+        )  # [size, 3]: row j goes to worker j.
         got = self._all_to_all_fixed(rows, "control")
-        recv_counts = got[:, 0]
         return ExchangePlan(
             send_counts,
-            recv_counts,
-            capacity.capacity_for(
-                tf.maximum(
-                    tf.reduce_max(send_counts), tf.reduce_max(recv_counts)
-                )
-            ),
+            got[:, 0],
+            capacity.capacity_for(tf.reduce_max(got[:, 2])),
             got[:, 1],
         )
 
@@ -204,8 +207,7 @@ class ExchangePlan:
         send_counts: Int32 `[size]`: rows this worker sends to each worker.
         recv_counts: Int32 `[size]`: rows it receives from each worker.
         capacity: Int32 scalar on the capacity ladder, >= every count of
-            this worker (sent or received). Informational: engines pad each
-            pair's block to its own count's ladder step, not to this.
+            every pair.
         flags: Int32 `[size]`: the `flag` each worker passed.
     """
 

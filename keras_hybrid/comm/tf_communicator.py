@@ -17,19 +17,11 @@ _MERGE_OPS = {"sum": "Add", "mean": "Add", "max": "Max"}
 
 
 class TFCommunicator(Communicator):
-    """`Communicator` on `CollectiveReduceV2`/`GatherV2`/`BcastSendV2`.
-
-    An all-to-all is a send and a receive per peer in the pair's own
-    2-member group (`CollectiveBcastSendV2`/`RecvV2`), each block padded to
-    the capacity ladder's step of its own count, so padding is per pair,
-    not the largest count of all pairs; the counts travel in one fixed
-    `AllToAllV2` of an int32 per peer (O(N) per worker). V2 collectives
-    remember the shape of each instance key, so every direction of a pair
-    has a block of keys, one per ladder step.
+    """`Communicator` on `CollectiveReduceV2`/`GatherV2`/`AllToAllV2`.
 
     Sizes are charged as a ring algorithm sends them: an all-reduce of D
     bytes sends 2 (N - 1) / N D, an all-gather of D local bytes (N - 1) D,
-    an all-to-all the rows bound for other workers (one call each).
+    an all-to-all the rows bound for other workers.
     """
 
     def __init__(self, rank, size, timeout_seconds, bucket_bytes) -> None:
@@ -100,64 +92,31 @@ class TFCommunicator(Communicator):
         send_counts = tf.cast(tf.reshape(send_counts, [self.size]), tf.int32)
         if self.size == 1:
             return tf.identity(tensor), send_counts
-        if plan is None:
-            recv_counts = self.exchange_counts(send_counts)
-        else:
-            recv_counts = plan.recv_counts
-        content = "all_to_all/" + instance_keys.describe(
-            [tensor], rows_vary=True
+        base = self._keys.base_key(
+            "all_to_all/" + instance_keys.describe([tensor], rows_vary=True)
         )
-        row_shape = tf.shape(tensor)[1:]
+        if plan is None:
+            plan = self.plan_exchange(send_counts)
+        recv_counts = plan.recv_counts
+        key, cap = self._keys.bucketed_key(base, plan.capacity)
+        # AllToAllV2 sends slice j of axis 0 to worker j: one block of `cap`
+        # rows per destination.
         blocks = tf.split(tensor, send_counts, num=self.size)
-        received = list(blocks)  # The own block stays; the others arrive.
-        sends, send_caps, recv_caps = [], [], []
-
-        def send(peer):
-            key, cap = self._keys.bucketed_key(
-                self._keys.base_key(f"{content}/{self.rank}>{peer}"),
-                send_counts[peer],
-            )
-            padded = _pad_rows(blocks[peer], cap)
-            sends.append(self._pair_send(padded, peer, key))
-            send_caps.append(cap)
-
-        def receive(peer):
-            key, cap = self._keys.bucketed_key(
-                self._keys.base_key(f"{content}/{peer}>{self.rank}"),
-                recv_counts[peer],
-            )
-            # Not before this worker's own input exists: a step that fails
-            # before it (a bad id) leaves no receive waiting.
-            with tf.control_dependencies([tensor]):
-                shape = tf.concat([[cap], row_shape], 0)
-            padded = self._pair_recv(shape, tensor.dtype, peer, key)
-            received[peer] = padded[: recv_counts[peer]]
-            recv_caps.append(cap)
-
-        # One send and one receive per peer, each in the 2-member group of
-        # the pair and padded to the ladder step of its own count only. A
-        # send returns once its peer has received. In a graph they are
-        # asynchronous and unordered, so they cannot deadlock; eagerly each
-        # blocks, so pairs meet in rounds of a round-robin tournament, the
-        # lower rank sending first.
-        for peer in _pairing_order(self.rank, self.size):
-            if self.rank < peer:
-                send(peer)
-                receive(peer)
-            else:
-                receive(peer)
-                send(peer)
+        padded = tf.stack([_pad_rows(b, cap) for b in blocks])
+        received = self._collective(tf_compat.all_to_all, padded, key)
+        received = tf.reshape(
+            received, tf.concat([[-1], tf.shape(tensor)[1:]], axis=0)
+        )
         sent_rows = tf.reduce_sum(send_counts) - send_counts[self.rank]
         recv_rows = tf.reduce_sum(recv_counts) - recv_counts[self.rank]
+        slots = (self.size - 1) * cap
         self._charge_rows(
             path,
             tensor,
-            (sent_rows, tf.add_n(send_caps) - sent_rows),
-            (recv_rows, tf.add_n(recv_caps) - recv_rows),
+            (sent_rows, slots - sent_rows),
+            (recv_rows, slots - recv_rows),
         )
-        # Sends feed no output, and TF prunes unused collectives in a graph.
-        with tf.control_dependencies(sends):
-            return tf.concat(received, axis=0), tf.identity(recv_counts)
+        return _unpad(received, recv_counts, cap, self.size), recv_counts
 
     def _all_to_all_fixed(self, tensor, path):
         tensor = tf.convert_to_tensor(tensor)
@@ -170,34 +129,6 @@ class TFCommunicator(Communicator):
             (self.size - 1) * byte_sizes.static_bytes(tensor) // self.size,
         )
         return received
-
-    def _pair_group(self, peer: int) -> int:
-        """Group key of the 2-member group of this worker and `peer`."""
-        low, high = min(self.rank, peer), max(self.rank, peer)
-        return _GROUP_KEY + 1 + low * self.size + high
-
-    def _pair_send(self, tensor, peer, key):
-        return tf_compat.broadcast_send(
-            tensor,
-            group_size=2,
-            group_key=self._pair_group(peer),
-            instance_key=key,
-            timeout=self._op_timeout(),
-        )
-
-    def _pair_recv(self, shape, dtype, peer, key):
-        return tf_compat.broadcast_recv(
-            shape,
-            dtype=dtype,
-            group_size=2,
-            group_key=self._pair_group(peer),
-            instance_key=key,
-            timeout=self._op_timeout(),
-        )
-
-    def _op_timeout(self) -> float:
-        """See `_collective`: only eager calls get TF's per-op timeout."""
-        return self.timeout_seconds if tf.executing_eagerly() else 0
 
     def _collective(self, op, tensor, key, **kwargs):
         """Runs a V2 collective `op` in this job's group.
@@ -212,7 +143,7 @@ class TFCommunicator(Communicator):
             group_size=self.size,
             group_key=_GROUP_KEY,
             instance_key=key,
-            timeout=self._op_timeout(),
+            timeout=self.timeout_seconds if tf.executing_eagerly() else 0,
             **kwargs,
         )
 
@@ -255,26 +186,6 @@ class TFCommunicator(Communicator):
             key,
             dtype=tensor.dtype,
         )
-
-
-def _pairing_order(rank: int, size: int) -> list[int]:
-    """This worker's peers in the order of a round-robin tournament.
-
-    In round r every worker meets at most one peer, and its peer meets it
-    in the same round (the circle method, with a bye when `size` is odd).
-    """
-    players = size + size % 2
-    order = []
-    for r in range(players - 1):
-        if rank == players - 1:
-            peer = r * (players // 2) % (players - 1)
-        else:
-            peer = (r - rank) % (players - 1)
-            if peer == rank:
-                peer = players - 1
-        if peer < size:
-            order.append(peer)
-    return order
 
 
 def _pad_rows(tensor: tf.Tensor, cap: tf.Tensor) -> tf.Tensor:

@@ -4,10 +4,10 @@ Charged as `comm.TFCommunicator` charges them (`CommStats` paths):
 
 - ring all-reduce of D bytes: `2 (N - 1) D // N`, per fused bucket;
 - all-gather of c rows: `(N - 1) c` rows, padded to the capacity ladder;
-- all-to-all: only the rows bound for other workers, each pair's block
-  padded to the ladder capacity of its own count (exact up to 32 rows,
-  then less than 1/16 over); the counts travel in one fixed all-to-all of
-  two int32 per peer (O(N) per worker).
+- all-to-all: only the rows bound for other workers, every block padded
+  to the step's ladder capacity (the largest entry of the count matrix);
+  counts and capacity travel in one fixed all-to-all of three int32 per
+  peer (O(N) per worker).
 
 Modes (names as in `python -m keras_hybrid.benchmark`):
 
@@ -39,8 +39,8 @@ MODES = ("hybrid", "ps_only", "dense", "allgather")
 PATHS = ("dense", "sparse_pull", "sparse_push", "ids", "padding", "control")
 ID_BYTES = 8  # `lookup.pull` sends ids as int64 local row indices
 COUNT_BYTES = 4  # int32 counts of `all_gather`
-# `plan_exchange` sends each peer an int32 count and an int32 flag.
-PLAN_BYTES_PER_PEER = 8
+# `plan_exchange` sends each peer an int32 count, flag and largest count.
+PLAN_BYTES_PER_PEER = 12
 DEFAULT_BUCKET_BYTES = 4 * 2**20
 # Count matrices drawn per prediction: 16, fewer from 128 workers on (the
 # largest of N^2 entries varies less as N grows; a draw costs N^2).
@@ -113,31 +113,23 @@ def count_matrices(ids_per_worker, partition: RowPartition) -> np.ndarray:
 
 def exchange_bytes(counts: np.ndarray, row_bytes: int) -> dict:
     """Bytes per worker (arrays `[..., N]`) of one lookup's pull and push
-    for count matrices `counts` (`[..., N, N]`).
-
-    Besides the paths, `out_slots` and `served_slots` are the padded rows
-    a worker sends in its ids (and push) and in its pull all-to-alls.
-    """
+    for count matrices `counts` (`[..., N, N]`); `slots` are the padded
+    rows of each of its all-to-alls."""
     size = counts.shape[-1]
     own = np.diagonal(counts, axis1=-2, axis2=-1)
     out = counts.sum(axis=-1) - own
     served = counts.sum(axis=-2) - own
-    # Each pair's block is padded to its own count's ladder step.
-    caps = ladder(counts)
-    own_caps = np.diagonal(caps, axis1=-2, axis2=-1)
-    out_slots = caps.sum(axis=-1) - own_caps
-    served_slots = caps.sum(axis=-2) - own_caps
+    peak = counts.max(axis=(-2, -1))
+    slots = (size - 1) * ladder(peak)[..., None]
+    control = (size - 1) * PLAN_BYTES_PER_PEER
     return {
         "ids": out * ID_BYTES,
         "sparse_pull": served * row_bytes,
         "sparse_push": out * row_bytes,
-        "padding": (out_slots - out) * (ID_BYTES + row_bytes)
-        + (served_slots - served) * row_bytes,
-        "control": np.full(
-            out.shape, (size - 1) * PLAN_BYTES_PER_PEER, np.int64
-        ),
-        "out_slots": out_slots,
-        "served_slots": served_slots,
+        "padding": (slots - out) * (ID_BYTES + row_bytes)
+        + (slots - served) * row_bytes,
+        "control": np.full(out.shape, control, np.int64),
+        "slots": slots,
     }
 
 
@@ -167,22 +159,22 @@ def _pull_push(var, counts) -> list:
         k: float(v.mean())
         for k, v in exchange_bytes(counts, var.row_bytes).items()
     }
-    out_slots, served_slots = b.pop("out_slots"), b.pop("served_slots")
-    wire = {
-        "ids": out_slots * ID_BYTES,
-        "sparse_pull": served_slots * var.row_bytes,
-        "sparse_push": out_slots * var.row_bytes,
+    slots = b.pop("slots")
+    pads = {
+        "ids": slots * ID_BYTES - b["ids"],
+        "sparse_pull": slots * var.row_bytes - b["sparse_pull"],
+        "sparse_push": slots * var.row_bytes - b["sparse_push"],
     }
-    plan = Exchange(
+    counts_exchange = Exchange(
         "all_to_all",
-        {"control": b["control"]},
+        {"control": (workers - 1) * PLAN_BYTES_PER_PEER},
         (workers - 1) * PLAN_BYTES_PER_PEER,
     )
-    return [plan] + [
+    return [counts_exchange] + [
         Exchange(
             "all_to_all",
-            {path: b[path], "padding": wire[path] - b[path]},
-            wire[path],
+            {path: b[path], "padding": pads[path]},
+            slots * (ID_BYTES if path == "ids" else var.row_bytes),
         )
         for path in ("ids", "sparse_pull", "sparse_push")
     ]

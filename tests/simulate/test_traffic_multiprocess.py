@@ -33,9 +33,8 @@ import traffic_model as tm  # noqa: E402
 
 WARMUP, STEPS, N = 1, 4, 2
 # Hybrid sparse bytes predicted from the profile: payload (pull, push,
-# ids) within 10%, padding within 2% of the payload (each pair's block
-# is padded to its own count's ladder step: a few rows, often none).
-PAYLOAD_TOLERANCE, PADDING_TOLERANCE = 0.10, 0.02
+# ids) within 10%, padding within 35% (a few rows of ladder rounding).
+PAYLOAD_TOLERANCE, PADDING_TOLERANCE = 0.10, 0.35
 
 
 def _launch(mode: str) -> dict:
@@ -131,6 +130,6 @@ class TrafficAgainstCountersTest(TestCase):
         guess = sum(predicted[p] for p in payload)
         self.assertLess(abs(guess / measured - 1), PAYLOAD_TOLERANCE)
         padding = self._sent("hybrid", "padding").mean()
-        self.assertLessEqual(
-            abs(predicted["padding"] - padding), PADDING_TOLERANCE * measured
+        self.assertLess(
+            abs(predicted["padding"] / padding - 1), PADDING_TOLERANCE
         )

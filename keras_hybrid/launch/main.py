@@ -121,6 +121,7 @@ def run() -> None:
             port=args.port,
             threads=args.threads,
             env=extra_env,
+            grace_seconds=args.grace_seconds,
         )
     except ValueError as error:
         parser.error(str(error))

@@ -41,6 +41,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -62,6 +63,44 @@ def find_sshd() -> str | None:
             return path
     found = shutil.which("sshd")
     return os.path.abspath(found) if found else None
+
+
+def install_problem() -> str | None:
+    """Gets what `EmulatedHosts` needs, or says why it cannot run here.
+
+    Installs Debian's `openssh-server` with apt when sshd is missing and
+    this process is root (tests call this, then skip with the reason).
+
+    Returns:
+        String or `None`. `None` when everything is there; else why not.
+    """
+    if sys.platform != "linux":
+        return f"emulated hosts need Linux network namespaces ({sys.platform})"
+    if os.geteuid() != 0:
+        return (
+            "emulated hosts need root (network namespaces, sshd); running "
+            f"as uid {os.geteuid()}"
+        )
+    if shutil.which("ip") is None:
+        return "emulated hosts need iproute2's `ip`, which is missing"
+    if find_sshd() and shutil.which("ssh"):
+        return None
+    if shutil.which("apt-get") is None:
+        return "sshd is not installed and there is no apt-get to install it"
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    install = ["apt-get", "install", "-y", "-q", "openssh-server"]
+    done = subprocess.run(install, capture_output=True, text=True, env=env)
+    if done.returncode:
+        subprocess.run(
+            ["apt-get", "update", "-q"], capture_output=True, env=env
+        )
+        done = subprocess.run(install, capture_output=True, text=True, env=env)
+    if done.returncode or not find_sshd():
+        return (
+            "`apt-get install openssh-server` failed, so sshd is missing: "
+            f"{done.stderr.strip()[-500:]}"
+        )
+    return None
 
 
 class EmulatedHosts:

@@ -19,7 +19,6 @@ says why.
 import json
 import os
 import pickle
-import shutil
 import signal
 import subprocess
 import sys
@@ -41,40 +40,9 @@ ATOL = 1e-5
 pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(240)]
 
 
-def _openssh_server_problem() -> str | None:
-    """Installs `openssh-server` if needed and possible; else says why not."""
-    if sys.platform != "linux":
-        return f"emulated hosts need Linux network namespaces ({sys.platform})"
-    if os.geteuid() != 0:
-        return (
-            "emulated hosts need root (network namespaces, sshd); running "
-            f"as uid {os.geteuid()}"
-        )
-    if shutil.which("ip") is None:
-        return "emulated hosts need iproute2's `ip`, which is missing"
-    if emulated_hosts.find_sshd() and shutil.which("ssh"):
-        return None
-    if shutil.which("apt-get") is None:
-        return "sshd is not installed and there is no apt-get to install it"
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    install = ["apt-get", "install", "-y", "-q", "openssh-server"]
-    done = subprocess.run(install, capture_output=True, text=True, env=env)
-    if done.returncode:
-        subprocess.run(
-            ["apt-get", "update", "-q"], capture_output=True, env=env
-        )
-        done = subprocess.run(install, capture_output=True, text=True, env=env)
-    if done.returncode or not emulated_hosts.find_sshd():
-        return (
-            "`apt-get install openssh-server` failed, so sshd is missing: "
-            f"{done.stderr.strip()[-500:]}"
-        )
-    return None
-
-
 @pytest.fixture(scope="module")
 def hosts():
-    problem = _openssh_server_problem()
+    problem = emulated_hosts.install_problem()
     if problem:
         pytest.skip(f"multi-host over ssh not tested: {problem}")
     with emulated_hosts.EmulatedHosts(["hostA", "hostB"]) as emulated:

@@ -32,7 +32,8 @@ MATRIX_WHEELS ?= $(HOME)/.cache/keras-hybrid/wheels
 MATRIX_REQS := "keras==3.15.*" pytest pytest-timeout setuptools wheel
 MATRIX_STAMPS := $(foreach v,$(MATRIX_TF),.venv-tf$(v)/.installed)
 
-.PHONY: demo test test-horovod test-matrix horovod-wheel lint clean
+.PHONY: demo test test-horovod test-matrix horovod-wheel lint clean \
+	bench-scaled
 
 $(STAMP): setup.cfg setup.py pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -111,6 +112,24 @@ test-matrix: $(MATRIX_STAMPS)
 	done; \
 	if [ -n "$$failed" ]; then echo "test-matrix failed on TF$$failed"; \
 		exit 1; fi
+
+# Network-scaled benchmark (root): hybrid, allgather and dense at 4 and 8
+# workers with the link scaled so that communication takes the share of a
+# step it takes on TARGET_STEP_MS accelerators with TARGET_BANDWIDTH links
+# (docs/benchmarks.md). About 15 + 30 minutes on a busy 2-core machine.
+TARGET_STEP_MS ?= 2
+TARGET_BANDWIDTH ?= 10gbit
+BENCH_OUT ?= bench
+bench-scaled: $(STAMP)
+	@mkdir -p $(BENCH_OUT)
+	for n in 4 8; do \
+		$(PY) -m keras_hybrid.benchmark --workload=lm --workers=$$n \
+			--vocab=20000 --steps=$$((n == 4 ? 15 : 10)) \
+			--warmup_steps=$$((n == 4 ? 3 : 2)) --repeats=3 \
+			--target_step_ms=$(TARGET_STEP_MS) \
+			--target_bandwidth=$(TARGET_BANDWIDTH) \
+			--output_json=$(BENCH_OUT)/lm_scaled_$$n.json || exit 1; \
+	done
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check keras_hybrid tests examples

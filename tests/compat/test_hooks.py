@@ -420,6 +420,29 @@ class ResourceVariableTest(TestCase):
         self.assertAllClose(layer.get_weights()[0], np.ones((8, 2)))
         self.assertTrue({"numpy", "__array__"} & set(table.reads))
 
+    def test_rows_change_and_reads_keep_a_static_shape(self):
+        """`sparse/sharded_table.py` (resizes, `sparse/resharding.py`): a
+        variable made with an unknown first dimension takes another row
+        count by `assign`, and `_read_variable_op` is what reads (eager,
+        traced, through `value`/`read_value`) go through."""
+        rows = [3]
+
+        class _Resizable(resource_variable_ops.ResourceVariable):
+            def _read_variable_op(self, *args, **kwargs):
+                value = super()._read_variable_op(*args, **kwargs)
+                value.set_shape([rows[0], 2])
+                return value
+
+        var = _Resizable(tf.zeros([3, 2]), shape=tf.TensorShape([None, 2]))
+        rows[0] = 5
+        var.assign(tf.ones([5, 2]), read_value=False)
+        self.assertEqual(var.read_value().shape, (5, 2))
+        traced = tf.function(
+            lambda: tf.convert_to_tensor(var)
+        ).get_concrete_function()
+        self.assertEqual(traced.output_shapes, tf.TensorShape([5, 2]))
+        self.assertAllClose(var.sparse_read([4]), [[1.0, 1.0]])
+
 
 class CompatHooksTest(TestCase):
     """`keras_hybrid/_compat/`: each named hook does what it says."""

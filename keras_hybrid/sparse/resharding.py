@@ -116,8 +116,11 @@ def adopt_partitions(tables, communicator, root: int = 0) -> None:
 
     Raises:
         ValueError: If this worker would own rows under `root`'s assignment
-            but held another one (its rows would be wrong).
+            but held another one (its rows would be wrong); raised on that
+            worker after every broadcast, so the others are not left
+            waiting in a collective.
     """
+    wrong = []
     for table in _with_slots(tables):
         part = table.partition
         mine = np.asarray([part.num_shards, *part.virtual.owners], np.int32)
@@ -131,19 +134,16 @@ def adopt_partitions(tables, communicator, root: int = 0) -> None:
         target = part.with_assignment(ShardAssignment(owners, int(theirs[0])))
         table.communicator = communicator
         if target.rows_on_shard(communicator.rank):
-            raise ValueError(
-                f"Worker {communicator.rank} holds table {table.path!r} "
-                f"with another assignment than worker {root}'s, under "
-                "which it would own rows. Only a worker that owns no rows "
-                "(a joiner) can adopt an assignment."
-            )
-        table.take_rows(target, tf.zeros(target_shape(table, target)))
-
-
-def target_shape(table, partition) -> tuple:
-    """Local shape of `table` on its worker under `partition`."""
-    rows = partition.rows_on_shard(table.communicator.rank)
-    return (rows, *table.full_shape[1:])
+            wrong.append(table.path)
+            continue
+        table.take_rows(target, tf.zeros((0, *table.full_shape[1:])))
+    if wrong:
+        raise ValueError(
+            f"Worker {communicator.rank} holds tables {wrong} with another "
+            f"assignment than worker {root}'s, under which it would own "
+            "rows. Only a worker that owns no rows (a joiner) can adopt an "
+            "assignment."
+        )
 
 
 def _with_slots(tables) -> list[ShardedTable]:

@@ -4,20 +4,24 @@ in memory (`sparse.resharding`) in the middle of training.
 Run by `test_resharding_multiprocess.py` through `keras-hybrid-run` on 4
 workers. The two-table model of `sparse_cases` (tables of 500x8 and 500x4,
 Adam) trains 2 steps with its tables on all 4 workers, then the tables
-shrink onto 3 (worker 3 keeps none), train 1 step, grow back onto 4 and
-train 1 more; the global batches are the same as one process's. Saved per
-rank: the full weights and slots around each resize, the bytes each resize
-sent (its return value and `CommStats`), the rows each shard holds, and
-the plan's text.
+shrink onto 3 (worker 3 keeps none) and train 1 step; worker 3 then
+holds the shards of a fresh joiner and adopts rank 0's layout
+(`adopt_partitions`); the tables grow back onto 4 and train 1 more. The
+global batches are the same as one process's. Saved per rank: the full
+weights and slots around each resize, the bytes each resize sent (its
+return value and `CommStats`), the rows each shard holds, and the plan's
+text.
 """
 
 import keras
+import numpy as np
 import sparse_cases as cases  # noqa: I001  (sits beside this script)
 from absl import app
 from absl import flags
 
 import keras_hybrid as kh
 from keras_hybrid.sparse import resharding
+from keras_hybrid.sparse.row_partition import RowPartition
 from keras_hybrid.testing import SPARSE_TABLES
 from keras_hybrid.testing.multiprocess import save_result
 
@@ -61,6 +65,16 @@ def resize(strategy, model, tables, num_workers: int) -> dict:
     }
 
 
+def pretend_to_join(tables) -> None:
+    """Gives this worker's (empty) shards the layout and rows a worker
+    started afresh on 4 workers would have: `adopt_partitions` must throw
+    them away."""
+    for table in tables:
+        fresh = RowPartition.create(table.full_shape[0], 4)
+        rows = fresh.rows_on_shard(3)
+        table.take_rows(fresh, np.full((rows, *table.full_shape[1:]), 7.0))
+
+
 def main(argv):
     del argv
     strategy = kh.HybridStrategy(variable_kinds=SPARSE_TABLES)
@@ -88,6 +102,9 @@ def main(argv):
     result["shrink"] = resize(strategy, model, tables, 3)
     train(2, 1)
     result["after_shrink_step"] = model.get_weights()
+    if strategy.rank == 3:
+        pretend_to_join(tables)
+    resharding.adopt_partitions(tables, strategy.communicator)
     result["grow"] = resize(strategy, model, tables, 4)
     train(3, 1)
     result["final"] = model.get_weights()

@@ -1,5 +1,7 @@
 """Private Keras 3 hooks (see the package docstring for the list)."""
 
+import importlib
+
 import keras
 from keras.src.backend.common import symbolic_scope
 
@@ -36,3 +38,132 @@ def in_symbolic_scope() -> bool:
 def set_variable_storage(variable: keras.Variable, storage) -> None:
     """Makes `storage` (a `tf.Variable`) the value of Keras `variable`."""
     variable._value = storage
+
+
+# -- optimizer internals (optimizers/hybrid_optimizer.py): gradient
+# accumulation runs the inner optimizer's accumulated update itself, as
+# `BaseOptimizer._backend_apply_gradients` does.
+
+
+def own_variables(optimizer: keras.optimizers.Optimizer) -> list:
+    """The variables `optimizer` itself tracks (not its inner one's)."""
+    return list(optimizer._variables)
+
+
+def last_trainable_variables(optimizer: keras.optimizers.Optimizer) -> list:
+    """The variables `optimizer` was built for."""
+    return list(optimizer._trainable_variables)
+
+
+def accumulators(optimizer: keras.optimizers.Optimizer, variables) -> list:
+    """`optimizer`'s gradient accumulator of each variable."""
+    return [
+        optimizer._accumulated_gradients[optimizer._get_variable_index(v)]
+        for v in variables
+    ]
+
+
+def iterations_variable(optimizer: keras.optimizers.Optimizer):
+    """The variable behind `optimizer.iterations` (assignable)."""
+    return optimizer._iterations
+
+
+def apply_accumulated_update(
+    optimizer: keras.optimizers.Optimizer, grads, variables
+) -> None:
+    """Clips `grads`, applies weight decay and one update step."""
+    grads = optimizer._clip_gradients(grads)
+    optimizer._apply_weight_decay(variables)
+    optimizer._backend_update_step(grads, variables, optimizer.learning_rate)
+
+
+# -- models (callbacks/sharded_checkpoint.py)
+
+
+def set_initial_epoch(model: keras.Model, epoch: int) -> None:
+    """Makes a running `fit` (in `on_train_begin`) start at `epoch`, as
+    `BackupAndRestore` does."""
+    model._initial_epoch = epoch
+
+
+# -- saving (checkpoint/h5_streaming.py)
+
+
+def h5_dataset(store, key: str, shape, dtype):
+    """Creates dataset `key` in the group of a `.h5` weights store entry
+    (`saving_lib.H5IOStore`, as passed to its `__setitem__`)."""
+    if not store._h5_entry_initialized:
+        store._create_h5_group(store._h5_entry_path)
+    return store._h5_entry_group.create_dataset(key, shape=shape, dtype=dtype)
+
+
+# -- what keras_hybrid replaces while a strategy is open (checkpoint/*)
+
+_SITES = {
+    "save_model": ("keras.src.saving.saving_api", None, "save_model"),
+    "save_weights": ("keras.src.saving.saving_api", None, "save_weights"),
+    "export_saved_model": ("keras.src.export", None, "export_saved_model"),
+    "backup_and_restore.file_utils": (
+        "keras.src.callbacks.backup_and_restore",
+        None,
+        "file_utils",
+    ),
+    "model_checkpoint.file_utils": (
+        "keras.src.callbacks.model_checkpoint",
+        None,
+        "file_utils",
+    ),
+    "csv_logger.file_utils": (
+        "keras.src.callbacks.csv_logger",
+        None,
+        "file_utils",
+    ),
+    "tensorboard.file_utils": (
+        "keras.src.callbacks.tensorboard",
+        None,
+        "file_utils",
+    ),
+    "H5IOStore.__setitem__": (
+        "keras.src.saving.saving_lib",
+        "H5IOStore",
+        "__setitem__",
+    ),
+    "TensorBoard.summary": (
+        "keras.src.callbacks.tensorboard",
+        "TensorBoard",
+        "summary",
+    ),
+    "TensorBoard.start_profiler": (
+        "keras.src.callbacks.tensorboard",
+        "TensorBoard",
+        "_start_profiler",
+    ),
+}
+SITES = tuple(_SITES)
+
+
+def _owner_and_name(site: str):
+    if site not in _SITES:
+        raise ValueError(f"Unknown Keras patch site {site!r}; one of {SITES}.")
+    module_name, class_name, attribute = _SITES[site]
+    owner = importlib.import_module(module_name)
+    if class_name is not None:
+        owner = getattr(owner, class_name)
+    return owner, attribute
+
+
+def current(site: str):
+    """What Keras has at `site` now (a class attribute as stored: a
+    property stays a property)."""
+    owner, attribute = _owner_and_name(site)
+    if isinstance(owner, type):
+        return owner.__dict__[attribute]
+    return getattr(owner, attribute)
+
+
+def replace(site: str, value) -> object:
+    """Puts `value` at `site`; returns what was there (see `current`)."""
+    previous = current(site)
+    owner, attribute = _owner_and_name(site)
+    setattr(owner, attribute, value)
+    return previous

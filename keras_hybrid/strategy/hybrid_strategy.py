@@ -10,7 +10,7 @@ import tensorflow as tf
 from absl import logging
 
 from keras_hybrid import checkpoint
-from keras_hybrid.comm import communicator as communicator_lib
+from keras_hybrid.comm import engines
 from keras_hybrid.plan.cost_rule import Link
 from keras_hybrid.strategy import cluster
 from keras_hybrid.strategy import keras_patches
@@ -141,7 +141,7 @@ class HybridStrategy(tf.distribute.Strategy):
         else:
             info = cluster.resolve(cluster_resolver)
             cluster.start_server(info)
-        comm = communicator_lib.make_communicator(
+        comm = engines.make_communicator(
             engine,
             info.rank,
             info.size,
@@ -166,23 +166,39 @@ class HybridStrategy(tf.distribute.Strategy):
             quiet_ranks.quiet_keras_console()
         self._agree_on_random_seed()
         self._closed = False
+        self._in_use = False
         self._close_at_exit = None
-        if info.size > 1:
-            keras_patches.acquire(self)
-            # Weakly, so that an unclosed strategy can still be collected.
-            self._close_at_exit = functools.partial(
-                _close_at_exit, weakref.ref(self)
-            )
-            atexit.register(self._close_at_exit)
+
+    def scope(self):
+        """Returns the context manager in which variables are created on
+        this strategy (see `tf.distribute.Strategy.scope`).
+
+        The first call of a multi-worker strategy puts its Keras patches
+        in (see `close`): a strategy that is never used changes nothing.
+        """
+        self._use()
+        return super().scope()
+
+    def _use(self) -> None:
+        if self._in_use or self._closed or self.size == 1:
+            return
+        self._in_use = True
+        keras_patches.acquire(self)
+        # Weakly, so that an unclosed strategy can still be collected.
+        self._close_at_exit = functools.partial(
+            _close_at_exit, weakref.ref(self)
+        )
+        atexit.register(self._close_at_exit)
 
     # -- lifetime
 
     def close(self) -> None:
         """Takes this strategy's patches out of Keras (idempotent).
 
-        A multi-worker strategy patches Keras for the process (saves and
-        file-writing callbacks write on the chief only, collective calls
-        are fenced, `LossScaleOptimizer` agrees on finite gradients). Once
+        A multi-worker strategy, from its first `scope()`, patches Keras
+        for the process (saves and file-writing callbacks write on the
+        chief only, collective calls are fenced, `LossScaleOptimizer`
+        agrees on finite gradients). Once
         every open strategy is closed, Keras is stock again and the peer
         watchdog stops. Models built under a closed strategy must not be
         trained, evaluated or saved any more. Exiting a `with` block
@@ -202,8 +218,10 @@ class HybridStrategy(tf.distribute.Strategy):
         if self._close_at_exit is not None:
             atexit.unregister(self._close_at_exit)
             self._close_at_exit = None
-        if self.size > 1:
+        if self._in_use:
             keras_patches.release(self)
+        elif self.size > 1 and keras_patches.open_count() == 0:
+            cluster.stop_watchdog()  # what the last release would do
 
     @property
     def closed(self) -> bool:
@@ -342,9 +360,9 @@ def _choose_engine(engine: str | None) -> str:
     if engine is None:
         started_by_horovodrun = all(v in os.environ for v in HOROVOD_ENV)
         engine = "horovod" if started_by_horovodrun else "tf"
-    if engine not in communicator_lib.ENGINES:
+    if engine not in engines.ENGINES:
         raise ValueError(
-            f"`engine` must be one of {communicator_lib.ENGINES}. Received: "
+            f"`engine` must be one of {engines.ENGINES}. Received: "
             f"engine={engine!r} (argument or {ENGINE_ENV})."
         )
     return engine

@@ -18,7 +18,8 @@ TensorFlow (`tf.py`, `one_process_extended.py`):
   `_num_replicas_in_sync`, `_in_multi_worker_mode`) to named methods; reads
   `_device` and `_container_strategy()`;
 - `ConvertibleVariable`: `resource_variable_ops.ResourceVariable` with its
-  `_dense_var_to_tensor` sent to `to_tensor`;
+  `_dense_var_to_tensor` sent to `to_tensor`, and the static shape of
+  `_read_variable_op`'s result given by `read_shape`;
 - `all_reduce`, `all_gather`, `all_to_all`, `broadcast_send`,
   `broadcast_recv`: `collective_ops`' V2 ops;
 - `enable_collectives`: the eager context's `configure_collective_ops`,

@@ -6,8 +6,17 @@ import tensorflow as tf
 # weight all-reduce, `sparse_*` the parameter-server exchange, `ids` the row
 # ids that travel with sparse rows, `padding` the bytes sent only to keep
 # collective shapes fixed, `control` small bookkeeping (metrics, capacities,
-# broadcasts of initial values).
-PATHS = ("dense", "sparse_pull", "sparse_push", "ids", "padding", "control")
+# broadcasts of initial values), `reshard` the table rows moved when the
+# worker set changes (`sparse.resharding`).
+PATHS = (
+    "dense",
+    "sparse_pull",
+    "sparse_push",
+    "ids",
+    "padding",
+    "control",
+    "reshard",
+)
 # Keys of each path's entry in `CommStats.snapshot()`.
 COUNTERS = ("bytes", "received_bytes", "calls")
 

@@ -776,6 +776,26 @@ class CompatFunctionsTest(TestCase):
         var.assign([5.0, 5.0])
         self.assertAllClose(var.stored_tensor(), [5.0, 5.0])
 
+    def test_convertible_variable_reads_take_read_shape(self):
+        """`sparse/sharded_table.py` (resizes, `sparse/resharding.py`): a
+        variable made with an unknown first dimension takes another row
+        count by `assign`; its reads, eager and traced, have `read_shape`."""
+        rows = [3]
+
+        class Resizable(tf_compat.ConvertibleVariable):
+            def read_shape(self):
+                return (rows[0], 2)
+
+        var = Resizable(tf.zeros([3, 2]), shape=tf.TensorShape([None, 2]))
+        rows[0] = 5
+        var.assign(tf.ones([5, 2]), read_value=False)
+        self.assertEqual(var.read_value().shape, (5, 2))
+        traced = tf.function(lambda: var.value()).get_concrete_function()
+        self.assertEqual(traced.output_shapes, tf.TensorShape([5, 2]))
+        whole = tf.function(lambda: tf.convert_to_tensor(var))
+        self.assertEqual(whole.get_concrete_function().output_shapes, (5, 2))
+        self.assertAllClose(var.sparse_read([4]), [[1.0, 1.0]])
+
     def test_one_process_extended_overrides_only_real_hooks(self):
         hooks = [
             name

@@ -36,3 +36,47 @@ def in_symbolic_scope() -> bool:
 def set_variable_storage(variable: keras.Variable, storage) -> None:
     """Makes `storage` (a `tf.Variable`) the value of Keras `variable`."""
     variable._value = storage
+
+
+def loss_scaling_functions() -> tuple:
+    """Keras' `(scale, unscale)` loss functions for `tf.distribute`.
+
+    `keras.src.losses.loss.scale_loss_for_distribution` and
+    `unscale_loss_for_distribution` multiply a loss by `1 / N` and `N`,
+    with N read from the strategy when the step is traced. Keras' TF
+    trainer and `compile_utils` look them up on the module at call time.
+    """
+    from keras.src.losses import loss as loss_module
+
+    return (
+        loss_module.scale_loss_for_distribution,
+        loss_module.unscale_loss_for_distribution,
+    )
+
+
+def set_loss_scaling_functions(scale, unscale) -> None:
+    """Makes `scale` and `unscale` Keras' loss functions of
+    `loss_scaling_functions` (pass the old pair back to restore them)."""
+    from keras.src.losses import loss as loss_module
+
+    loss_module.scale_loss_for_distribution = scale
+    loss_module.unscale_loss_for_distribution = unscale
+
+
+def traced_step_of(train_function):
+    """The `tf.function` inside Keras' TF `train_function`, or None.
+
+    Keras 3's TF trainer returns a plain closure `function(iterator)` that
+    calls the `tf.function` `multi_step_on_iterator` (absent when the model
+    runs eagerly). Tracing that one ahead, with
+    `get_concrete_function(iterator)`, saves the first step its tracing.
+    """
+    cells = getattr(train_function, "__closure__", None) or ()
+    names = getattr(
+        getattr(train_function, "__code__", None), "co_freevars", ()
+    )
+    for name, cell in zip(names, cells, strict=False):
+        if name == "multi_step_on_iterator":
+            step = cell.cell_contents
+            return step if hasattr(step, "get_concrete_function") else None
+    return None

@@ -2,9 +2,10 @@
 
 Nothing elastic in it: a callback records `strategy.size`/`strategy.rank`
 per global step into `progress.jsonl` (which the test watches to change the
-discovery output) and sleeps `step_sleep` seconds per step so that joiners
-have time to start. The chief (or the one process) saves the final
-weights. Ranks seed differently on purpose.
+discovery output) and, on the chief, sleeps `step_sleep` seconds per step
+while the file `pace` exists and waits at step `hold_at_step` while
+`hold` exists, so that joiners have time to start. The chief (or the one
+process) saves the final weights. Ranks seed differently on purpose.
 """
 
 import json
@@ -25,6 +26,9 @@ flags.DEFINE_integer("epochs", 3, "Epochs.")
 flags.DEFINE_integer("batch_size", 12, "Global batch size.")
 flags.DEFINE_integer("num_samples", 600, "Samples.")
 flags.DEFINE_float("step_sleep", 0.0, "Seconds to sleep after each step.")
+flags.DEFINE_integer(
+    "hold_at_step", 0, "Chief waits at this step while out_dir/hold exists."
+)
 flags.DEFINE_string("optimizer", "adam", "sgd or adam.")
 
 
@@ -46,7 +50,16 @@ class SizeLog(keras.callbacks.Callback):
                 json.dumps({"step": self.step, "size": self.strategy.size})
                 + "\n"
             )
-        time.sleep(FLAGS.step_sleep)
+        # The chief paces the job while the test's `pace` file exists, and
+        # holds at one step while `hold` exists (joiners need time to start).
+        if os.path.exists(os.path.join(FLAGS.out_dir, "pace")):
+            time.sleep(FLAGS.step_sleep)
+        hold = os.path.join(FLAGS.out_dir, "hold")
+        deadline = time.monotonic() + 300
+        while self.step == FLAGS.hold_at_step and os.path.exists(hold):
+            if time.monotonic() > deadline:
+                raise RuntimeError("The test never released the hold.")
+            time.sleep(0.05)
 
 
 def main(argv):

@@ -80,3 +80,21 @@ def traced_step_of(train_function):
             step = cell.cell_contents
             return step if hasattr(step, "get_concrete_function") else None
     return None
+
+
+def set_validation_gate(model, is_open) -> None:
+    """Makes `fit` validate only while `is_open()` is True (None: Keras'
+    own rule again).
+
+    Keras' `fit` asks `model._should_eval(epoch, validation_freq)` at each
+    epoch end; an instance attribute shadows that method.
+    """
+    if is_open is None:
+        model.__dict__.pop("_should_eval", None)
+        return
+    should_eval = type(model)._should_eval
+
+    def gated(epoch, validation_freq):
+        return is_open() and should_eval(model, epoch, validation_freq)
+
+    model._should_eval = gated

@@ -86,6 +86,7 @@ def _elastic_fit(original):
         if membership is None:
             return original(self, *args, **kwargs)
         from keras_hybrid.strategy.elastic_resize import ElasticResize
+        from keras_hybrid.strategy.gated_callback import GatedCallback
 
         bound = signature.bind(self, *args, **kwargs)
         check_global_batch(
@@ -95,7 +96,10 @@ def _elastic_fit(original):
             membership.max_np,
         )
         callbacks = list(bound.arguments.get("callbacks") or [])
-        callbacks.append(ElasticResize(self.distribute_strategy))
+        resize = ElasticResize(self.distribute_strategy)
+        if membership.joining:
+            callbacks = [GatedCallback(c, resize.trains) for c in callbacks]
+        callbacks.append(resize)
         bound.arguments["callbacks"] = callbacks
         return original(*bound.args, **bound.kwargs)
 

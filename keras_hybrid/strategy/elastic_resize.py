@@ -60,6 +60,10 @@ class ElasticResize(keras.callbacks.Callback):
         self._pending = None  # a resize whose stall is not measured yet
         self._local_reads = None
 
+    def trains(self) -> bool:
+        """Boolean. False while this joiner skips batches it missed."""
+        return self._skip_until is None
+
     # -- Keras hooks
 
     def on_train_begin(self, logs=None):
@@ -69,6 +73,8 @@ class ElasticResize(keras.callbacks.Callback):
             self._real_train_function = self.model.train_function
             self._skip_until = _ADMISSION
             self.model.train_function = self._join
+            # Members validated the epochs this joiner skips long ago.
+            keras_compat.set_validation_gate(self.model, self.trains)
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch = epoch
@@ -287,6 +293,7 @@ class ElasticResize(keras.callbacks.Callback):
         self._skip_until = None
         self._local_reads.__exit__(None, None, None)
         self._local_reads = None
+        keras_compat.set_validation_gate(self.model, None)
 
     def _skip(self, iterator):
         next(iterator)

@@ -105,6 +105,9 @@ class ElasticFitTest(TestCase):
             self.assertEqual(r["reason"], "discovery")
             self.assertGreaterEqual(r["stall_seconds"], 0.0)
         self.assertIn("retires at global step", output)
+        # CommunicationStats (every 5 steps, a collective) reports them too.
+        self.assertEqual(len(result["stats_resizes"]), 2)
+        self.assertIn("Elastic resizes:", output)
 
     def _reference(self) -> list:
         """Plain Keras in this process on the same global batches."""

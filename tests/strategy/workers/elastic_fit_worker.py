@@ -69,6 +69,7 @@ def main(argv):
     with strategy.scope():
         model = models.build_model("sequential", seed=100 + strategy.rank)
         models.compile_model(model, FLAGS.optimizer)
+    stats = kh.callbacks.CommunicationStats(every_n_steps=5)
     history = model.fit(
         x,
         y,
@@ -77,7 +78,10 @@ def main(argv):
         shuffle=False,
         verbose=0,
         callbacks=[
-            SizeLog(strategy, os.path.join(FLAGS.out_dir, "progress.jsonl"))
+            SizeLog(strategy, os.path.join(FLAGS.out_dir, "progress.jsonl")),
+            # Collectives in callbacks: a joiner must not run them for the
+            # batches it skips.
+            stats,
         ],
     )
     if strategy.is_chief:
@@ -88,6 +92,7 @@ def main(argv):
                 "weights": model.get_weights(),
                 "history": history.history,
                 "resizes": strategy.communicator.stats.resizes,
+                "stats_resizes": stats.summary["resizes"],
                 "size": strategy.size,
             },
         )

@@ -5,6 +5,7 @@ model, `train`), and this file.
 """
 
 import csv
+import dataclasses
 import os
 
 import keras
@@ -40,6 +41,23 @@ def define_common_flags(steps: int, batch_size: int, epochs: int) -> None:
         "step_log", "", "If set, rank 0 writes the loss of every step here."
     )
     flags.DEFINE_integer("seed", 0, "Seed of the data and the model.")
+
+
+def config_from_flags(config_class, **overrides):
+    """An example's `Config` whose every field is the flag of that name
+    (or an entry of `overrides`, for a flag that needs parsing)."""
+    values = {}
+    for field in dataclasses.fields(config_class):
+        if field.name in overrides:
+            values[field.name] = overrides[field.name]
+        elif field.name in flags.FLAGS:
+            values[field.name] = flags.FLAGS[field.name].value
+        else:
+            raise ValueError(
+                f"{config_class.__qualname__}.{field.name} has no flag of "
+                "that name; define one or pass it in `overrides`."
+            )
+    return config_class(**values)
 
 
 def zipf_ids(rng, vocab: int, size, s: float = 1.1) -> np.ndarray:

@@ -6,6 +6,8 @@ the global batch. Lines marked `# keras_hybrid:` are all that distribution
 adds.
 """
 
+import dataclasses
+
 import keras
 import numpy as np
 from absl import logging
@@ -60,18 +62,22 @@ def read_images(path: str):
     return x, y
 
 
-def train(
-    steps: int,
-    batch_size: int,
-    epochs: int,
-    *,
-    data: str = "",
-    learning_rate: float = 0.001,
-    seed: int = 0,
-    model_dir: str = "",
-    log_dir: str = "",
-    step_log: str = "",
-) -> dict:
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Everything `train` takes: `main.py` builds it from its flags."""
+
+    steps: int
+    batch_size: int
+    epochs: int
+    data: str = ""
+    learning_rate: float = 0.001
+    seed: int = 0
+    model_dir: str = ""
+    log_dir: str = ""
+    step_log: str = ""
+
+
+def train(config: Config) -> dict:
     """Trains the CNN.
 
     Returns:
@@ -80,6 +86,10 @@ def train(
         (whether this process is rank 0) and `sparse` (the number of
         partitioned variables, 0 here).
     """
+    steps, batch_size, epochs = config.steps, config.batch_size, config.epochs
+    data, learning_rate, seed = config.data, config.learning_rate, config.seed
+    model_dir, log_dir = config.model_dir, config.log_dir
+    step_log = config.step_log
     keras.utils.set_random_seed(seed)
     strategy = keras_hybrid.HybridStrategy()  # keras_hybrid:
     if data:

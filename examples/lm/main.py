@@ -1,26 +1,21 @@
 """Word-level language model (LM1B-shaped) on one or N processes.
 
-    python examples/lm/main.py
-    keras-hybrid-run -np 2 python examples/lm/main.py --batch_size=64
+    python -m examples.lm.main
+    keras-hybrid-run -np 2 python -m examples.lm.main --batch_size=64
     python examples/lm/corpus.py --out=/tmp/corpus.txt
-    python examples/lm/main.py --data=/tmp/corpus.txt --epochs=5
+    python -m examples.lm.main --data=/tmp/corpus.txt --epochs=5
 
 Without `--data` the tokens are synthetic (Zipf ids with a learnable
 dependence on the previous token); with `--data`, a plain text file is
 split on white space. Rank 0 logs the held-out perplexity per epoch.
 """
 
-import pathlib
-import sys
-
 from absl import app
 from absl import flags
 from absl import logging
 
-# examples/common is shared by the examples: make `examples.*` importable.
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
-from examples.common import training  # noqa: E402
-from examples.lm import train  # noqa: E402
+from examples.common import training
+from examples.lm import train
 
 FLAGS = flags.FLAGS
 training.define_common_flags(steps=100, batch_size=64, epochs=3)
@@ -37,22 +32,7 @@ flags.DEFINE_float("learning_rate", 0.01, "Adam learning rate.")
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    result = train.train(
-        FLAGS.steps,
-        FLAGS.batch_size,
-        FLAGS.epochs,
-        data=FLAGS.data,
-        vocab=FLAGS.vocab,
-        seq_len=FLAGS.seq_len,
-        dim=FLAGS.dim,
-        hidden=FLAGS.hidden,
-        num_sampled=FLAGS.num_sampled,
-        learning_rate=FLAGS.learning_rate,
-        seed=FLAGS.seed,
-        model_dir=FLAGS.model_dir,
-        log_dir=FLAGS.log_dir,
-        step_log=FLAGS.step_log,
-    )
+    result = train.train(training.config_from_flags(train.Config))
     if result["chief"]:
         logging.info(
             "%d worker(s), vocabulary %d; held-out perplexity per epoch: %s",

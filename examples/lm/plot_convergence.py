@@ -1,7 +1,7 @@
 """Overlays the LM's per-step loss on 1 process and on N workers.
 
-    python examples/lm/main.py --epochs=2 --step_log=/tmp/loss_1.csv
-    keras-hybrid-run -np 4 --threads 1 python examples/lm/main.py \\
+    python -m examples.lm.main --epochs=2 --step_log=/tmp/loss_1.csv
+    keras-hybrid-run -np 4 --threads 1 python -m examples.lm.main \\
         --epochs=2 --step_log=/tmp/loss_4.csv
     python examples/lm/plot_convergence.py --one=/tmp/loss_1.csv \\
         --many=/tmp/loss_4.csv --workers=4 \\

@@ -7,6 +7,7 @@ that distribution adds.
 """
 
 import collections
+import dataclasses
 import math
 
 import keras
@@ -159,23 +160,27 @@ def windows(stream: np.ndarray, seq_len: int, count: int):
     return {"tokens": x, "targets": y}, np.zeros((count, 1), "float32")
 
 
-def train(
-    steps: int,
-    batch_size: int,
-    epochs: int,
-    *,
-    data: str = "",
-    vocab: int = 10_000,
-    seq_len: int = 20,
-    dim: int = 64,
-    hidden: int = 128,
-    num_sampled: int = 64,
-    learning_rate: float = 0.01,
-    seed: int = 0,
-    model_dir: str = "",
-    log_dir: str = "",
-    step_log: str = "",
-) -> dict:
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Everything `train` takes: `main.py` builds it from its flags."""
+
+    steps: int
+    batch_size: int
+    epochs: int
+    data: str = ""
+    vocab: int = 10_000
+    seq_len: int = 20
+    dim: int = 64
+    hidden: int = 128
+    num_sampled: int = 64
+    learning_rate: float = 0.01
+    seed: int = 0
+    model_dir: str = ""
+    log_dir: str = ""
+    step_log: str = ""
+
+
+def train(config: Config) -> dict:
     """Trains the LM; returns per-epoch loss and perplexity.
 
     Returns:
@@ -184,6 +189,12 @@ def train(
         stream, full softmax); and `workers`, `chief` (whether this
         process is rank 0) and `vocab`.
     """
+    steps, batch_size, epochs = config.steps, config.batch_size, config.epochs
+    data, vocab, seq_len = config.data, config.vocab, config.seq_len
+    dim, hidden, num_sampled = config.dim, config.hidden, config.num_sampled
+    learning_rate, seed = config.learning_rate, config.seed
+    model_dir, log_dir = config.model_dir, config.log_dir
+    step_log = config.step_log
     keras.utils.set_random_seed(seed)
     strategy = keras_hybrid.HybridStrategy(  # keras_hybrid:
         variable_kinds=SOFTMAX_KINDS  # keras_hybrid:

@@ -1,7 +1,7 @@
 """Attention seq2seq translation on one or N processes.
 
-    python examples/nmt/main.py
-    keras-hybrid-run -np 2 python examples/nmt/main.py
+    python -m examples.nmt.main
+    keras-hybrid-run -np 2 python -m examples.nmt.main
 
 Without `--data`, sentences are synthetic: Zipf-distributed source words,
 translated word by word through a fixed dictionary and reversed. With
@@ -9,17 +9,12 @@ translated word by word through a fixed dictionary and reversed. With
 accuracy per epoch.
 """
 
-import pathlib
-import sys
-
 from absl import app
 from absl import flags
 from absl import logging
 
-# examples/common is shared by the examples: make `examples.*` importable.
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
-from examples.common import training  # noqa: E402
-from examples.nmt import train  # noqa: E402
+from examples.common import training
+from examples.nmt import train
 
 FLAGS = flags.FLAGS
 training.define_common_flags(steps=100, batch_size=64, epochs=3)
@@ -35,21 +30,7 @@ flags.DEFINE_float("learning_rate", 0.005, "Adam learning rate.")
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    result = train.train(
-        FLAGS.steps,
-        FLAGS.batch_size,
-        FLAGS.epochs,
-        data=FLAGS.data,
-        vocab=FLAGS.vocab,
-        seq_len=FLAGS.seq_len,
-        dim=FLAGS.dim,
-        hidden=FLAGS.hidden,
-        learning_rate=FLAGS.learning_rate,
-        seed=FLAGS.seed,
-        model_dir=FLAGS.model_dir,
-        log_dir=FLAGS.log_dir,
-        step_log=FLAGS.step_log,
-    )
+    result = train.train(training.config_from_flags(train.Config))
     if result["chief"]:
         logging.info(
             "%d worker(s); held-out token accuracy per epoch: %s",

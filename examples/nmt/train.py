@@ -6,6 +6,8 @@ attention over the encoder outputs, and a softmax over the target
 vocabulary. Lines marked `# keras_hybrid:` are all that distribution adds.
 """
 
+import dataclasses
+
 import keras
 import numpy as np
 from absl import logging
@@ -95,22 +97,26 @@ def teacher_forcing(source, target):
     return inputs, target.astype("int32")
 
 
-def train(
-    steps: int,
-    batch_size: int,
-    epochs: int,
-    *,
-    data: str = "",
-    vocab: int = 5_000,
-    seq_len: int = 12,
-    dim: int = 64,
-    hidden: int = 128,
-    learning_rate: float = 0.005,
-    seed: int = 0,
-    model_dir: str = "",
-    log_dir: str = "",
-    step_log: str = "",
-) -> dict:
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Everything `train` takes: `main.py` builds it from its flags."""
+
+    steps: int
+    batch_size: int
+    epochs: int
+    data: str = ""
+    vocab: int = 5_000
+    seq_len: int = 12
+    dim: int = 64
+    hidden: int = 128
+    learning_rate: float = 0.005
+    seed: int = 0
+    model_dir: str = ""
+    log_dir: str = ""
+    step_log: str = ""
+
+
+def train(config: Config) -> dict:
     """Trains the translator.
 
     Returns:
@@ -118,6 +124,11 @@ def train(
         epoch (token level, held-out last 10% of the pairs), `workers` and
         `chief` (whether this process is rank 0).
     """
+    steps, batch_size, epochs = config.steps, config.batch_size, config.epochs
+    data, vocab, seq_len = config.data, config.vocab, config.seq_len
+    dim, hidden, learning_rate = config.dim, config.hidden, config.learning_rate
+    seed, model_dir, log_dir = config.seed, config.model_dir, config.log_dir
+    step_log = config.step_log
     keras.utils.set_random_seed(seed)
     strategy = keras_hybrid.HybridStrategy()  # keras_hybrid:
     if data:

@@ -8,6 +8,8 @@ partitioned over the workers, the dense layers are replicated.
 Lines marked `# keras_hybrid:` are all that distribution adds.
 """
 
+import dataclasses
+
 import keras
 import numpy as np
 from absl import app
@@ -24,25 +26,36 @@ flags.DEFINE_float("learning_rate", 0.01, "Adam learning rate.")
 flags.DEFINE_integer("num_items", 20000, "Rows of the item table.")
 
 
-def make_data(num_samples: int, seed: int = 0):
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Everything `train` takes; `main` builds it from the flags."""
+
+    epochs: int = 5
+    batch_size: int = 256
+    num_samples: int = 8192
+    learning_rate: float = 0.01
+    num_items: int = 20000
+
+
+def make_data(num_samples: int, num_items: int, seed: int = 0):
     """A noisy regression on 16 features and a skewed item id, the same on
     every worker. Each item has its own offset, which the table learns."""
     rng = np.random.default_rng(seed)
     x = rng.normal(size=(num_samples, 16)).astype("float32")
-    items = (rng.zipf(1.2, size=(num_samples, 1)) - 1) % FLAGS.num_items
+    items = (rng.zipf(1.2, size=(num_samples, 1)) - 1) % num_items
     w = rng.normal(size=(16, 1)).astype("float32")
-    offset = rng.normal(size=(FLAGS.num_items, 1)).astype("float32")
+    offset = rng.normal(size=(num_items, 1)).astype("float32")
     y = np.tanh(x @ w) + offset[items[:, 0]]
     y += 0.05 * rng.normal(size=(num_samples, 1))
     return (x, items.astype("int32")), y.astype("float32")
 
 
-def build_model() -> keras.Model:
+def build_model(num_items: int) -> keras.Model:
     features = keras.Input((16,), name="features")
     items = keras.Input((1,), dtype="int32", name="item")
     # The table is partitioned over the workers; only looked-up rows move.
     item_vectors = keras.layers.Flatten()(
-        keras.layers.Embedding(FLAGS.num_items, 8, name="item_table")(items)
+        keras.layers.Embedding(num_items, 8, name="item_table")(items)
     )
     hidden = keras.layers.Concatenate()([features, item_vectors])
     hidden = keras.layers.Dense(64, activation="relu")(hidden)
@@ -50,15 +63,19 @@ def build_model() -> keras.Model:
     return keras.Model([features, items], keras.layers.Dense(1)(hidden))
 
 
-def train(epochs: int, batch_size: int, num_samples: int, lr: float):
+def train(config: Config):
     strategy = keras_hybrid.HybridStrategy()  # keras_hybrid:
-    x, y = make_data(num_samples)
+    x, y = make_data(config.num_samples, config.num_items)
     with strategy.scope():  # keras_hybrid:
-        model = build_model()
+        model = build_model(config.num_items)
         model.compile(
-            optimizer=keras.optimizers.Adam(lr), loss="mse", metrics=["mae"]
+            optimizer=keras.optimizers.Adam(config.learning_rate),
+            loss="mse",
+            metrics=["mae"],
         )
-    history = model.fit(x, y, batch_size=batch_size, epochs=epochs)
+    history = model.fit(
+        x, y, batch_size=config.batch_size, epochs=config.epochs
+    )
     if strategy.is_chief:  # keras_hybrid: one rank reports
         # Placement is final once a step was traced: kind, reason, bytes.
         logging.info("Routing plan:\n%s", strategy.plan)
@@ -79,7 +96,9 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     train(
-        FLAGS.epochs, FLAGS.batch_size, FLAGS.num_samples, FLAGS.learning_rate
+        Config(
+            **{f.name: FLAGS[f.name].value for f in dataclasses.fields(Config)}
+        )
     )
 
 

@@ -1,7 +1,7 @@
 """DLRM-style recommender on one or N processes.
 
-    python examples/recommender/main.py
-    keras-hybrid-run -np 2 python examples/recommender/main.py
+    python -m examples.recommender.main
+    keras-hybrid-run -np 2 python -m examples.recommender.main
 
 Several categorical features, each with its own partitioned table, plus
 dense features. Without `--data`, clicks are synthetic (Zipf ids); with
@@ -9,17 +9,12 @@ dense features. Without `--data`, clicks are synthetic (Zipf ids); with
 held-out AUC per epoch.
 """
 
-import pathlib
-import sys
-
 from absl import app
 from absl import flags
 from absl import logging
 
-# examples/common is shared by the examples: make `examples.*` importable.
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
-from examples.common import training  # noqa: E402
-from examples.recommender import train  # noqa: E402
+from examples.common import training
+from examples.recommender import train
 
 FLAGS = flags.FLAGS
 training.define_common_flags(steps=100, batch_size=256, epochs=3)
@@ -52,18 +47,9 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     result = train.train(
-        FLAGS.steps,
-        FLAGS.batch_size,
-        FLAGS.epochs,
-        data=FLAGS.data,
-        num_dense=FLAGS.num_dense,
-        vocab_sizes=_vocab_sizes(FLAGS.vocab_sizes),
-        dim=FLAGS.dim,
-        learning_rate=FLAGS.learning_rate,
-        seed=FLAGS.seed,
-        model_dir=FLAGS.model_dir,
-        log_dir=FLAGS.log_dir,
-        step_log=FLAGS.step_log,
+        training.config_from_flags(
+            train.Config, vocab_sizes=_vocab_sizes(FLAGS.vocab_sizes)
+        )
     )
     if result["chief"]:
         logging.info(

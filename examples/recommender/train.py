@@ -7,6 +7,8 @@ that predicts a click. Lines marked `# keras_hybrid:` are all that
 distribution adds.
 """
 
+import dataclasses
+
 import keras
 import numpy as np
 from absl import logging
@@ -86,21 +88,25 @@ def read_clicks(path: str, num_dense: int, vocab_sizes):
     return inputs, rows[:, :1].astype("float32")
 
 
-def train(
-    steps: int,
-    batch_size: int,
-    epochs: int,
-    *,
-    data: str = "",
-    num_dense: int = 13,
-    vocab_sizes: tuple[int, ...] = (100_000, 20_000, 5_000, 500),
-    dim: int = 16,
-    learning_rate: float = 0.005,
-    seed: int = 0,
-    model_dir: str = "",
-    log_dir: str = "",
-    step_log: str = "",
-) -> dict:
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Everything `train` takes: `main.py` builds it from its flags."""
+
+    steps: int
+    batch_size: int
+    epochs: int
+    data: str = ""
+    num_dense: int = 13
+    vocab_sizes: tuple[int, ...] = (100_000, 20_000, 5_000, 500)
+    dim: int = 16
+    learning_rate: float = 0.005
+    seed: int = 0
+    model_dir: str = ""
+    log_dir: str = ""
+    step_log: str = ""
+
+
+def train(config: Config) -> dict:
     """Trains the click model.
 
     Returns:
@@ -108,6 +114,12 @@ def train(
         held-out last 10% of the rows), `workers` and `chief` (whether this
         process is rank 0).
     """
+    steps, batch_size, epochs = config.steps, config.batch_size, config.epochs
+    data, num_dense = config.data, config.num_dense
+    vocab_sizes, dim = config.vocab_sizes, config.dim
+    learning_rate, seed = config.learning_rate, config.seed
+    model_dir, log_dir = config.model_dir, config.log_dir
+    step_log = config.step_log
     keras.utils.set_random_seed(seed)
     strategy = keras_hybrid.HybridStrategy()  # keras_hybrid:
     if data:

@@ -1,29 +1,65 @@
 """The only place that touches private TensorFlow and Keras API.
 
-Every hook is a small named function in `tf.py` or `keras.py`; the rest
-of the package calls these and public API only. `tests/compat/` checks
-each hook in every supported TensorFlow version.
+Every hook is a small named function (or base class) in `tf.py`,
+`keras.py` or `one_process_extended.py`; the rest of the package calls
+these and public API only. `tests/compat/test_hooks.py` checks each hook in
+every supported version: TF 2.15.1 (with Keras 3.15 and Horovod 0.28.1),
+2.16.2, 2.19.1 and 2.21.0 (`make test`, `make test-horovod`,
+`make test-matrix`).
 
-Hooks (tested on TF 2.21 with Keras 3.15):
+TensorFlow (`tf.py`, `one_process_extended.py`):
 
-- `keras.variable_info`: the closure Keras' TF `Variable` passes to
+- `OneProcessExtended`: subclasses `one_device_strategy.OneDeviceExtended`
+  and sends its private hooks (`_call_for_each_replica`, `_reduce_to`,
+  `_batch_reduce_to`, `_gather_to_implementation`, `_update`,
+  `_create_variable`, `_experimental_distribute_dataset`,
+  `_distribute_datasets_from_function`,
+  `_experimental_distribute_values_from_function`,
+  `_num_replicas_in_sync`, `_in_multi_worker_mode`) to named methods; reads
+  `_device` and `_container_strategy()`;
+- `ConvertibleVariable`: `resource_variable_ops.ResourceVariable` with its
+  `_dense_var_to_tensor` sent to `to_tensor`;
+- `all_reduce`, `all_gather`, `all_to_all`, `broadcast_send`,
+  `broadcast_recv`: `collective_ops`' V2 ops;
+- `enable_collectives`: the eager context's `configure_collective_ops`,
+  `enable_collective_ops` and the `ServerDef` proto;
+- `check_peer_health`, `abort_collectives`: the eager context's
+  `check_collective_ops_peer_health` and `abort_collective_ops`;
+- `shard_files`: `data.experimental.ops.distribute`'s batch-size helpers
+  and `distribute.input_ops.auto_shard_dataset`;
+- `keep_variable_key`: a `ResourceVariable`'s `_unique_id`, which Keras'
+  TF optimizer uses as the key of its per-variable state;
+- `plain_variable`: `ResourceVariable` built directly so that no
+  variable-creator scope sees it, with the `_distribute_strategy` of the
+  variable it replaces;
+- `in_shape_query`: the Python stack, for `array_ops.shape_internal`
+  (eager `tf.shape` converts a Keras variable's whole value).
+
+Keras (`keras.py`):
+
+- `variable_info`: the closure Keras' TF `Variable` passes to
   `tf.Variable` as `initial_value` (`self`, `initializer`);
-- `keras.in_symbolic_scope`: `keras.src.backend.common.symbolic_scope`;
-- `keras.set_variable_storage`: a Keras TF `Variable`'s `_value`;
-- `tf.keep_variable_key`: a `ResourceVariable`'s `_unique_id`, which
-  Keras' TF optimizer uses as the key of its per-variable state;
-- `tf.plain_variable`: `resource_variable_ops.ResourceVariable`, built
-  directly so that no variable-creator scope sees it, with the
-  `_distribute_strategy` of the variable it replaces;
-- `tf.in_shape_query`: the Python stack, for `array_ops.shape_internal`
-  (eager `tf.shape` converts a Keras variable's whole value);
-- `keras.loss_scaling_functions` / `keras.set_loss_scaling_functions`:
-  `keras.src.losses.loss.scale_loss_for_distribution` and
-  `unscale_loss_for_distribution`, looked up at call time by Keras' TF
-  trainer (elastic jobs scale by the current group size);
-- `keras.traced_step_of`: the `multi_step_on_iterator` `tf.function` in
-  the closure of Keras' TF `train_function` (a joiner traces it ahead);
-- `keras.set_validation_gate`: an instance attribute shadowing
-  `Trainer._should_eval` (a joiner skips the validation of epochs it
-  skips).
+- `in_symbolic_scope`: `keras.src.backend.common.symbolic_scope`;
+- `set_variable_storage`: a Keras TF `Variable`'s `_value`;
+- `own_variables`, `last_trainable_variables`, `accumulators`,
+  `iterations_variable`, `apply_accumulated_update`: an optimizer's
+  `_variables`, `_trainable_variables`, `_accumulated_gradients`,
+  `_get_variable_index`, `_iterations`, `_clip_gradients`,
+  `_apply_weight_decay`, `_backend_update_step`;
+- `set_initial_epoch`: a model's `_initial_epoch`;
+- `traced_step_of`: the `multi_step_on_iterator` `tf.function` in the
+  closure of Keras' TF `train_function` (an elastic joiner traces it
+  ahead);
+- `set_validation_gate`: an instance attribute shadowing
+  `Trainer._should_eval` (an elastic joiner skips the validation of the
+  epochs it skips);
+- `h5_dataset`: `saving_lib.H5IOStore`'s `_h5_entry_initialized`,
+  `_create_h5_group`, `_h5_entry_path`, `_h5_entry_group`;
+- `current`, `replace` on the patch sites `SITES`: `saving_api.save_model`
+  and `save_weights`, `export.export_saved_model`, the `file_utils` of
+  four callback modules, `saving_lib.H5IOStore.__setitem__`,
+  `TensorBoard.summary`, `TensorBoard._start_profiler`, and
+  `losses.loss.scale_loss_for_distribution` and
+  `unscale_loss_for_distribution` (elastic jobs scale by the current
+  group size).
 """

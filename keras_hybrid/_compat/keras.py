@@ -1,5 +1,7 @@
 """Private Keras 3 hooks (see the package docstring for the list)."""
 
+import importlib
+
 import keras
 from keras.src.backend.common import symbolic_scope
 
@@ -38,29 +40,50 @@ def set_variable_storage(variable: keras.Variable, storage) -> None:
     variable._value = storage
 
 
-def loss_scaling_functions() -> tuple:
-    """Keras' `(scale, unscale)` loss functions for `tf.distribute`.
-
-    `keras.src.losses.loss.scale_loss_for_distribution` and
-    `unscale_loss_for_distribution` multiply a loss by `1 / N` and `N`,
-    with N read from the strategy when the step is traced. Keras' TF
-    trainer and `compile_utils` look them up on the module at call time.
-    """
-    from keras.src.losses import loss as loss_module
-
-    return (
-        loss_module.scale_loss_for_distribution,
-        loss_module.unscale_loss_for_distribution,
-    )
+# -- optimizer internals (optimizers/hybrid_optimizer.py): gradient
+# accumulation runs the inner optimizer's accumulated update itself, as
+# `BaseOptimizer._backend_apply_gradients` does.
 
 
-def set_loss_scaling_functions(scale, unscale) -> None:
-    """Makes `scale` and `unscale` Keras' loss functions of
-    `loss_scaling_functions` (pass the old pair back to restore them)."""
-    from keras.src.losses import loss as loss_module
+def own_variables(optimizer: keras.optimizers.Optimizer) -> list:
+    """The variables `optimizer` itself tracks (not its inner one's)."""
+    return list(optimizer._variables)
 
-    loss_module.scale_loss_for_distribution = scale
-    loss_module.unscale_loss_for_distribution = unscale
+
+def last_trainable_variables(optimizer: keras.optimizers.Optimizer) -> list:
+    """The variables `optimizer` was built for."""
+    return list(optimizer._trainable_variables)
+
+
+def accumulators(optimizer: keras.optimizers.Optimizer, variables) -> list:
+    """`optimizer`'s gradient accumulator of each variable."""
+    return [
+        optimizer._accumulated_gradients[optimizer._get_variable_index(v)]
+        for v in variables
+    ]
+
+
+def iterations_variable(optimizer: keras.optimizers.Optimizer):
+    """The variable behind `optimizer.iterations` (assignable)."""
+    return optimizer._iterations
+
+
+def apply_accumulated_update(
+    optimizer: keras.optimizers.Optimizer, grads, variables
+) -> None:
+    """Clips `grads`, applies weight decay and one update step."""
+    grads = optimizer._clip_gradients(grads)
+    optimizer._apply_weight_decay(variables)
+    optimizer._backend_update_step(grads, variables, optimizer.learning_rate)
+
+
+# -- models (callbacks/sharded_checkpoint.py)
+
+
+def set_initial_epoch(model: keras.Model, epoch: int) -> None:
+    """Makes a running `fit` (in `on_train_begin`) start at `epoch`, as
+    `BackupAndRestore` does."""
+    model._initial_epoch = epoch
 
 
 def traced_step_of(train_function):
@@ -98,3 +121,99 @@ def set_validation_gate(model, is_open) -> None:
         return is_open() and should_eval(model, epoch, validation_freq)
 
     model._should_eval = gated
+
+
+# -- saving (checkpoint/h5_streaming.py)
+
+
+def h5_dataset(store, key: str, shape, dtype):
+    """Creates dataset `key` in the group of a `.h5` weights store entry
+    (`saving_lib.H5IOStore`, as passed to its `__setitem__`)."""
+    if not store._h5_entry_initialized:
+        store._create_h5_group(store._h5_entry_path)
+    return store._h5_entry_group.create_dataset(key, shape=shape, dtype=dtype)
+
+
+# -- what keras_hybrid replaces while a strategy is open (checkpoint/*,
+# strategy/elastic_patches.py)
+
+_SITES = {
+    "save_model": ("keras.src.saving.saving_api", None, "save_model"),
+    "save_weights": ("keras.src.saving.saving_api", None, "save_weights"),
+    "export_saved_model": ("keras.src.export", None, "export_saved_model"),
+    "backup_and_restore.file_utils": (
+        "keras.src.callbacks.backup_and_restore",
+        None,
+        "file_utils",
+    ),
+    "model_checkpoint.file_utils": (
+        "keras.src.callbacks.model_checkpoint",
+        None,
+        "file_utils",
+    ),
+    "csv_logger.file_utils": (
+        "keras.src.callbacks.csv_logger",
+        None,
+        "file_utils",
+    ),
+    "tensorboard.file_utils": (
+        "keras.src.callbacks.tensorboard",
+        None,
+        "file_utils",
+    ),
+    "H5IOStore.__setitem__": (
+        "keras.src.saving.saving_lib",
+        "H5IOStore",
+        "__setitem__",
+    ),
+    "TensorBoard.summary": (
+        "keras.src.callbacks.tensorboard",
+        "TensorBoard",
+        "summary",
+    ),
+    "TensorBoard.start_profiler": (
+        "keras.src.callbacks.tensorboard",
+        "TensorBoard",
+        "_start_profiler",
+    ),
+    # Looked up on the module at call time by Keras' TF trainer and
+    # `compile_utils`; elastic jobs scale by the current group size.
+    "scale_loss_for_distribution": (
+        "keras.src.losses.loss",
+        None,
+        "scale_loss_for_distribution",
+    ),
+    "unscale_loss_for_distribution": (
+        "keras.src.losses.loss",
+        None,
+        "unscale_loss_for_distribution",
+    ),
+}
+SITES = tuple(_SITES)
+
+
+def _owner_and_name(site: str):
+    if site not in _SITES:
+        raise ValueError(f"Unknown Keras patch site {site!r}; one of {SITES}.")
+    module_name, class_name, attribute = _SITES[site]
+    owner = importlib.import_module(module_name)
+    if class_name is not None:
+        owner = getattr(owner, class_name)
+    return owner, attribute
+
+
+def current(site: str):
+    """What Keras has at `site` now (a class attribute as stored: a
+    property stays a property)."""
+    owner, attribute = _owner_and_name(site)
+    if isinstance(owner, type):
+        return owner.__dict__[attribute]
+    return getattr(owner, attribute)
+
+
+def replace(site: str, value) -> object:
+    """Puts `value` at `site`; returns what was there (see `current`)."""
+    previous = current(site)
+    owner, attribute = _owner_and_name(site)
+    setattr(owner, attribute, value)
+    return previous

@@ -54,3 +54,137 @@ def in_shape_query(depth: int = 16) -> bool:
             return True
         frame = frame.f_back
     return False
+
+
+# -- variables (sparse/sharded_table.py, strategy/global_read_variable.py)
+
+
+def _resource_variable_class():
+    from tensorflow.python.ops import resource_variable_ops
+
+    return resource_variable_ops.ResourceVariable
+
+
+class ConvertibleVariable(_resource_variable_class()):
+    """A `ResourceVariable` whose tensor conversion is a named method.
+
+    `tf.convert_to_tensor(variable)` and every op that reads the variable
+    whole go through the private `_dense_var_to_tensor`; subclasses
+    override `to_tensor` instead, and reach the stored value with
+    `stored_tensor`.
+    """
+
+    def _dense_var_to_tensor(self, dtype=None, name=None, as_ref=False):
+        return self.to_tensor(dtype=dtype, name=name, as_ref=as_ref)
+
+    def to_tensor(self, dtype=None, name=None, as_ref=False):
+        """What a whole read of this variable returns."""
+        return self.stored_tensor(dtype=dtype, name=name, as_ref=as_ref)
+
+    def stored_tensor(self, dtype=None, name=None, as_ref=False):
+        """The value this process stores (ResourceVariable's conversion)."""
+        return super()._dense_var_to_tensor(
+            dtype=dtype, name=name, as_ref=as_ref
+        )
+
+
+# -- collectives (comm/tf_communicator.py)
+# The V2 ops take group size, group key and instance key as tensors, which
+# lets one traced op choose its key per step.
+
+
+def _collective_ops():
+    from tensorflow.python.ops import collective_ops
+
+    return collective_ops
+
+
+def all_reduce(tensor, **kwargs):
+    """`CollectiveReduceV2` (keywords of `collective_ops.all_reduce_v2`)."""
+    return _collective_ops().all_reduce_v2(tensor, **kwargs)
+
+
+def all_gather(tensor, **kwargs):
+    """`CollectiveGatherV2`: concatenation along axis 0 in rank order."""
+    return _collective_ops().all_gather_v2(tensor, **kwargs)
+
+
+def all_to_all(tensor, **kwargs):
+    """`CollectiveAllToAllV2`: slice j of axis 0 goes to member j."""
+    return _collective_ops().all_to_all_v2(tensor, **kwargs)
+
+
+def broadcast_send(tensor, **kwargs):
+    """`CollectiveBcastSendV2` from this member."""
+    return _collective_ops().broadcast_send_v2(tensor, **kwargs)
+
+
+def broadcast_recv(shape, **kwargs):
+    """`CollectiveBcastRecvV2` of a tensor of `shape` and `dtype`."""
+    return _collective_ops().broadcast_recv_v2(shape, **kwargs)
+
+
+# -- cluster (strategy/cluster.py, comm/peer_watchdog.py)
+
+
+def enable_collectives(
+    cluster_spec: tf.train.ClusterSpec, job: str, task: int, protocol: str
+) -> None:
+    """Starts this task's gRPC server and enables collective ops in the
+    eager context, as `MultiWorkerMirroredStrategy` does: task 0 of `job`
+    leads collective groups, and this task talks only to itself and the
+    tasks it runs collectives with (device filters)."""
+    from tensorflow.core.protobuf import tensorflow_server_pb2
+    from tensorflow.python.eager import context
+
+    leader = f"/job:{job}/replica:0/task:0"
+    ctx = context.context()
+    ctx.configure_collective_ops(
+        collective_leader=leader,
+        device_filters=(f"/job:{job}/task:{task}",),
+    )
+    config = ctx.config
+    config.experimental.collective_group_leader = leader
+    server_def = tensorflow_server_pb2.ServerDef(
+        cluster=cluster_spec.as_cluster_def(),
+        default_session_config=config,
+        job_name=job,
+        task_index=task,
+        protocol=protocol,
+    )
+    ctx.enable_collective_ops(server_def)
+    ctx.ensure_initialized()
+
+
+def check_peer_health(task: str, timeout_ms: int) -> None:
+    """Raises if the server of `task` (`/job:j/replica:0/task:i`) does not
+    answer within `timeout_ms`."""
+    from tensorflow.python.eager import context
+
+    context.context().check_collective_ops_peer_health(
+        task, timeout_in_ms=timeout_ms
+    )
+
+
+def abort_collectives(message: str) -> None:
+    """Fails every pending and later collective of this process with
+    `UnavailableError(message)`."""
+    from tensorflow.python.eager import context
+
+    context.context().abort_collective_ops(tf.errors.UNAVAILABLE, message)
+
+
+# -- input (strategy/input_sharding.py)
+
+
+def shard_files(dataset: tf.data.Dataset, rank: int, size: int):
+    """TensorFlow's file-level auto-sharding of a dataset of global
+    batches, rebatched to this worker's batch, as
+    `MultiWorkerMirroredStrategy` does for `AutoShardPolicy.FILE`."""
+    from tensorflow.python.data.experimental.ops import distribute as tf_data
+    from tensorflow.python.distribute import input_ops
+
+    batch_size = tf_data.compute_batch_size(dataset)
+    batch_sizes = tf_data.batch_sizes_for_worker(batch_size, size, 1, rank)
+    dataset = dataset.rebatch(batch_sizes)
+    return input_ops.auto_shard_dataset(dataset, size, rank, size)

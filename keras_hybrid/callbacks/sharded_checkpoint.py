@@ -3,6 +3,7 @@
 import keras
 
 from keras_hybrid import checkpoint
+from keras_hybrid._compat import keras as keras_compat
 from keras_hybrid.checkpoint.save import DEFAULT_KEEP
 
 
@@ -75,7 +76,7 @@ class ShardedCheckpoint(keras.callbacks.Callback):
         manifest = checkpoint.restore_checkpoint(self.model, self.directory)
         if manifest.get("epoch") is not None:
             # What `BackupAndRestore` sets: `fit` starts from this epoch.
-            self.model._initial_epoch = manifest["epoch"]
+            keras_compat.set_initial_epoch(self.model, manifest["epoch"])
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch = epoch

@@ -7,16 +7,18 @@ its hooks writes nothing; its profiler does not start there. The chief's
 writers are untouched. `chief_writes` installs this and also keeps the
 callback's projector config (`file_utils`) to the chief.
 
-Private hooks touched (Keras 3.15): the `summary` property (the
-`tf.summary` module the callback writes through) and `_start_profiler` of
-`keras.src.callbacks.tensorboard.TensorBoard`. `install` is idempotent;
-`uninstall` restores them.
+Replaced through `_compat.keras` patch sites: `TensorBoard.summary` (the
+property giving the `tf.summary` module the callback writes through) and
+`TensorBoard.start_profiler`. `install` is idempotent; `uninstall`
+restores them.
 """
 
 import threading
 
 import tensorflow as tf
 from absl import logging
+
+from keras_hybrid._compat import keras as keras_compat
 
 _lock = threading.Lock()
 _originals: dict = {}
@@ -29,26 +31,23 @@ def install(redirect) -> None:
     Args:
         redirect: Callable returning whether this rank must not write.
     """
-    from keras.src.callbacks import tensorboard
-
-    cls = tensorboard.TensorBoard
     with _lock:
         _redirect["fn"] = redirect
         if _originals:
             return
-        for name in ("summary", "_start_profiler"):
-            _originals[name] = cls.__dict__[name]
-        cls.summary = property(_summary)
-        cls._start_profiler = _start_profiler
+        _originals["summary"] = keras_compat.replace(
+            "TensorBoard.summary", property(_summary)
+        )
+        _originals["start_profiler"] = keras_compat.replace(
+            "TensorBoard.start_profiler", _start_profiler
+        )
 
 
 def uninstall() -> None:
     """Restores the callback's writers."""
-    from keras.src.callbacks import tensorboard
-
     with _lock:
         for name, original in _originals.items():
-            setattr(tensorboard.TensorBoard, name, original)
+            keras_compat.replace(f"TensorBoard.{name}", original)
         _originals.clear()
         _redirect["fn"] = None
 
@@ -74,7 +73,7 @@ def _summary(callback):
 def _start_profiler(callback, logdir):
     if _silenced():
         return None
-    return _originals["_start_profiler"](callback, logdir)
+    return _originals["start_profiler"](callback, logdir)
 
 
 class _NoFileSummary:

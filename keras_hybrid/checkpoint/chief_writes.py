@@ -25,11 +25,9 @@ redirects the other ranks' writes, like Keras 2 did for
   ranks. Reads pass through, and Keras' saving code keeps the real
   `file_utils` (its temporary folders are its own).
 
-Private hooks touched (Keras 3.15 / TF 2.21): module attributes
-`keras.src.saving.saving_api.save_model` and `save_weights`,
-`keras.src.export.export_saved_model`, and the `file_utils` attribute of
-`keras.src.callbacks.backup_and_restore`, `model_checkpoint`,
-`csv_logger` and `tensorboard` (all looked up at call time); tables are
+The replaced functions and `file_utils` are `_compat.keras` patch sites
+(`save_model`, `save_weights`, `export_saved_model` and four callback
+modules' `file_utils`, all looked up by Keras at call time); tables are
 written to `.h5` files by `h5_streaming`. `install` is idempotent;
 `uninstall` restores them.
 """
@@ -42,6 +40,7 @@ import threading
 
 from absl import logging
 
+from keras_hybrid._compat import keras as keras_compat
 from keras_hybrid.checkpoint import chief_summaries
 from keras_hybrid.checkpoint import h5_streaming
 from keras_hybrid.checkpoint.world import World
@@ -54,30 +53,24 @@ _active = {"strategy": None}
 
 def install(strategy) -> None:
     """Routes Keras' file writes through `strategy`'s rank (idempotent)."""
-    from keras.src import export as export_pkg
-    from keras.src.callbacks import backup_and_restore
-    from keras.src.callbacks import csv_logger
-    from keras.src.callbacks import model_checkpoint
-    from keras.src.callbacks import tensorboard
-    from keras.src.saving import saving_api
-
     with _lock:
         _active["strategy"] = strategy
         if _originals:
             return
-        proxy = _ChiefFileUtils(backup_and_restore.file_utils)
+        proxy = _ChiefFileUtils(
+            keras_compat.current("backup_and_restore.file_utils")
+        )
         patches = {
-            (saving_api, "save_model"): _save_model,
-            (saving_api, "save_weights"): _save_weights,
-            (export_pkg, "export_saved_model"): _export_saved_model,
-            (backup_and_restore, "file_utils"): proxy,
-            (model_checkpoint, "file_utils"): proxy,
-            (csv_logger, "file_utils"): proxy,
-            (tensorboard, "file_utils"): proxy,
+            "save_model": _save_model,
+            "save_weights": _save_weights,
+            "export_saved_model": _export_saved_model,
+            "backup_and_restore.file_utils": proxy,
+            "model_checkpoint.file_utils": proxy,
+            "csv_logger.file_utils": proxy,
+            "tensorboard.file_utils": proxy,
         }
-        for (module, name), replacement in patches.items():
-            _originals[(module, name)] = getattr(module, name)
-            setattr(module, name, replacement)
+        for site, replacement in patches.items():
+            _originals[site] = keras_compat.replace(site, replacement)
         h5_streaming.install(lambda: _active["strategy"].is_chief)
         chief_summaries.install(_redirect)
 
@@ -85,8 +78,8 @@ def install(strategy) -> None:
 def uninstall() -> None:
     """Restores Keras' functions (for tests and `strategy` teardown)."""
     with _lock:
-        for (module, name), original in _originals.items():
-            setattr(module, name, original)
+        for site, original in _originals.items():
+            keras_compat.replace(site, original)
         _originals.clear()
         h5_streaming.uninstall()
         chief_summaries.uninstall()
@@ -94,10 +87,7 @@ def uninstall() -> None:
 
 
 def _original(name: str):
-    for (_, key), fn in _originals.items():
-        if key == name:
-            return fn
-    raise KeyError(name)
+    return _originals[name]
 
 
 def _strategy():

@@ -8,11 +8,11 @@ of consecutive ids as they are gathered (`ShardedTable.id_blocks`), so the
 chief holds about one block, whatever the table's size. Other ranks take
 part in the gathers and write nothing (their file is a scratch file).
 
-Private hooks touched (Keras 3.15): `keras.src.saving.saving_lib.H5IOStore.`
-`__setitem__`, and its `mode`, `_h5_entry_initialized`,
-`_create_h5_group`, `_h5_entry_path` and `_h5_entry_group`.
+Keras' store is reached through `_compat.keras`: the patch site
+`H5IOStore.__setitem__` and `h5_dataset`.
 """
 
+from keras_hybrid._compat import keras as keras_compat
 from keras_hybrid.sparse.sharded_table import ShardedTable
 
 _original = {}
@@ -24,11 +24,9 @@ def install(is_chief) -> None:
     Args:
         is_chief: Callable returning whether this process writes files.
     """
-    from keras.src.saving import saving_lib
-
     if _original:
         return
-    original = saving_lib.H5IOStore.__setitem__
+    original = keras_compat.current("H5IOStore.__setitem__")
     _original["setitem"] = original
 
     def setitem(entry, key, value):
@@ -38,23 +36,19 @@ def install(is_chief) -> None:
         _write_table(entry, key, table, is_chief())
         return None
 
-    saving_lib.H5IOStore.__setitem__ = setitem
+    keras_compat.replace("H5IOStore.__setitem__", setitem)
 
 
 def uninstall() -> None:
-    from keras.src.saving import saving_lib
-
     if _original:
-        saving_lib.H5IOStore.__setitem__ = _original.pop("setitem")
+        keras_compat.replace("H5IOStore.__setitem__", _original.pop("setitem"))
 
 
 def _write_table(entry, key, table: ShardedTable, write: bool) -> None:
     dataset = None
     if write:
-        if not entry._h5_entry_initialized:
-            entry._create_h5_group(entry._h5_entry_path)
-        dataset = entry._h5_entry_group.create_dataset(
-            key, shape=table.full_shape, dtype=table.dtype.as_numpy_dtype
+        dataset = keras_compat.h5_dataset(
+            entry, key, table.full_shape, table.dtype.as_numpy_dtype
         )
     for start, rows in table.id_blocks():
         if dataset is not None:

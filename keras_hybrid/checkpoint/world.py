@@ -4,6 +4,8 @@ import dataclasses
 
 import tensorflow as tf
 
+from keras_hybrid.strategy.hybrid_extended import is_hybrid
+
 
 @dataclasses.dataclass(frozen=True)
 class World:
@@ -45,12 +47,17 @@ class World:
 
 def of_model(model, strategy=None) -> World:
     """The world of `model`: its `HybridStrategy`'s workers, or one process."""
-    from keras_hybrid.strategy.hybrid_strategy import HybridStrategy
-
     if strategy is None:
-        strategy = getattr(model, "_distribute_strategy", None)
-    if strategy is None and tf.distribute.has_strategy():
-        strategy = tf.distribute.get_strategy()
-    if isinstance(strategy, HybridStrategy):
+        strategy = hybrid_strategy_of(model)
+    if is_hybrid(strategy):
         return World(strategy.rank, strategy.size, strategy.communicator)
     return World(0, 1)
+
+
+def hybrid_strategy_of(model):
+    """The `HybridStrategy` `model` was built under, or the one in scope,
+    or None."""
+    strategy = model.distribute_strategy
+    if not is_hybrid(strategy) and tf.distribute.has_strategy():
+        strategy = tf.distribute.get_strategy()
+    return strategy if is_hybrid(strategy) else None

@@ -7,6 +7,6 @@ optimizer talk to a `Communicator`.
 from keras_hybrid.comm.comm_stats import PATHS
 from keras_hybrid.comm.comm_stats import CommStats
 from keras_hybrid.comm.communicator import Communicator
-from keras_hybrid.comm.communicator import make_communicator
+from keras_hybrid.comm.engines import make_communicator
 
 __all__ = ["PATHS", "CommStats", "Communicator", "make_communicator"]

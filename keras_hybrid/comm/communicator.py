@@ -9,7 +9,6 @@ from keras_hybrid.comm import byte_sizes
 from keras_hybrid.comm import capacity
 from keras_hybrid.comm.comm_stats import CommStats
 
-ENGINES = ("tf", "horovod")
 REDUCE_OPS = ("sum", "mean", "max")
 
 
@@ -196,31 +195,3 @@ class ExchangePlan:
         return ExchangePlan(
             self.recv_counts, self.send_counts, self.capacity, self.flags
         )
-
-
-def make_communicator(
-    engine: str,
-    rank: int,
-    size: int,
-    timeout_seconds: float,
-    bucket_bytes: int,
-) -> Communicator:
-    """Builds the communicator of `engine` (one of `ENGINES`).
-
-    Raises:
-        ValueError: If `engine` is unknown.
-        ImportError: If `engine` is `"horovod"` and Horovod with its
-            TensorFlow ops cannot be imported (the message gives the build
-            command).
-    """
-    if engine == "tf":
-        from keras_hybrid.comm.tf_communicator import TFCommunicator
-
-        return TFCommunicator(rank, size, timeout_seconds, bucket_bytes)
-    if engine == "horovod":
-        from keras_hybrid.comm.horovod_communicator import HorovodCommunicator
-
-        return HorovodCommunicator(rank, size, timeout_seconds, bucket_bytes)
-    raise ValueError(
-        f"`engine` must be one of {ENGINES}. Received: engine={engine!r}"
-    )

@@ -10,16 +10,16 @@ seconds and, once one has not answered for `timeout_seconds`, aborts all
 collectives of this process with an error naming the peer. Eager
 collectives (barriers, broadcasts, saves) keep their own timeout.
 
-Private hooks touched (TF 2.21): `context.context()`'s
-`check_collective_ops_peer_health` and `abort_collective_ops`.
+Probes and the abort go through `_compat.tf.check_peer_health` and
+`abort_collectives`.
 """
 
 import threading
 import time
 
 from absl import logging
-from tensorflow.python.eager import context
-from tensorflow.python.framework import errors
+
+from keras_hybrid._compat import tf as tf_compat
 
 
 class PeerWatchdog:
@@ -63,9 +63,7 @@ class PeerWatchdog:
         ranks = []
         for peer in self._peers:
             try:
-                context.context().check_collective_ops_peer_health(
-                    peer, timeout_in_ms=int(probe_seconds * 1000)
-                )
+                tf_compat.check_peer_health(peer, int(probe_seconds * 1000))
             except Exception:  # any failure to answer counts
                 ranks.append(int(peer.rsplit(":", 1)[1]))
         return ranks
@@ -76,9 +74,7 @@ class PeerWatchdog:
         while not self._stop.wait(self.interval):
             for peer in list(self._peers):
                 try:
-                    context.context().check_collective_ops_peer_health(
-                        peer, timeout_in_ms=probe_ms
-                    )
+                    tf_compat.check_peer_health(peer, probe_ms)
                     failing_since.pop(peer, None)
                 except Exception as e:  # any failure to answer counts
                     first = failing_since.setdefault(peer, time.monotonic())
@@ -93,4 +89,4 @@ class PeerWatchdog:
             f"collective of this worker. Last probe: {error}"
         )
         logging.error("%s", self.aborted)
-        context.context().abort_collective_ops(errors.UNAVAILABLE, self.aborted)
+        tf_compat.abort_collectives(self.aborted)

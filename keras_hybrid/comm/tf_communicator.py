@@ -1,13 +1,13 @@
 """The default engine: TensorFlow's own V2 collectives over gRPC.
 
-Private hooks touched: `tensorflow.python.ops.collective_ops` (the V2 ops
-take the instance key as a tensor, which lets one traced op choose its key
-per step). Tested on TF 2.21.
+The V2 ops come from `_compat.tf` (`all_reduce`, `all_gather`,
+`all_to_all`, `broadcast_send`, `broadcast_recv`): they take the instance
+key as a tensor, which lets one traced op choose its key per step.
 """
 
 import tensorflow as tf
-from tensorflow.python.ops import collective_ops
 
+from keras_hybrid._compat import tf as tf_compat
 from keras_hybrid.comm import byte_sizes
 from keras_hybrid.comm import instance_keys
 from keras_hybrid.comm.communicator import Communicator
@@ -39,7 +39,7 @@ class TFCommunicator(Communicator):
         )
         flat = tf.concat([tf.reshape(t, [-1]) for t in tensors], axis=0)
         reduced = self._collective(
-            collective_ops.all_reduce_v2,
+            tf_compat.all_reduce,
             flat,
             key,
             merge_op=_MERGE_OPS[op],
@@ -72,7 +72,7 @@ class TFCommunicator(Communicator):
         sizes = self._gather_fixed(tf.reshape(rows, [1]), "control")
         key, cap = self._keys.bucketed_key(base, tf.reduce_max(sizes))
         gathered = self._collective(
-            collective_ops.all_gather_v2, _pad_rows(tensor, cap), key
+            tf_compat.all_gather, _pad_rows(tensor, cap), key
         )
         peers = self.size - 1
         others = tf.reduce_sum(sizes) - rows
@@ -89,7 +89,7 @@ class TFCommunicator(Communicator):
         key = self._keys.base_key(
             "gather_fixed/" + instance_keys.describe([tensor])
         )
-        gathered = self._collective(collective_ops.all_gather_v2, tensor, key)
+        gathered = self._collective(tf_compat.all_gather, tensor, key)
         self.stats.record(
             path,
             (self.size - 1) * byte_sizes.static_bytes(tensor),
@@ -119,7 +119,7 @@ class TFCommunicator(Communicator):
         # rows per destination.
         blocks = tf.split(tensor, send_counts, num=self.size)
         padded = tf.stack([_pad_rows(b, cap) for b in blocks])
-        received = self._collective(collective_ops.all_to_all_v2, padded, key)
+        received = self._collective(tf_compat.all_to_all, padded, key)
         received = tf.reshape(
             received, tf.concat([[-1], tf.shape(tensor)[1:]], axis=0)
         )
@@ -189,13 +189,11 @@ class TFCommunicator(Communicator):
         nbytes = byte_sizes.static_bytes(tensor)
         if self.rank == root:
             self.stats.record(path, (self.size - 1) * nbytes, received_bytes=0)
-            return self._collective(
-                collective_ops.broadcast_send_v2, tensor, key
-            )
+            return self._collective(tf_compat.broadcast_send, tensor, key)
         # Receivers send nothing; one call.
         self.stats.record(path, 0, received_bytes=nbytes)
         return self._collective(
-            collective_ops.broadcast_recv_v2,
+            tf_compat.broadcast_recv,
             tf.shape(tensor),
             key,
             dtype=tensor.dtype,

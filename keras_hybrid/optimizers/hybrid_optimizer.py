@@ -1,16 +1,15 @@
 """`HybridOptimizer`: wraps a Keras optimizer for `HybridStrategy`.
 
-Private hooks touched (tested on Keras 3.15): for gradient accumulation the
-wrapper runs the inner optimizer's accumulated update itself, through
-`_iterations`, `_accumulated_gradients`, `_get_variable_index`,
-`_clip_gradients`, `_apply_weight_decay` and `_backend_update_step`, as
-`BaseOptimizer._backend_apply_gradients` does.
+For gradient accumulation the wrapper runs the inner optimizer's
+accumulated update itself (`_compat.keras`: `accumulators`,
+`iterations_variable`, `apply_accumulated_update`), as Keras'
+`BaseOptimizer` does, so that a table's gradient stays marked as pushed.
 """
 
 import keras
 import tensorflow as tf
-from keras.src.saving import serialization_lib
 
+from keras_hybrid._compat import keras as keras_compat
 from keras_hybrid.optimizers import sparse_support
 from keras_hybrid.sparse import sharded_table
 from keras_hybrid.sparse import table_gradients
@@ -115,7 +114,7 @@ class HybridOptimizer(keras.optimizers.Optimizer):
 
     @property
     def variables(self):
-        return self._variables + self.inner_optimizer.variables
+        return keras_compat.own_variables(self) + self.inner_optimizer.variables
 
     def scale_loss(self, loss):
         return self.inner_optimizer.scale_loss(loss)
@@ -134,7 +133,7 @@ class HybridOptimizer(keras.optimizers.Optimizer):
 
     def apply(self, grads, trainable_variables=None):
         if trainable_variables is None:
-            trainable_variables = self._trainable_variables
+            trainable_variables = keras_compat.last_trainable_variables(self)
         trainable_variables = list(trainable_variables)
         if not self.built:
             with keras.name_scope(self.name, caller=self):
@@ -152,17 +151,15 @@ class HybridOptimizer(keras.optimizers.Optimizer):
         if not steps:
             inner.apply(grads, variables)
             return
-        accumulators = [
-            inner._accumulated_gradients[inner._get_variable_index(v)]
-            for v in variables
-        ]
+        accumulators = keras_compat.accumulators(inner, variables)
+        iterations = keras_compat.iterations_variable(inner)
         with keras.name_scope(inner.name, caller=inner):
             keras.ops.cond(
-                (inner._iterations + 1) % steps == 0,
+                (iterations + 1) % steps == 0,
                 lambda: self._apply_accumulated(grads, variables, accumulators),
                 lambda: self._accumulate(grads, accumulators),
             )
-            inner._iterations.assign_add(1)
+            iterations.assign_add(1)
 
     def _scale_sparse(self, grad):
         if self.sparse_gradients == "mean" or grad is None:
@@ -194,9 +191,7 @@ class HybridOptimizer(keras.optimizers.Optimizer):
                 mean_grads.append(_as_gradient_of(var, total / steps))
         if inner.loss_scale_factor is not None:
             mean_grads = [g / inner.loss_scale_factor for g in mean_grads]
-        mean_grads = inner._clip_gradients(mean_grads)
-        inner._apply_weight_decay(variables)
-        inner._backend_update_step(mean_grads, variables, inner.learning_rate)
+        keras_compat.apply_accumulated_update(inner, mean_grads, variables)
         for var in variables:
             if var.constraint is not None:
                 var.assign(var.constraint(var))
@@ -209,7 +204,7 @@ class HybridOptimizer(keras.optimizers.Optimizer):
     def get_config(self):
         return {
             "name": self.name,
-            "inner_optimizer": serialization_lib.serialize_keras_object(
+            "inner_optimizer": keras.saving.serialize_keras_object(
                 self.inner_optimizer
             ),
             "sparse_gradients": self.sparse_gradients,
@@ -218,7 +213,7 @@ class HybridOptimizer(keras.optimizers.Optimizer):
     @classmethod
     def from_config(cls, config, custom_objects=None):
         config = dict(config)
-        inner = serialization_lib.deserialize_keras_object(
+        inner = keras.saving.deserialize_keras_object(
             config.pop("inner_optimizer"), custom_objects=custom_objects
         )
         return cls(inner, **config)

@@ -16,8 +16,8 @@ the padding of the capacity ladder, which `CommStats` counts.
 
 import tensorflow as tf
 
-from keras_hybrid.sparse import sharded_table
 from keras_hybrid.sparse import table_gradients
+from keras_hybrid.sparse.local_reads import local_reads
 
 
 def pull(table, ids) -> tf.Tensor:
@@ -102,7 +102,7 @@ def _read_rows(table, local_ids):
 
     # `custom_gradient` passes the variables it saw through an IdentityN;
     # they must read as the local rows, not as a whole-table stand-in.
-    with sharded_table.local_reads():
+    with local_reads():
         return read(local_ids)
 
 

@@ -20,21 +20,21 @@ answered without communication; in Keras' symbolic scope (output specs,
 never run) likewise; an eager whole read that is not a shape query asks
 the router to make the table dense there and then.
 
-Private hooks touched (TF 2.21): subclasses `ResourceVariable` and
-overrides `_dense_var_to_tensor`, like `GlobalReadVariable`.
+Whole reads arrive at `to_tensor` (`_compat.tf.ConvertibleVariable`).
 """
 
 import weakref
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.python.ops import resource_variable_ops
 
 from keras_hybrid._compat import keras as keras_compat
 from keras_hybrid._compat import tf as tf_compat
 from keras_hybrid.plan import use_discovery
+from keras_hybrid.sparse import lookup
+from keras_hybrid.sparse.local_reads import in_local_reads
+from keras_hybrid.sparse.local_reads import local_reads
 from keras_hybrid.strategy import call_fence
-from keras_hybrid.utils.thread_flag import ThreadFlag
 
 ROLES = ("table", "slot")
 BLOCK_BYTES = 16 * 2**20  # rows gathered per collective when saving
@@ -42,20 +42,10 @@ _SHAPE_OPS = ("Shape", "ShapeN")
 # graph -> [(stand-in tensor, table)] of whole reads made while tracing.
 _whole_reads: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
-
-_local_reads = ThreadFlag()
-
-
-def local_reads():
-    """Within, whole reads of a table give this shard's rows."""
-    return _local_reads.scope()
+__all__ = ["ShardedTable", "check_whole_reads", "local_reads"]
 
 
-def _in_local_reads() -> bool:
-    return bool(_local_reads)
-
-
-class ShardedTable(resource_variable_ops.ResourceVariable):
+class ShardedTable(tf_compat.ConvertibleVariable):
     """One shard of a row-partitioned variable (see the module docstring).
 
     Args:
@@ -93,8 +83,6 @@ class ShardedTable(resource_variable_ops.ResourceVariable):
     def sparse_read(self, indices, name=None):
         """Rows of global `indices`, pulled from the shards that own them."""
         del name
-        from keras_hybrid.sparse import lookup
-
         if self.role != "table":
             raise TypeError(
                 f"Optimizer state {self.path!r} is partitioned with its "
@@ -117,11 +105,9 @@ class ShardedTable(resource_variable_ops.ResourceVariable):
         """Gathers rows of this shard by local index (owner side)."""
         return super().sparse_read(local_indices)
 
-    def _dense_var_to_tensor(self, dtype=None, name=None, as_ref=False):
-        if self.role == "slot" or _in_local_reads() or as_ref:
-            return super()._dense_var_to_tensor(
-                dtype=dtype, name=name, as_ref=as_ref
-            )
+    def to_tensor(self, dtype=None, name=None, as_ref=False):
+        if self.role == "slot" or in_local_reads() or as_ref:
+            return self.stored_tensor(dtype=dtype, name=name, as_ref=as_ref)
         if use_discovery.active() or keras_compat.in_symbolic_scope():
             full = tf.zeros(self.full_shape, dtype or self.dtype)
             if use_discovery.active():
@@ -133,7 +119,7 @@ class ShardedTable(resource_variable_ops.ResourceVariable):
             and not tf_compat.in_shape_query()
         ):
             return tf.convert_to_tensor(self.on_whole_read(self), dtype)
-        local = super()._dense_var_to_tensor(dtype=dtype, name=name)
+        local = self.stored_tensor(dtype=dtype, name=name)
         # Zero rows, and an unknown row count for shape inference: a use
         # that would check rows against something else is still traced, so
         # `check_whole_reads` can name the table instead of a shape error.
@@ -219,7 +205,7 @@ class ShardedTable(resource_variable_ops.ResourceVariable):
         """Inside `local_reads` assigns this shard's rows; otherwise takes
         the rows this shard owns from a full-table `value` (`set_weights`).
         """
-        if not _in_local_reads():
+        if not in_local_reads():
             value = tf.convert_to_tensor(value, dtype=self.dtype)
             if value.shape[0] != self.full_shape[0]:
                 raise ValueError(

@@ -1,8 +1,7 @@
 """Finds this process's place in the job and starts its gRPC server.
 
-Private hooks touched: `context.context().configure_collective_ops`,
-`enable_collective_ops` and the `ServerDef` proto (what
-`MultiWorkerMirroredStrategy` does to start a worker). Tested on TF 2.21.
+The server starts through `_compat.tf.enable_collectives` (what
+`MultiWorkerMirroredStrategy` does to start a worker).
 With the Horovod engine no server starts: Horovod's own runtime connects
 the workers (tested on TF 2.15.1 with Horovod 0.28.1).
 """
@@ -12,8 +11,8 @@ import os
 
 import tensorflow as tf
 from absl import logging
-from tensorflow.core.protobuf import tensorflow_server_pb2
-from tensorflow.python.eager import context
+
+from keras_hybrid._compat import tf as tf_compat
 
 _JOB = "worker"
 
@@ -162,23 +161,9 @@ def start_server(info: ClusterInfo) -> None:
             "Create every HybridStrategy of a process from the same "
             "cluster, or start a new process."
         )
-    leader = f"/job:{_JOB}/replica:0/task:0"
-    ctx = context.context()
-    ctx.configure_collective_ops(
-        collective_leader=leader,
-        device_filters=(f"/job:{_JOB}/task:{info.rank}",),
+    tf_compat.enable_collectives(
+        info.cluster_spec, _JOB, info.rank, info.rpc_layer
     )
-    config = ctx.config
-    config.experimental.collective_group_leader = leader
-    server_def = tensorflow_server_pb2.ServerDef(
-        cluster=info.cluster_spec.as_cluster_def(),
-        default_session_config=config,
-        job_name=_JOB,
-        task_index=info.rank,
-        protocol=info.rpc_layer,
-    )
-    ctx.enable_collective_ops(server_def)
-    ctx.ensure_initialized()
     _joined = info
     logging.info(
         "keras-hybrid worker %d/%d serving on %s",

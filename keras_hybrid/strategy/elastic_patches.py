@@ -7,8 +7,9 @@
   stays unchanged) and checks, before training, that the global batch
   splits evenly over every allowed worker count.
 
-Private hooks touched: Keras' loss scaling functions
-(`_compat.keras.loss_scaling_functions`).
+Private hooks touched: Keras' loss scaling functions (the
+`_compat.keras` patch sites `scale_loss_for_distribution` and
+`unscale_loss_for_distribution`).
 """
 
 import functools
@@ -24,6 +25,10 @@ from keras_hybrid._compat import keras as keras_compat
 _lock = threading.Lock()
 _saved: dict = {}
 _KERAS_DEFAULT_BATCH = 32
+_LOSS_SITES = (
+    ("scale_loss_for_distribution", False),
+    ("unscale_loss_for_distribution", True),
+)
 
 
 def install() -> None:
@@ -31,11 +36,10 @@ def install() -> None:
     with _lock:
         if _saved:
             return
-        scale, unscale = keras_compat.loss_scaling_functions()
-        _saved["loss"] = (scale, unscale)
-        keras_compat.set_loss_scaling_functions(
-            _dynamic(scale, inverse=False), _dynamic(unscale, inverse=True)
-        )
+        for site, inverse in _LOSS_SITES:
+            original = keras_compat.current(site)
+            _saved[site] = original
+            keras_compat.replace(site, _dynamic(original, inverse))
         _saved["fit"] = keras.Model.__dict__.get("fit")
         keras.Model.fit = _elastic_fit(keras.Model.fit)
 
@@ -45,7 +49,8 @@ def uninstall() -> None:
     with _lock:
         if not _saved:
             return
-        keras_compat.set_loss_scaling_functions(*_saved.pop("loss"))
+        for site, _ in _LOSS_SITES:
+            keras_compat.replace(site, _saved.pop(site))
         fit = _saved.pop("fit")
         if fit is None:
             del keras.Model.fit
@@ -54,12 +59,11 @@ def uninstall() -> None:
 
 
 def membership_of(strategy):
-    """The `ElasticMembership` of `strategy`, or None."""
-    from keras_hybrid.strategy.hybrid_strategy import HybridStrategy
-
-    if not isinstance(strategy, HybridStrategy):
-        return None
-    return strategy.communicator.__dict__.get("membership")
+    """The `ElasticMembership` of a `HybridStrategy`, else None (told by
+    its extended's communicator, without importing the strategy)."""
+    extended = getattr(strategy, "extended", None)
+    communicator = getattr(extended, "communicator", None)
+    return getattr(communicator, "membership", None)
 
 
 def _dynamic(original, inverse: bool):

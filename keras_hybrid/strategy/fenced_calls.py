@@ -24,9 +24,11 @@ import threading
 
 import keras
 
+from keras_hybrid.sparse.sharded_table import ShardedTable
 from keras_hybrid.strategy import call_fence
 from keras_hybrid.strategy import cluster
 from keras_hybrid.strategy import global_predictions
+from keras_hybrid.strategy import hybrid_extended
 from keras_hybrid.strategy.call_fence import CallFence
 
 _MODEL_CALLS = (
@@ -131,14 +133,10 @@ def _local_batch(model, args, kwargs):
 
 
 def _is_multi_worker(strategy) -> bool:
-    from keras_hybrid.strategy.hybrid_strategy import HybridStrategy
-
-    return isinstance(strategy, HybridStrategy) and strategy.size > 1
+    return hybrid_extended.is_hybrid(strategy) and strategy.size > 1
 
 
 def _holds_table(layer) -> bool:
-    from keras_hybrid.sparse.sharded_table import ShardedTable
-
     return any(
         isinstance(getattr(v, "value", None), ShardedTable)
         for v in layer.weights

@@ -1,8 +1,8 @@
 """Sync-on-read variables (Keras metric state) with global reads.
 
-Private hooks touched: subclasses `ResourceVariable` and overrides its
-`value()`/`read_value()`, which tensor conversion goes through. Tested on
-TF 2.21 with Keras 3.15.
+A `ResourceVariable` (through `_compat.tf.ConvertibleVariable`) whose
+public `value()`/`read_value()`, which tensor conversion goes through, are
+overridden.
 
 Keras keeps metric state (`total`, `count`, confusion counts) in variables
 with `synchronization="on_read"`. Each worker adds its own batches to its
@@ -14,8 +14,8 @@ workers, so every rank sees the same, exact global metric.
 """
 
 import tensorflow as tf
-from tensorflow.python.ops import resource_variable_ops
 
+from keras_hybrid._compat import tf as tf_compat
 from keras_hybrid.utils.thread_flag import ThreadFlag
 
 _local_reads = ThreadFlag()
@@ -31,7 +31,7 @@ def local_reads():
     return _local_reads.scope()
 
 
-class GlobalReadVariable(resource_variable_ops.ResourceVariable):
+class GlobalReadVariable(tf_compat.ConvertibleVariable):
     """A variable whose reads outside the replica step are global."""
 
     def __init__(self, communicator, reduce_op: str, **kwargs) -> None:

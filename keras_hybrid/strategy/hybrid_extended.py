@@ -1,27 +1,25 @@
 """The `StrategyExtended` behind `HybridStrategy`: one replica per process.
 
-Private hooks touched (tested on TF 2.21 with Keras 3.15):
-- subclasses `one_device_strategy.OneDeviceExtended` and overrides
-  `_call_for_each_replica`, `_reduce_to`, `_batch_reduce_to`,
-  `_gather_to_implementation`, `_create_variable`, `_update`,
-  `_experimental_distribute_dataset`, `_distribute_datasets_from_function`,
-  `_experimental_distribute_values_from_function`, `_num_replicas_in_sync`,
-  `_in_multi_worker_mode`, `should_checkpoint`, `should_save_summary`;
-- `distribute_lib.ReplicaContext` (to report this process's replica id);
-- unwraps the step function given to `run` to find a Keras model's
-  `train_step`/`test_step`, whose logs it makes global (`global_metrics`).
+TF reaches it through the private hooks that `_compat.OneProcessExtended`
+names; here they are implemented:
+- `run_replica_step`: decides placement by use, runs the step in a replica
+  context whose replica id is this rank, makes a Keras model's logs and
+  `predict` outputs global;
+- `reduce_values`: dense gradients all-reduced, pushed table gradients
+  taken as they are, other `IndexedSlices` summed as the cost rule chose;
+- `create_variable`: the `VariableRouter` places every variable;
+- `update_variable`: the owner updates its rows (and row constraints);
+- `distribute_dataset`: each worker's slice of every global batch.
 
 Keras' TF optimizer sends every gradient through the replica context's
-`all_reduce`, which reaches `_batch_reduce_to` here through `merge_call`.
+`all_reduce`, which reaches `reduce_values` here through `merge_call`.
 """
 
 import keras
 import tensorflow as tf
 from absl import logging
-from tensorflow.python.distribute import distribute_lib
-from tensorflow.python.distribute import one_device_strategy
-from tensorflow.python.framework import indexed_slices
 
+from keras_hybrid._compat.one_process_extended import OneProcessExtended
 from keras_hybrid.plan import cost_rule
 from keras_hybrid.plan import use_discovery
 from keras_hybrid.sparse import sharded_table
@@ -40,15 +38,15 @@ _REDUCE_OPS = {
 }
 
 
-class _HybridReplicaContext(distribute_lib.ReplicaContext):
+class _HybridReplicaContext(tf.distribute.ReplicaContext):
     """Replica context of this process: replica id = rank."""
 
     @property
     def devices(self):
-        return self._strategy.extended.worker_devices
+        return self.strategy.extended.worker_devices
 
 
-class HybridExtended(one_device_strategy.OneDeviceExtended):
+class HybridExtended(OneProcessExtended):
     """Extended of `HybridStrategy` (see the module docstring)."""
 
     def __init__(
@@ -89,10 +87,10 @@ class HybridExtended(one_device_strategy.OneDeviceExtended):
 
     # -- replica execution
 
-    def _call_for_each_replica(self, fn, args, kwargs):
-        strategy = self._container_strategy()
+    def run_replica_step(self, fn, args, kwargs):
+        strategy = self.container_strategy()
         with (
-            tf.device(self._device),
+            tf.device(self.device),
             _HybridReplicaContext(
                 strategy, replica_id_in_sync_group=self._communicator.rank
             ),
@@ -129,11 +127,8 @@ class HybridExtended(one_device_strategy.OneDeviceExtended):
             self.router.decide(use_discovery.trace(fn, args, kwargs))
 
     @property
-    def _num_replicas_in_sync(self):
+    def replica_count(self) -> int:
         return self._communicator.size
-
-    def _in_multi_worker_mode(self):
-        return self._communicator.size > 1
 
     @property
     def should_checkpoint(self):
@@ -145,17 +140,7 @@ class HybridExtended(one_device_strategy.OneDeviceExtended):
 
     # -- reductions
 
-    def _reduce_to(self, reduce_op, value, destinations, options):
-        del destinations, options
-        return self._reduce_values(reduce_op, [value])[0]
-
-    def _batch_reduce_to(self, reduce_op, value_destination_pairs, options):
-        del options
-        return self._reduce_values(
-            reduce_op, [value for value, _ in value_destination_pairs]
-        )
-
-    def _reduce_values(self, reduce_op, values):
+    def reduce_values(self, reduce_op, values):
         op = _REDUCE_OPS.get(tf.distribute.ReduceOp(reduce_op))
         if op is None:
             raise ValueError(
@@ -172,7 +157,7 @@ class HybridExtended(one_device_strategy.OneDeviceExtended):
         dense = [
             i
             for i, v in enumerate(values)
-            if not isinstance(v, indexed_slices.IndexedSlices)
+            if not isinstance(v, tf.IndexedSlices)
         ]
         if dense:
             reduced = self._communicator.all_reduce(
@@ -184,14 +169,14 @@ class HybridExtended(one_device_strategy.OneDeviceExtended):
             if table_gradients.table_of(value) is not None:
                 # Pushed to this owner already, summed over workers.
                 results[i] = table_gradients.aggregate(value)
-            elif isinstance(value, indexed_slices.IndexedSlices):
+            elif isinstance(value, tf.IndexedSlices):
                 results[i] = self._gather_indexed_slices(value, op)
         return results
 
     def _sync_of(self, value) -> str:
         """How the `IndexedSlices` gradient of a replicated variable is
         summed: as `indexed_slices` says, else the cost rule's choice."""
-        if not isinstance(value, indexed_slices.IndexedSlices):
+        if not isinstance(value, tf.IndexedSlices):
             return "dense"
         if table_gradients.table_of(value) is not None:
             return "pushed"
@@ -223,10 +208,9 @@ class HybridExtended(one_device_strategy.OneDeviceExtended):
         ids, _ = comm.all_gather(value.indices, path="ids")
         if op == "mean":
             rows = rows / tf.cast(comm.size, rows.dtype)
-        return indexed_slices.IndexedSlices(rows, ids, value.dense_shape)
+        return tf.IndexedSlices(rows, ids, value.dense_shape)
 
-    def _gather_to_implementation(self, value, destinations, axis, options):
-        del destinations, options
+    def gather_values(self, value, axis):
         value = tf.convert_to_tensor(value)
         perm = None
         if axis != 0:
@@ -239,12 +223,12 @@ class HybridExtended(one_device_strategy.OneDeviceExtended):
 
     # -- variables
 
-    def _update(self, var, fn, args, kwargs, group):
+    def update_variable(self, var, fn, args, kwargs, group):
         if args:
             self.router.observe_gradient(var, args[0])
         # The optimizer sees (and writes) the rows this shard owns.
         with sharded_table.local_reads():
-            result = super()._update(var, fn, args, kwargs, group)
+            result = self.stock_update(var, fn, args, kwargs, group)
             constraint = getattr(var, "row_constraint", None)
             if constraint is not None and args:
                 # Keras applies constraints after the update; the owner
@@ -252,8 +236,8 @@ class HybridExtended(one_device_strategy.OneDeviceExtended):
                 var.assign(constraint(tf.convert_to_tensor(var)))
             return result
 
-    def _create_variable(self, next_creator, **kwargs):
-        with tf.device(self._device):
+    def create_variable(self, next_creator, kwargs):
+        with tf.device(self.device):
             if kwargs.get("synchronization") == _ON_READ:
                 return self._create_global_read_variable(kwargs)
 
@@ -305,16 +289,14 @@ class HybridExtended(one_device_strategy.OneDeviceExtended):
 
     # -- input
 
-    def _experimental_distribute_dataset(self, dataset, options):
-        del options
+    def distribute_dataset(self, dataset):
         comm = self._communicator
         if getattr(comm, "membership", None) is not None:
             # Sliced in the step, by the members of the moment.
             return dataset
         return input_sharding.shard_dataset(dataset, comm.rank, comm.size)
 
-    def _distribute_datasets_from_function(self, dataset_fn, options):
-        del options
+    def distribute_datasets_from_function(self, dataset_fn):
         comm = self._communicator
         context = tf.distribute.InputContext(
             num_input_pipelines=comm.size,
@@ -323,11 +305,17 @@ class HybridExtended(one_device_strategy.OneDeviceExtended):
         )
         return dataset_fn(context)
 
-    def _experimental_distribute_values_from_function(self, value_fn):
+    def distribute_values_from_function(self, value_fn):
         comm = self._communicator
         return value_fn(
             tf.distribute.experimental.ValueContext(comm.rank, comm.size)
         )
+
+
+def is_hybrid(strategy) -> bool:
+    """Whether `strategy` is a `HybridStrategy`, told by its extended (so
+    that modules the strategy installs need not import it)."""
+    return isinstance(getattr(strategy, "extended", None), HybridExtended)
 
 
 def _check_optimizer(optimizer, variables) -> None:

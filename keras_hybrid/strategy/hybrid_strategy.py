@@ -10,7 +10,7 @@ import tensorflow as tf
 from absl import logging
 
 from keras_hybrid import checkpoint
-from keras_hybrid.comm import communicator as communicator_lib
+from keras_hybrid.comm import engines
 from keras_hybrid.plan.cost_rule import Link
 from keras_hybrid.strategy import cluster
 from keras_hybrid.strategy import elastic
@@ -147,7 +147,7 @@ class HybridStrategy(tf.distribute.Strategy):
         rank, size = info.rank, info.size
         if membership is not None:
             rank, size = membership.rank, membership.size
-        comm = communicator_lib.make_communicator(
+        comm = engines.make_communicator(
             engine, rank, size, float(timeout_seconds), int(bucket_bytes)
         )
         self._cluster_info = info
@@ -176,25 +176,43 @@ class HybridStrategy(tf.distribute.Strategy):
         else:
             elastic.share_seed(membership)
         self._closed = False
+        self._in_use = False
         self._close_at_exit = None
-        if info.size > 1:
-            keras_patches.acquire(self)
-            if membership is not None:
-                elastic_patches.install()
-            # Weakly, so that an unclosed strategy can still be collected.
-            self._close_at_exit = functools.partial(
-                _close_at_exit, weakref.ref(self)
-            )
-            atexit.register(self._close_at_exit)
+
+    def scope(self):
+        """Returns the context manager in which variables are created on
+        this strategy (see `tf.distribute.Strategy.scope`).
+
+        The first call of a multi-worker strategy puts its Keras patches
+        in (see `close`): a strategy that is never used changes nothing.
+        """
+        self._use()
+        return super().scope()
+
+    def _use(self) -> None:
+        # The cluster's size: an elastic joiner counts as one worker until
+        # it is admitted, but needs the patches from the start.
+        if self._in_use or self._closed or self._cluster_info.size == 1:
+            return
+        self._in_use = True
+        keras_patches.acquire(self)
+        if self.communicator.__dict__.get("membership") is not None:
+            elastic_patches.install()
+        # Weakly, so that an unclosed strategy can still be collected.
+        self._close_at_exit = functools.partial(
+            _close_at_exit, weakref.ref(self)
+        )
+        atexit.register(self._close_at_exit)
 
     # -- lifetime
 
     def close(self) -> None:
         """Takes this strategy's patches out of Keras (idempotent).
 
-        A multi-worker strategy patches Keras for the process (saves and
-        file-writing callbacks write on the chief only, collective calls
-        are fenced, `LossScaleOptimizer` agrees on finite gradients). Once
+        A multi-worker strategy, from its first `scope()`, patches Keras
+        for the process (saves and file-writing callbacks write on the
+        chief only, collective calls are fenced, `LossScaleOptimizer`
+        agrees on finite gradients). Once
         every open strategy is closed, Keras is stock again and the peer
         watchdog stops. Models built under a closed strategy must not be
         trained, evaluated or saved any more. Exiting a `with` block
@@ -214,10 +232,12 @@ class HybridStrategy(tf.distribute.Strategy):
         if self._close_at_exit is not None:
             atexit.unregister(self._close_at_exit)
             self._close_at_exit = None
-        if self._cluster_info.size > 1:
+        if self._in_use:
             keras_patches.release(self)
             if self.communicator.__dict__.get("membership") is not None:
                 elastic_patches.uninstall()
+        elif self._cluster_info.size > 1 and keras_patches.open_count() == 0:
+            cluster.stop_watchdog()  # what the last release would do
 
     @property
     def closed(self) -> bool:
@@ -358,9 +378,9 @@ def _choose_engine(engine: str | None) -> str:
     if engine is None:
         started_by_horovodrun = all(v in os.environ for v in HOROVOD_ENV)
         engine = "horovod" if started_by_horovodrun else "tf"
-    if engine not in communicator_lib.ENGINES:
+    if engine not in engines.ENGINES:
         raise ValueError(
-            f"`engine` must be one of {communicator_lib.ENGINES}. Received: "
+            f"`engine` must be one of {engines.ENGINES}. Received: "
             f"engine={engine!r} (argument or {ENGINE_ENV})."
         )
     return engine

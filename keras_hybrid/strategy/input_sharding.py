@@ -1,8 +1,8 @@
 """Splits each global batch of a dataset among the workers."""
 
 import tensorflow as tf
-from tensorflow.python.data.experimental.ops import distribute as tf_data
-from tensorflow.python.distribute import input_ops
+
+from keras_hybrid._compat import tf as tf_compat
 
 _FILE = tf.data.experimental.AutoShardPolicy.FILE
 _OFF = tf.data.experimental.AutoShardPolicy.OFF
@@ -29,10 +29,7 @@ def shard_dataset(
     if policy == _OFF:
         return dataset
     if policy == _FILE:
-        batch_size = tf_data.compute_batch_size(dataset)
-        batch_sizes = tf_data.batch_sizes_for_worker(batch_size, size, 1, rank)
-        dataset = dataset.rebatch(batch_sizes)
-        return input_ops.auto_shard_dataset(dataset, size, rank, size)
+        return tf_compat.shard_files(dataset, rank, size)
     return dataset.map(
         lambda *batch: _slice_batch(batch, rank, size),
         num_parallel_calls=tf.data.AUTOTUNE,

@@ -8,7 +8,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_hybrid.comm import PATHS
-from keras_hybrid.comm import communicator
+from keras_hybrid.comm import engines
 from keras_hybrid.comm import make_communicator
 from keras_hybrid.testing import TestCase
 
@@ -66,7 +66,7 @@ class SingleProcessTest(TestCase):
 
     def test_unknown_engine_raises(self):
         with self.assertRaisesRegex(
-            ValueError, re.escape(str(communicator.ENGINES))
+            ValueError, re.escape(str(engines.ENGINES))
         ):
             make_communicator("nope", 0, 1, 10.0, 1024)
 

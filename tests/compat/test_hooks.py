@@ -41,6 +41,9 @@ from tensorflow.python.framework import indexed_slices
 from tensorflow.python.ops import collective_ops
 from tensorflow.python.ops import resource_variable_ops
 
+from keras_hybrid._compat import keras as keras_compat
+from keras_hybrid._compat import tf as tf_compat
+from keras_hybrid._compat.one_process_extended import OneProcessExtended
 from keras_hybrid.testing import TestCase
 
 # A group key no other test uses: TF keeps a group's size per process.
@@ -740,6 +743,140 @@ class TableGradientMarkTest(TestCase):
         self.assertEqual(sorted(step().numpy().tolist()), [0, 1, 1, 3])
 
 
+class CompatFunctionsTest(TestCase):
+    """The `_compat` functions and base classes themselves, as the package
+    calls them (the classes above check the TF/Keras members under them)."""
+
+    def test_collectives_run_in_a_group_of_one(self):
+        kwargs = dict(group_size=1, group_key=_GROUP + 1, timeout=30)
+        x = tf.constant([[1.0, 2.0]])
+        outs = [
+            tf_compat.all_reduce(
+                x, instance_key=1, merge_op="Add", final_op="Id", **kwargs
+            ),
+            tf_compat.all_gather(x, instance_key=2, **kwargs),
+            tf_compat.all_to_all(x, instance_key=3, **kwargs),
+            tf_compat.broadcast_send(x, instance_key=4, **kwargs),
+        ]
+        for out in outs:
+            self.assertAllClose(out, x)
+
+    def test_convertible_variable_sends_whole_reads_to_to_tensor(self):
+        class Doubled(tf_compat.ConvertibleVariable):
+            def to_tensor(self, dtype=None, name=None, as_ref=False):
+                if as_ref:
+                    return self.stored_tensor(dtype, name, as_ref)
+                return 2 * self.stored_tensor(dtype=dtype, name=name)
+
+        var = Doubled(initial_value=[1.0, 3.0])
+        self.assertAllClose(tf.convert_to_tensor(var), [2.0, 6.0])
+        self.assertAllClose(tf.add(var, 0.0), [2.0, 6.0])
+        traced = tf.function(lambda: tf.convert_to_tensor(var))
+        self.assertAllClose(traced(), [2.0, 6.0])
+        var.assign([5.0, 5.0])
+        self.assertAllClose(var.stored_tensor(), [5.0, 5.0])
+
+    def test_one_process_extended_overrides_only_real_hooks(self):
+        hooks = [
+            name
+            for name in OneProcessExtended.__dict__
+            if name.startswith("_") and not name.startswith("__")
+        ]
+        self.assertGreaterEqual(len(hooks), 11)
+        for name in hooks:
+            self.assertTrue(
+                hasattr(one_device_strategy.OneDeviceExtended, name), name
+            )
+        strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+        self.assertTrue(hasattr(strategy.extended, "_device"))
+        self.assertIs(strategy.extended._container_strategy(), strategy)
+
+    def test_shard_files_splits_each_global_batch(self):
+        dataset = tf.data.Dataset.range(8).batch(4)
+        seen = []
+        for rank in range(2):
+            local = tf_compat.shard_files(dataset, rank, 2)
+            batches = [b.numpy().tolist() for b in local]
+            self.assertEqual([len(b) for b in batches], [2, 2])
+            seen += [i for b in batches for i in b]
+        self.assertEqual(sorted(seen), list(range(8)))
+
+    def test_every_patch_site_is_found_and_restored(self):
+        for site in keras_compat.SITES:
+            before = keras_compat.current(site)
+            self.assertIsNotNone(before, site)
+            marker = object()
+            self.assertIs(keras_compat.replace(site, marker), before)
+            self.assertIs(keras_compat.current(site), marker)
+            keras_compat.replace(site, before)
+            self.assertIs(keras_compat.current(site), before)
+        self.assertIsInstance(
+            keras_compat.current("TensorBoard.summary"), property
+        )
+        with self.assertRaisesRegex(ValueError, "Unknown Keras patch site"):
+            keras_compat.current("nope")
+
+    def test_h5_dataset_writes_into_the_store_entry(self):
+        model = _tiny_model()
+        original = keras_compat.current("H5IOStore.__setitem__")
+
+        def setitem(store, key, value):
+            keras_compat.h5_dataset(store, key, value.shape, "float32")[...] = (
+                np.asarray(value)
+            )
+
+        keras_compat.replace("H5IOStore.__setitem__", setitem)
+        try:
+            path = os.path.join(tempfile.mkdtemp(), "m.weights.h5")
+            model.save_weights(path)
+        finally:
+            keras_compat.replace("H5IOStore.__setitem__", original)
+        fresh = _tiny_model()
+        fresh.load_weights(path)
+        for got, want in zip(
+            fresh.get_weights(), model.get_weights(), strict=True
+        ):
+            self.assertAllClose(got, want)
+
+    def test_accumulated_update_functions(self):
+        var = keras.Variable(np.ones((2,), "float32"))
+        opt = keras.optimizers.SGD(0.5, gradient_accumulation_steps=2)
+        opt.build([var])
+        (acc,) = keras_compat.accumulators(opt, [var])
+        self.assertEqual(tuple(acc.shape), (2,))
+        self.assertIn(var.path, [v.path for v in opt._trainable_variables])
+        self.assertEqual(
+            [v.path for v in keras_compat.last_trainable_variables(opt)],
+            [var.path],
+        )
+        self.assertIsInstance(keras_compat.own_variables(opt), list)
+        keras_compat.apply_accumulated_update(
+            opt, [tf.constant([1.0, 2.0])], [var]
+        )
+        self.assertAllClose(var.numpy(), [0.5, 0.0])
+        iterations = keras_compat.iterations_variable(opt)
+        iterations.assign_add(1)
+        self.assertEqual(int(iterations.numpy()), 1)
+
+    def test_set_initial_epoch_on_train_begin_skips_epochs(self):
+        class Resume(keras.callbacks.Callback):
+            def on_train_begin(self, logs=None):
+                keras_compat.set_initial_epoch(self.model, 2)
+
+        model = _tiny_model()
+        model.compile(optimizer="sgd", loss="mse")
+        history = model.fit(
+            *_tiny_data(), epochs=3, verbose=0, callbacks=[Resume()]
+        )
+        self.assertEqual(history.epoch, [2])
+
+    def test_model_distribute_strategy_is_public(self):
+        strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+        with strategy.scope():
+            inside = _tiny_model()
+        self.assertIs(inside.distribute_strategy, strategy)
+
+
 class ElasticKerasHooksTest(TestCase):
     """`_compat.keras` hooks of `strategy.elastic_patches` and
     `strategy.elastic_resize`."""
@@ -752,17 +889,18 @@ class ElasticKerasHooksTest(TestCase):
     def test_loss_scaling_is_looked_up_at_call_time(self):
         from keras_hybrid._compat import keras as keras_compat
 
-        scale, unscale = keras_compat.loss_scaling_functions()
+        scale = keras_compat.current("scale_loss_for_distribution")
+        unscale = keras_compat.current("unscale_loss_for_distribution")
         self.assertEqual(scale.__name__, "scale_loss_for_distribution")
         self.assertEqual(unscale.__name__, "unscale_loss_for_distribution")
         loss = keras.losses.MeanSquaredError()
         ones = np.ones((2, 1), "float32")
         self.assertAllClose(loss(ones, 0 * ones), 1.0)
-        keras_compat.set_loss_scaling_functions(lambda v: v * 0.25, unscale)
+        keras_compat.replace("scale_loss_for_distribution", lambda v: v * 0.25)
         try:
             self.assertAllClose(loss(ones, 0 * ones), 0.25)
         finally:
-            keras_compat.set_loss_scaling_functions(scale, unscale)
+            keras_compat.replace("scale_loss_for_distribution", scale)
         self.assertAllClose(loss(ones, 0 * ones), 1.0)
 
     def test_train_step_function_can_be_traced_ahead(self):

@@ -1,8 +1,8 @@
 """A test case that imports an example's `main.py` and runs `main()`.
 
 Each example defines absl flags on import (some with the same names as
-other examples'); they are removed again in `tearDownClass`, and `sys.path`
-(which `main.py` extends) is put back, so tests see FLAGS as they were.
+other examples'); they are removed again in `tearDownClass`, so tests see
+FLAGS as they were.
 """
 
 import contextlib
@@ -10,7 +10,6 @@ import importlib.util
 import io
 import logging
 import os
-import sys
 
 from absl import flags
 from absl.testing import flagsaver
@@ -30,7 +29,6 @@ class ExampleMainTestCase(OneProcessTestCase):
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
-        cls._saved_path = list(sys.path)
         before = set(FLAGS)
         script = os.path.join(ROOT, "examples", cls.example, "main.py")
         spec = importlib.util.spec_from_file_location(
@@ -44,7 +42,6 @@ class ExampleMainTestCase(OneProcessTestCase):
     def tearDownClass(cls):
         for name in cls.added_flags:
             delattr(FLAGS, name)
-        sys.path[:] = cls._saved_path
         super().tearDownClass()
 
     def run_main(self, *flag_args, argv=()) -> str:

@@ -114,7 +114,7 @@ class DenseCNNMainTest(ExampleMainTestCase):
         accuracy = self.figures(log, "held-out accuracy per epoch:")
         self.assertEqual(len(accuracy), 2)
         self.assertNotRegex(log, r"(?m)^\S+ +sparse ")
-        result = dense_cnn.train(2, 8, 1)
+        result = dense_cnn.train(dense_cnn.Config(2, 8, 1))
         self.assertEqual(result["sparse"], 0)
 
     def test_npz_file(self):

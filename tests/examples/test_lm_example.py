@@ -101,7 +101,9 @@ class LMTextTest(ExampleMainTestCase):
             path = os.path.join(tmp, "corpus.txt")
             corpus.write_corpus(path, sentences=600, seed=0)
             result = train.train(
-                0, 32, 3, data=path, dim=16, hidden=32, num_sampled=16
+                train.Config(
+                    0, 32, 3, data=path, dim=16, hidden=32, num_sampled=16
+                )
             )
         perplexity = result["val_perplexity"]
         # Better than a uniform guess over the vocabulary, and improving.
@@ -119,7 +121,7 @@ class LMTwoWorkersTest(ExampleMainTestCase):
         partitioned tables and the dense weights evolve alike, so the
         losses agree step by step."""
         env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-        script = [sys.executable, "examples/lm/main.py", *self.tiny]
+        script = [sys.executable, "-m", "examples.lm.main", *self.tiny]
         launcher = [sys.executable, "-m", "keras_hybrid.run", "-np", "2"]
         with tempfile.TemporaryDirectory() as tmp:
             one, two = (os.path.join(tmp, f"{n}.csv") for n in (1, 2))

@@ -11,7 +11,8 @@ import pytest
 pytestmark = pytest.mark.multiprocess
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
-MAIN = os.path.join(ROOT, "examples", "recommender", "main.py")
+# Examples run as modules from the repository root.
+MAIN = ("-m", "examples.recommender.main")
 TINY = (
     "--steps=3",
     "--batch_size=16",
@@ -31,7 +32,7 @@ def _run(model_dir, epochs):
         "--threads",
         "1",
         sys.executable,
-        MAIN,
+        *MAIN,
         *TINY,
         f"--epochs={epochs}",
         f"--model_dir={model_dir}",
@@ -42,6 +43,7 @@ def _run(model_dir, epochs):
         text=True,
         timeout=300,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        cwd=ROOT,
     )
     assert out.returncode == 0, out.stderr[-4000:] + out.stdout[-4000:]
     return out.stdout + out.stderr

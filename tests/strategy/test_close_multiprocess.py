@@ -26,6 +26,7 @@ def test_close_restores_stock_keras_and_a_new_strategy_patches_again():
     every_patch = sorted(keras_objects())
     for result in run.results.values():
         for attempt in ("first", "second"):
+            assert result[f"patched_unused_{attempt}"] == []
             assert result[f"patched_in_{attempt}"] == every_patch
             assert result[f"watchdog_in_{attempt}"]
             assert result[f"changed_after_{attempt}"] == []

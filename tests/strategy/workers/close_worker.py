@@ -30,6 +30,8 @@ def main(argv):
     result = {"weights": []}
     for attempt in ("first", "second"):
         with kh.HybridStrategy(timeout_seconds=30) as strategy:
+            # Patches go in at first use (the first `scope()`), not before.
+            result[f"patched_unused_{attempt}"] = _changed(stock)
             x, y = models.make_data(64)
             with strategy.scope():
                 model = models.build_model("sequential", seed=strategy.rank)

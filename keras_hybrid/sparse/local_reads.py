@@ -1,0 +1,20 @@
+"""`local_reads`: where a whole read of a table means this shard's rows.
+
+The optimizer's update (inside `extended.update`) and the owner's side of a
+lookup read a `ShardedTable` whole; within this scope they get the rows
+this worker stores instead of the stand-in other whole reads get.
+"""
+
+from keras_hybrid.utils.thread_flag import ThreadFlag
+
+_flag = ThreadFlag()
+
+
+def local_reads():
+    """Within, whole reads of a table give this shard's rows."""
+    return _flag.scope()
+
+
+def in_local_reads() -> bool:
+    """Whether this thread is inside `local_reads()`."""
+    return bool(_flag)

@@ -289,6 +289,7 @@ class ElasticDriver:
                     change.generation,
                     change.members,
                     "discovery",
+                    change.joiners,
                 )
                 change.written = True
                 logger.info(

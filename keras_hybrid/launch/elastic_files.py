@@ -22,11 +22,16 @@ MIN_NP_ENV = "KERAS_HYBRID_ELASTIC_MIN_NP"
 SEED_ENV = "KERAS_HYBRID_ELASTIC_SEED"
 # Group keys of generation g; the plain job's group key is 1.
 GROUP_KEY_BASE = 1000
+# Group keys of rank 0 and the joiners of generation g (state transfer).
+STATE_GROUP_KEY_BASE = 1 << 20
 REASONS = ("discovery", "lost_worker")
 
 
-def write_plan(directory: str, generation: int, members, reason: str) -> None:
-    """Writes the plan of `generation` atomically (the launcher's side)."""
+def write_plan(
+    directory: str, generation: int, members, reason: str, joiners=()
+) -> None:
+    """Writes the plan of `generation` atomically (the launcher's side):
+    its members, why, and which of them join (they receive the state)."""
     if reason not in REASONS:
         raise ValueError(
             f"`reason` must be one of {REASONS}. Received: reason={reason!r}"
@@ -38,6 +43,7 @@ def write_plan(directory: str, generation: int, members, reason: str) -> None:
                 "generation": generation,
                 "members": sorted(members),
                 "reason": reason,
+                "joiners": sorted(joiners),
             }
         ),
     )

@@ -12,6 +12,7 @@ The launcher and the workers talk through files (`launch.elastic_files`).
 No private hook is touched here.
 """
 
+import contextlib
 import json
 import os
 import time
@@ -24,6 +25,7 @@ from keras_hybrid.launch.elastic_files import MAX_NP_ENV
 from keras_hybrid.launch.elastic_files import MEMBERS_ENV
 from keras_hybrid.launch.elastic_files import MIN_NP_ENV
 from keras_hybrid.launch.elastic_files import SEED_ENV
+from keras_hybrid.launch.elastic_files import STATE_GROUP_KEY_BASE
 from keras_hybrid.launch.elastic_files import write_file
 
 
@@ -110,6 +112,24 @@ class ElasticMembership:
         return self._rank.read_value(), tf.cast(
             self._group_size.read_value(), tf.int64
         )
+
+    @contextlib.contextmanager
+    def state_group(self, tasks: list[int], communicator):
+        """Within this context, collectives run over `tasks` only (task 0
+        and the joiners of this generation, which receive the state), and
+        `communicator` shows their rank and size."""
+        tasks = sorted(tasks)
+        saved = (communicator.rank, communicator.size)
+        self._group_key.assign(STATE_GROUP_KEY_BASE + self.generation)
+        self._group_size.assign(len(tasks))
+        communicator.rank = tasks.index(self.task)
+        communicator.size = len(tasks)
+        try:
+            yield
+        finally:
+            self._group_key.assign(GROUP_KEY_BASE + self.generation)
+            self._group_size.assign(len(self.members))
+            communicator.rank, communicator.size = saved
 
     def switch(self, generation: int, members: list[int]) -> None:
         """Makes `members` the group of every later collective."""

@@ -12,10 +12,13 @@ decides the same switch at the same step:
   global batch are read from variables;
 - if the plan adds joiners, rank 0 broadcasts the training position
   (epoch, step, global step) and every weight and optimizer slot to the
-  new group. A joiner waits in `on_train_begin` for a plan that names it,
-  receives them, and then runs the batches it skipped through a function
-  that only draws them from the iterator, so that its data continue in
-  global-step order from the same global batch as the others.
+  joiners, in a group of its own (the other members go on to the next
+  step, where they wait for the joiners). A joiner first traces its train
+  step (ahead, in its first step, while the members train), then waits
+  for a plan that names it, receives the state, and then runs the
+  batches it skipped through a function that only draws them from the
+  iterator, so that its data continue in global-step order from the same
+  global batch as the others.
 """
 
 import collections
@@ -50,6 +53,7 @@ class ElasticResize(keras.callbacks.Callback):
         super().__init__()
         self._strategy = strategy
         self._membership = strategy.communicator.membership
+        self._comm = strategy.communicator
         self._epoch = 0
         self._next_batch = 0
         self._skip_until = None
@@ -140,7 +144,13 @@ class ElasticResize(keras.callbacks.Callback):
             raise SystemExit(0)
         joiners = [t for t in members if t not in old]
         self._adopt(generation, members)
-        moved = self._send_state() if joiners else 0
+        moved = 0
+        if joiners:
+            # Only the joiners need the state: rank 0 sends it to them.
+            moved = _state_bytes(self.model) * len(joiners)
+            if membership.task == 0:
+                with membership.state_group([0, *joiners], self._comm):
+                    self._send_state()
         self._pending = {
             "generation": generation,
             "global_step": self._membership.global_step,
@@ -201,9 +211,9 @@ class ElasticResize(keras.callbacks.Callback):
         if self._strategy.extended.traced_size_dependent_collectives:
             model.make_train_function(force=True)
 
-    def _send_state(self) -> int:
-        """Broadcasts the position and every weight and slot from rank 0;
-        returns the bytes rank 0 sent."""
+    def _send_state(self) -> None:
+        """Broadcasts the position and every weight and slot from rank 0
+        to the joiners."""
         comm = self._strategy.communicator
         fence = active_fence()
         header = tf.constant(
@@ -216,7 +226,7 @@ class ElasticResize(keras.callbacks.Callback):
             tf.int64,
         )
         comm.broadcast(header, root=0, path="control")
-        return _broadcast_variables(comm, _state_variables(self.model))
+        _broadcast_variables(comm, _state_variables(self.model))
 
     # -- joiners
 
@@ -227,12 +237,13 @@ class ElasticResize(keras.callbacks.Callback):
         start = time.perf_counter()
         self._adopt(plan["generation"], plan["members"])
         self.model.train_function = self._skip
-        comm = self._strategy.communicator
-        header = comm.broadcast(
-            tf.zeros([_HEADER], tf.int64), root=0, path="control"
-        )
-        epoch, batch, global_step, fenced = (int(v) for v in header)
-        _broadcast_variables(comm, _state_variables(self.model))
+        comm = self._comm
+        with membership.state_group([0, *plan["joiners"]], comm):
+            header = comm.broadcast(
+                tf.zeros([_HEADER], tf.int64), root=0, path="control"
+            )
+            epoch, batch, global_step, fenced = (int(v) for v in header)
+            _broadcast_variables(comm, _state_variables(self.model))
         fence = active_fence()
         if fence is not None:
             fence.count = fenced
@@ -316,26 +327,31 @@ def _state_variables(model) -> list:
     return variables
 
 
-def _broadcast_variables(comm, variables) -> int:
+def _state_bytes(model) -> int:
+    """Bytes of the weights and optimizer variables a joiner receives."""
+    return sum(
+        int(np.prod(v.shape)) * tf.as_dtype(v.dtype).size
+        for v in _state_variables(model)
+    )
+
+
+def _broadcast_variables(comm, variables) -> None:
     """Broadcasts `variables` from rank 0, one fused tensor per dtype;
-    receivers assign. Returns the bytes rank 0 sent."""
+    receivers assign."""
     by_dtype: dict = {}
     for v in variables:
         by_dtype.setdefault(tf.as_dtype(v.dtype).name, []).append(v)
-    sent = 0
     for name in sorted(by_dtype):
         group = by_dtype[name]
         flat = tf.concat(
             [tf.reshape(tf.convert_to_tensor(v), [-1]) for v in group], 0
         )
         received = comm.broadcast(flat, root=0, path="control")
-        sent += flat.shape.num_elements() * flat.dtype.size * (comm.size - 1)
         if comm.rank == 0:
             continue
         sizes = [int(np.prod(v.shape)) for v in group]
         for v, part in zip(group, tf.split(received, sizes), strict=True):
             v.assign(tf.reshape(part, v.shape))
-    return sent
 
 
 def _refuse_partitioned_tables(strategy) -> None:

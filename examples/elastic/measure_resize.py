@@ -31,7 +31,7 @@ flags.DEFINE_integer("hidden", 512, "Width of the model's hidden layers.")
 flags.DEFINE_integer("threads", 1, "Threads per worker.")
 flags.DEFINE_float("timeout", 900, "Seconds for each launch.")
 
-TRAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py")
+TRAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "main.py")
 RUN = [sys.executable, "-m", "keras_hybrid.run"]
 
 

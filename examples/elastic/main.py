@@ -2,7 +2,7 @@
 
 Nothing elastic in the training code: run it with
 `keras-hybrid-run --min-np 2 --max-np 4 --host-discovery-script ./hosts.sh
-python examples/elastic/train.py`. A callback prints the membership it
+python examples/elastic/main.py`. A callback prints the membership it
 sees. The flags `--save_to`/`--restore_from` and `--report` serve
 `measure_resize.py` (a sharded save after `fit`, a restore before it, and
 the chief's JSON report of resizes and step times).

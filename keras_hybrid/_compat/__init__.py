@@ -48,10 +48,19 @@ Keras (`keras.py`):
   `_get_variable_index`, `_iterations`, `_clip_gradients`,
   `_apply_weight_decay`, `_backend_update_step`;
 - `set_initial_epoch`: a model's `_initial_epoch`;
+- `traced_step_of`: the `multi_step_on_iterator` `tf.function` in the
+  closure of Keras' TF `train_function` (an elastic joiner traces it
+  ahead);
+- `set_validation_gate`: an instance attribute shadowing
+  `Trainer._should_eval` (an elastic joiner skips the validation of the
+  epochs it skips);
 - `h5_dataset`: `saving_lib.H5IOStore`'s `_h5_entry_initialized`,
   `_create_h5_group`, `_h5_entry_path`, `_h5_entry_group`;
 - `current`, `replace` on the patch sites `SITES`: `saving_api.save_model`
   and `save_weights`, `export.export_saved_model`, the `file_utils` of
   four callback modules, `saving_lib.H5IOStore.__setitem__`,
-  `TensorBoard.summary` and `TensorBoard._start_profiler`.
+  `TensorBoard.summary`, `TensorBoard._start_profiler`, and
+  `losses.loss.scale_loss_for_distribution` and
+  `unscale_loss_for_distribution` (elastic jobs scale by the current
+  group size).
 """

@@ -43,6 +43,8 @@ class CommStats:
     """
 
     def __init__(self) -> None:
+        # Elastic resizes of this job, oldest first (Python dicts).
+        self.resizes: list[dict] = []
         with tf.init_scope():
             self._counters = tf.Variable(
                 tf.zeros([len(COUNTERS), len(PATHS)], tf.int64),
@@ -86,6 +88,11 @@ class CommStats:
             values.append(tf.constant([calls], tf.int64))
             rows.append([2, index])
         self._counters.scatter_nd_add(rows, tf.concat(values, axis=0))
+
+    def record_resize(self, event: dict) -> None:
+        """Keeps the record of one elastic resize (`ElasticResize`): global
+        step, reason, old and new size, bytes moved, stall seconds."""
+        self.resizes.append(dict(event))
 
     def record_rows_served(self, num_rows) -> None:
         """Adds `num_rows` (int or int tensor) rows served by local shards."""

@@ -32,7 +32,8 @@ MATRIX_WHEELS ?= $(HOME)/.cache/keras-hybrid/wheels
 MATRIX_REQS := "keras==3.15.*" pytest pytest-timeout setuptools wheel
 MATRIX_STAMPS := $(foreach v,$(MATRIX_TF),.venv-tf$(v)/.installed)
 
-.PHONY: demo test test-horovod test-matrix horovod-wheel lint clean
+.PHONY: demo test test-horovod test-matrix horovod-wheel lint clean \
+	bench-scaled
 
 $(STAMP): setup.cfg setup.py pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -111,6 +112,25 @@ test-matrix: $(MATRIX_STAMPS)
 	done; \
 	if [ -n "$$failed" ]; then echo "test-matrix failed on TF$$failed"; \
 		exit 1; fi
+
+# Network-scaled benchmark (root): hybrid, allgather and dense at 4 workers
+# (one namespace each, 3 runs per mode) and 8 workers (8 emulated hosts
+# with sshd, over ssh, 1 run per mode), the links scaled so that
+# communication takes the share of a step it takes on TARGET_STEP_MS
+# accelerators with TARGET_BANDWIDTH links (docs/benchmarks.md). About
+# 20 + 25 minutes on a busy 2-core machine.
+TARGET_STEP_MS ?= 2
+TARGET_BANDWIDTH ?= 10gbit
+BENCH_OUT ?= bench
+SCALED := --workload=lm --vocab=20000 --target_step_ms=$(TARGET_STEP_MS) \
+	--target_bandwidth=$(TARGET_BANDWIDTH)
+bench-scaled: $(STAMP)
+	@mkdir -p $(BENCH_OUT)
+	$(PY) -m keras_hybrid.benchmark $(SCALED) --workers=4 --steps=15 \
+		--warmup_steps=3 --repeats=3 --output_json=$(BENCH_OUT)/lm4.json
+	$(PY) -m keras_hybrid.benchmark $(SCALED) --workers=8 \
+		--emulated_hosts=8 --steps=10 --warmup_steps=2 --repeats=1 \
+		--output_json=$(BENCH_OUT)/lm8.json
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check keras_hybrid tests examples

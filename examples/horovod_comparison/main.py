@@ -15,7 +15,11 @@ Dense layers) is trained on the same Zipf-distributed ids twice in one job:
 
 Both start from the same weights, see the same samples in each step and
 use SGD, so they compute the same training (the final weights are
-compared). Bytes are what this worker sends, by the same model for both
+compared). Timing alternates: `--rounds` rounds of `--steps` timed steps,
+stock first in even rounds and hybrid first in odd ones, so that load from
+other processes on the machine falls on both; samples/s is the median over
+rounds, and each round's ratio is reported too. Bytes are what this
+worker sends, by the same model for both
 (`CommStats`; an all-reduce of D bytes costs 2 (N - 1) / N D, an all-gather
 of D local bytes (N - 1) D). Rank 0 prints samples/s and bytes per step of
 each and their ratios; the last line is `HOROVOD_COMPARISON_JSON {...}`.
@@ -43,7 +47,10 @@ flags.DEFINE_integer(
 flags.DEFINE_integer("seq_len", 32, "Ids per sequence.", lower_bound=1)
 flags.DEFINE_float("zipf", 1.1, "Exponent s of p(k) ~ 1 / (k + 1)**s.")
 flags.DEFINE_integer("warmup_steps", 3, "Untimed steps.", lower_bound=1)
-flags.DEFINE_integer("steps", 20, "Timed steps.", lower_bound=1)
+flags.DEFINE_integer("steps", 20, "Timed steps per round.", lower_bound=1)
+flags.DEFINE_integer(
+    "rounds", 3, "Timed rounds per mode, alternating.", lower_bound=1
+)
 flags.DEFINE_float("learning_rate", 0.5, "SGD learning rate.")
 flags.DEFINE_string(
     "out_dir", "", "If set, rank 0 also writes horovod_comparison.json here."
@@ -125,13 +132,11 @@ def local_rows(num_rows: int, batch: int, rank: int, size: int) -> np.ndarray:
 
 
 def timed_fit(model, x, y, batch: int, stats) -> dict:
-    """`--warmup_steps` untimed, then `--steps` timed; per-step figures."""
-    warm = FLAGS.warmup_steps * batch
+    """One timed round: `--steps` steps of `fit`; per-step bytes."""
     fit = dict(batch_size=batch, shuffle=False, verbose=0)
-    model.fit(x[:warm], y[:warm], **fit)
     before = stats.snapshot()
     start = time.perf_counter()
-    model.fit(x[warm:], y[warm:], **fit)
+    model.fit(x, y, **fit)
     seconds = time.perf_counter() - start
     sent = stats.delta(before)
     per_step = {p: sent[p]["bytes"] / FLAGS.steps for p in SHOWN_PATHS}
@@ -139,7 +144,9 @@ def timed_fit(model, x, y, batch: int, stats) -> dict:
     return {"seconds": seconds, "bytes_per_step": per_step}
 
 
-def run_stock(ids, labels, size: int, rank: int, global_batch: int):
+def build_stock(ids, labels, size: int, rank: int, global_batch: int):
+    """The stock model, warmed up; returns (run_round, initial weights,
+    final-weights getter)."""
     import horovod.tensorflow as hvd
 
     model = build_model(StockHorovodModel)
@@ -151,13 +158,21 @@ def run_stock(ids, labels, size: int, rank: int, global_batch: int):
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
     )
     rows = local_rows(len(ids), global_batch, rank, size)
-    result = timed_fit(
-        model, ids[rows], labels[rows], global_batch // size, model.stats
-    )
-    return result, initial, model.get_weights()
+    x, y, batch = ids[rows], labels[rows], global_batch // size
+    warm = FLAGS.warmup_steps * batch
+    model.fit(x[:warm], y[:warm], batch_size=batch, shuffle=False, verbose=0)
+    rounds = iter(_round_slices(warm, batch))
+
+    def run_round():
+        part = next(rounds)
+        return timed_fit(model, x[part], y[part], batch, model.stats)
+
+    return run_round, initial, model.get_weights
 
 
-def run_hybrid(strategy, ids, labels, global_batch: int, initial):
+def build_hybrid(strategy, ids, labels, global_batch: int, initial):
+    """The hybrid model from `initial`, warmed up; returns (run_round,
+    final-weights getter)."""
     with strategy.scope():
         model = build_model()
         model.compile(
@@ -165,26 +180,68 @@ def run_hybrid(strategy, ids, labels, global_batch: int, initial):
             loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         )
     model.set_weights(initial)
+    warm = FLAGS.warmup_steps * global_batch
+    fit = dict(batch_size=global_batch, shuffle=False, verbose=0)
+    model.fit(ids[:warm], labels[:warm], **fit)
     stats = strategy.communicator.stats
-    result = timed_fit(model, ids, labels, global_batch, stats)
-    return result, model.get_weights()
+    rounds = iter(_round_slices(warm, global_batch))
+
+    def run_round():
+        part = next(rounds)
+        return timed_fit(model, ids[part], labels[part], global_batch, stats)
+
+    return run_round, model.get_weights
+
+
+def _round_slices(warm: int, batch: int) -> list[slice]:
+    """Each round trains on its own `--steps` batches after the warm-up,
+    so the rounds together are one run over distinct data."""
+    rows = FLAGS.steps * batch
+    return [
+        slice(warm + r * rows, warm + (r + 1) * rows)
+        for r in range(FLAGS.rounds)
+    ]
+
+
+def alternate(run_stock, run_hybrid) -> tuple[list, list]:
+    """`--rounds` timed rounds of each, in ABBA order."""
+    stock, hybrid = [], []
+    for r in range(FLAGS.rounds):
+        if r % 2 == 0:
+            stock.append(run_stock())
+            hybrid.append(run_hybrid())
+        else:
+            hybrid.append(run_hybrid())
+            stock.append(run_stock())
+    return stock, hybrid
 
 
 def summarize(stock, hybrid, size, global_batch, weights) -> dict:
-    """Per-mode figures, ratios, and how far the weights moved and differ."""
+    """Per-mode figures (median samples/s over rounds, bytes per step of
+    the last round), ratios, and how far the weights moved and differ."""
     initial, stock_weights, hybrid_weights = weights
     samples = global_batch * FLAGS.steps
     out = {"workers": size, "global_batch": global_batch}
-    for name, r in (("stock", stock), ("hybrid", hybrid)):
+    for name, rounds in (("stock", stock), ("hybrid", hybrid)):
+        speeds = [samples / r["seconds"] for r in rounds]
         out[name] = {
-            "samples_per_s": samples / r["seconds"],
-            "bytes_per_step": r["bytes_per_step"],
+            "samples_per_s": float(np.median(speeds)),
+            "samples_per_s_per_round": speeds,
+            "bytes_per_step": rounds[-1]["bytes_per_step"],
         }
     out["hybrid_over_stock"] = {
-        "bytes_per_step": hybrid["bytes_per_step"]["total"]
-        / stock["bytes_per_step"]["total"],
+        "bytes_per_step": hybrid[-1]["bytes_per_step"]["total"]
+        / stock[-1]["bytes_per_step"]["total"],
         "samples_per_s": out["hybrid"]["samples_per_s"]
         / out["stock"]["samples_per_s"],
+        "samples_per_s_per_round": [
+            h / s
+            for h, s in zip(
+                out["hybrid"]["samples_per_s_per_round"],
+                out["stock"]["samples_per_s_per_round"],
+                strict=True,
+            )
+        ],
     }
     out["max_weight_difference"] = _max_diff(stock_weights, hybrid_weights)
     out["max_weight_change"] = _max_diff(stock_weights, initial)
@@ -212,9 +269,11 @@ def report(fig: dict) -> str:
             + "".join(f"{kb[p] / 1e3:>13.1f}" for p in (*SHOWN_PATHS, "total"))
         )
     ratio = fig["hybrid_over_stock"]
+    per_round = ", ".join(f"{r:.2f}" for r in ratio["samples_per_s_per_round"])
     lines.append(
         f"hybrid/stock: bytes per step {ratio['bytes_per_step']:.3f}, "
-        f"samples/s {ratio['samples_per_s']:.2f}; weights moved up to "
+        f"median samples/s {ratio['samples_per_s']:.2f} (rounds: "
+        f"{per_round}); weights moved up to "
         f"{fig['max_weight_change']:.2e} and differ by at most "
         f"{fig['max_weight_difference']:.2e}"
     )
@@ -232,19 +291,21 @@ def main(argv):
     )
     size, rank = strategy.size, strategy.rank
     global_batch = FLAGS.seqs_per_worker * size
-    ids, labels = make_data(global_batch * (FLAGS.warmup_steps + FLAGS.steps))
-    stock, initial, stock_weights = run_stock(
+    steps = FLAGS.warmup_steps + FLAGS.rounds * FLAGS.steps
+    ids, labels = make_data(global_batch * steps)
+    run_stock, initial, stock_weights = build_stock(
         ids, labels, size, rank, global_batch
     )
-    hybrid, hybrid_weights = run_hybrid(
+    run_hybrid, hybrid_weights = build_hybrid(
         strategy, ids, labels, global_batch, initial
     )
+    stock, hybrid = alternate(run_stock, run_hybrid)
     fig = summarize(
         stock,
         hybrid,
         size,
         global_batch,
-        (initial, stock_weights, hybrid_weights),
+        (initial, stock_weights(), hybrid_weights()),
     )
     if rank != 0:
         return

@@ -18,7 +18,8 @@ TensorFlow (`tf.py`, `one_process_extended.py`):
   `_num_replicas_in_sync`, `_in_multi_worker_mode`) to named methods; reads
   `_device` and `_container_strategy()`;
 - `ConvertibleVariable`: `resource_variable_ops.ResourceVariable` with its
-  `_dense_var_to_tensor` sent to `to_tensor`;
+  `_dense_var_to_tensor` sent to `to_tensor`, and the static shape of
+  `_read_variable_op`'s result given by `read_shape`;
 - `all_reduce`, `all_gather`, `all_to_all`, `broadcast_send`,
   `broadcast_recv`: `collective_ops`' V2 ops;
 - `enable_collectives`: the eager context's `configure_collective_ops`,
@@ -47,10 +48,19 @@ Keras (`keras.py`):
   `_get_variable_index`, `_iterations`, `_clip_gradients`,
   `_apply_weight_decay`, `_backend_update_step`;
 - `set_initial_epoch`: a model's `_initial_epoch`;
+- `traced_step_of`: the `multi_step_on_iterator` `tf.function` in the
+  closure of Keras' TF `train_function` (an elastic joiner traces it
+  ahead);
+- `set_validation_gate`: an instance attribute shadowing
+  `Trainer._should_eval` (an elastic joiner skips the validation of the
+  epochs it skips);
 - `h5_dataset`: `saving_lib.H5IOStore`'s `_h5_entry_initialized`,
   `_create_h5_group`, `_h5_entry_path`, `_h5_entry_group`;
 - `current`, `replace` on the patch sites `SITES`: `saving_api.save_model`
   and `save_weights`, `export.export_saved_model`, the `file_utils` of
   four callback modules, `saving_lib.H5IOStore.__setitem__`,
-  `TensorBoard.summary` and `TensorBoard._start_profiler`.
+  `TensorBoard.summary`, `TensorBoard._start_profiler`, and
+  `losses.loss.scale_loss_for_distribution` and
+  `unscale_loss_for_distribution` (elastic jobs scale by the current
+  group size).
 """

@@ -86,6 +86,43 @@ def set_initial_epoch(model: keras.Model, epoch: int) -> None:
     model._initial_epoch = epoch
 
 
+def traced_step_of(train_function):
+    """The `tf.function` inside Keras' TF `train_function`, or None.
+
+    Keras 3's TF trainer returns a plain closure `function(iterator)` that
+    calls the `tf.function` `multi_step_on_iterator` (absent when the model
+    runs eagerly). Tracing that one ahead, with
+    `get_concrete_function(iterator)`, saves the first step its tracing.
+    """
+    cells = getattr(train_function, "__closure__", None) or ()
+    names = getattr(
+        getattr(train_function, "__code__", None), "co_freevars", ()
+    )
+    for name, cell in zip(names, cells, strict=False):
+        if name == "multi_step_on_iterator":
+            step = cell.cell_contents
+            return step if hasattr(step, "get_concrete_function") else None
+    return None
+
+
+def set_validation_gate(model, is_open) -> None:
+    """Makes `fit` validate only while `is_open()` is True (None: Keras'
+    own rule again).
+
+    Keras' `fit` asks `model._should_eval(epoch, validation_freq)` at each
+    epoch end; an instance attribute shadows that method.
+    """
+    if is_open is None:
+        model.__dict__.pop("_should_eval", None)
+        return
+    should_eval = type(model)._should_eval
+
+    def gated(epoch, validation_freq):
+        return is_open() and should_eval(model, epoch, validation_freq)
+
+    model._should_eval = gated
+
+
 # -- saving (checkpoint/h5_streaming.py)
 
 
@@ -97,7 +134,8 @@ def h5_dataset(store, key: str, shape, dtype):
     return store._h5_entry_group.create_dataset(key, shape=shape, dtype=dtype)
 
 
-# -- what keras_hybrid replaces while a strategy is open (checkpoint/*)
+# -- what keras_hybrid replaces while a strategy is open (checkpoint/*,
+# strategy/elastic_patches.py)
 
 _SITES = {
     "save_model": ("keras.src.saving.saving_api", None, "save_model"),
@@ -137,6 +175,18 @@ _SITES = {
         "keras.src.callbacks.tensorboard",
         "TensorBoard",
         "_start_profiler",
+    ),
+    # Looked up on the module at call time by Keras' TF trainer and
+    # `compile_utils`; elastic jobs scale by the current group size.
+    "scale_loss_for_distribution": (
+        "keras.src.losses.loss",
+        None,
+        "scale_loss_for_distribution",
+    ),
+    "unscale_loss_for_distribution": (
+        "keras.src.losses.loss",
+        None,
+        "unscale_loss_for_distribution",
     ),
 }
 SITES = tuple(_SITES)

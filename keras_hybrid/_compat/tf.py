@@ -87,6 +87,23 @@ class ConvertibleVariable(_resource_variable_class()):
             dtype=dtype, name=name, as_ref=as_ref
         )
 
+    def _read_variable_op(self, *args, **kwargs):
+        value = super()._read_variable_op(*args, **kwargs)
+        shape = self.read_shape()
+        if shape is not None:
+            value.set_shape(shape)
+        return value
+
+    def read_shape(self):
+        """Static shape every read of the stored value gets, or None.
+
+        For a variable made with an unknown dimension (so that `assign`
+        can change its shape): its reads, eager or traced, still have the
+        shape it holds now. ResourceVariable reads go through the private
+        `_read_variable_op`.
+        """
+        return None
+
 
 # -- collectives (comm/tf_communicator.py)
 # The V2 ops take group size, group key and instance key as tensors, which

@@ -10,6 +10,18 @@ Every mode is a separate launch of the same workload, on the same data
 and seeds, on `--workers` processes (each in its own network namespace
 with `--netem`). Each rank saves its step times and traffic; this process
 reads them, prints a table, and writes the JSON and the plot.
+
+Network-scaled runs (`--target_step_ms`, `--target_bandwidth`) first
+measure this machine's step time with unlimited links, then limit every
+link so that communication takes the share of a step it would take on the
+stated target cluster; see docs/benchmarks.md. `--emulated_hosts=H` puts
+the workers on H namespaces that act as hosts, each running sshd, and
+starts them with `keras-hybrid-run --hosts` over ssh.
+
+```sh
+python -m keras_hybrid.benchmark --workload=lm --workers=4 \\
+    --target_step_ms=5 --target_bandwidth=10gbit
+```
 """
 
 import json
@@ -17,6 +29,7 @@ import os
 import sys
 import tempfile
 
+import numpy as np
 from absl import app
 from absl import flags
 from absl import logging
@@ -25,12 +38,15 @@ from keras_hybrid.benchmark import config_flags
 from keras_hybrid.benchmark import modes
 from keras_hybrid.benchmark import netem
 from keras_hybrid.benchmark import results
+from keras_hybrid.callbacks.communication_stats import align_rows
 from keras_hybrid.launch import launcher
+from keras_hybrid.launch.ssh import SSH_COMMAND_ENV
 from keras_hybrid.launch.topology import free_ports
 from keras_hybrid.launch.worker_command import WorkerCommand
 from keras_hybrid.launch.worker_env import worker_env
 from keras_hybrid.launch.worker_group import WorkerGroup
 from keras_hybrid.launch.worker_spec import WorkerSpec
+from keras_hybrid.testing.emulated_hosts import EmulatedHosts
 
 FLAGS = flags.FLAGS
 config_flags.define_flags()
@@ -45,6 +61,37 @@ flags.DEFINE_string(
     "",
     "BANDWIDTH:LATENCY (e.g. 10gbit:50us): run every worker in its own "
     "network namespace with this link. Needs root. Empty: loopback.",
+)
+flags.DEFINE_float(
+    "target_step_ms",
+    0.0,
+    "Network-scaled run: compute time of one step on the target cluster's "
+    "accelerators, in ms. The link rate here becomes --target_bandwidth x "
+    "target_step_ms / (step time measured here with unlimited links), so "
+    "that communication's share of a step matches the target. 0: off.",
+    lower_bound=0.0,
+)
+flags.DEFINE_string(
+    "target_bandwidth",
+    "10gbit",
+    "Network-scaled run: the target cluster's link rate per worker (or "
+    "per host with --emulated_hosts), in bit/kbit/mbit/gbit.",
+)
+flags.DEFINE_string(
+    "calibration_mode",
+    "hybrid",
+    "Network-scaled run: the mode whose step time with unlimited links "
+    "stands for this machine's compute time per step.",
+)
+flags.DEFINE_integer(
+    "emulated_hosts",
+    0,
+    "If > 0, run the workers on this many network namespaces acting as "
+    "hosts (--workers must be a multiple), each with its own sshd, "
+    "launched by `keras-hybrid-run --hosts` over ssh. Needs root and "
+    "openssh-server. Link limits then apply per host. 0: one namespace "
+    "per worker with --netem, else loopback.",
+    lower_bound=0,
 )
 flags.DEFINE_string("output_json", "", "Write the results here.")
 flags.DEFINE_string("plot", "", "Write a PNG of the results here.")
@@ -83,6 +130,17 @@ def worker_commands(
         return launcher.plan_workers(
             argv, num_workers, threads=threads, env=quiet
         )
+    if isinstance(network, EmulatedHosts):
+        per_host = num_workers // len(network.names)
+        hosts = ",".join(f"{name}:{per_host}" for name in network.names)
+        os.environ[SSH_COMMAND_ENV] = network.ssh_command
+        logging.info("workers start over ssh, as with --hosts %s", hosts)
+        return launcher.plan_workers(
+            argv,
+            hosts=hosts,
+            threads=threads,
+            env=quiet,
+        )
     port = free_ports(1)[0]
     specs = [
         WorkerSpec(rank, num_workers, rank, num_workers, address, port)
@@ -102,6 +160,14 @@ def worker_commands(
     ]
 
 
+def own_interface(network) -> bool:
+    """Whether every worker has a network namespace, and so an `eth0`, of
+    its own (then its interface counters are its traffic)."""
+    if isinstance(network, EmulatedHosts):
+        return FLAGS.workers == len(network.names)
+    return network is not None
+
+
 def run_mode(mode: modes.Mode, network, overhead_repeats: int) -> dict:
     """Launches one mode on all workers; returns its summarized result."""
     with tempfile.TemporaryDirectory(prefix=f"khbench_{mode.name}_") as out:
@@ -112,6 +178,7 @@ def run_mode(mode: modes.Mode, network, overhead_repeats: int) -> dict:
             f"--mode={mode.name}",
             f"--out_dir={out}",
             f"--overhead_repeats={overhead_repeats}",
+            f"--interface_counters={own_interface(network)}",
             *config_flags.worker_argv(FLAGS),
         ]
         commands = worker_commands(argv, FLAGS.workers, FLAGS.threads, network)
@@ -160,23 +227,107 @@ def run_all(chosen: list[modes.Mode], network) -> list[dict]:
     return [results.merge_repeats(runs) for runs in by_mode.values()]
 
 
+def emulated_network(spec: netem.NetemSpec | None):
+    """The network of the run: `--emulated_hosts` namespaces with sshd, or
+    one namespace per worker. `spec` limits every link (`None`: no limit)."""
+    if FLAGS.emulated_hosts:
+        names = [f"host{i}" for i in range(FLAGS.emulated_hosts)]
+        return EmulatedHosts(names, None if spec is None else spec.rate)
+    return netem.EmulatedNetwork(FLAGS.workers, spec)
+
+
+def check_flags() -> tuple[list[modes.Mode], netem.NetemSpec | None]:
+    """The chosen modes and the `--netem` link; raises `ValueError`."""
+    chosen = modes.resolve(FLAGS.modes)
+    config_flags.config_from_flags(FLAGS)
+    spec = netem.parse(FLAGS.netem) if FLAGS.netem else None
+    if FLAGS.emulated_hosts and FLAGS.workers % FLAGS.emulated_hosts:
+        raise ValueError(
+            "`--workers` must be a multiple of `--emulated_hosts`. Received: "
+            f"--workers={FLAGS.workers} --emulated_hosts={FLAGS.emulated_hosts}"
+        )
+    if FLAGS.target_step_ms:
+        if spec is not None:
+            raise ValueError(
+                "`--target_step_ms` sets the link rate itself and cannot be "
+                f"combined with --netem. Received: --netem={FLAGS.netem}. "
+                "Drop one of them."
+            )
+        netem.parse(f"{FLAGS.target_bandwidth}:0")
+        modes.get(FLAGS.calibration_mode)
+    return chosen, spec
+
+
+def scaled_link(calibration: list[dict]) -> tuple[netem.NetemSpec, dict]:
+    """The link that gives communication the target cluster's share of a
+    step, from the calibration runs' median step time (the median over
+    `--repeats` runs); and what was used."""
+    target = netem.parse(f"{FLAGS.target_bandwidth}:0")
+    compute_ms = float(
+        np.median([r["step_time_ms"]["median"] for r in calibration])
+    )
+    bits = target.bits_per_second * FLAGS.target_step_ms / compute_ms
+    spec = netem.NetemSpec(f"{max(1, round(bits / 1e3))}kbit", 0.0)
+    scaling = {
+        "calibration_mode": FLAGS.calibration_mode,
+        "compute_ms_here": compute_ms,
+        "compute_ms_runs": [r["step_time_ms"]["median"] for r in calibration],
+        "target_step_ms": FLAGS.target_step_ms,
+        "target_bandwidth": target.rate,
+        "time_scale": compute_ms / FLAGS.target_step_ms,
+        "emulated_rate": spec.rate,
+    }
+    return spec, scaling
+
+
+def target_shares(measured: list[dict], scaling: dict) -> str:
+    """Per mode: communication's share of a step on the target cluster
+    (bytes at the target rate against the accelerator step) and as
+    measured here (step time above the calibration's compute time)."""
+    target = netem.parse(f"{scaling['target_bandwidth']}:0")
+    rows = [("mode", "target_comm_share", "measured_comm_share")]
+    for r in measured:
+        comm_ms = 8e3 * r["bytes_per_step"]["total"] / target.bits_per_second
+        step_ms = r["step_time_ms"]["median"]
+        rows.append(
+            (
+                r["mode"],
+                f"{comm_ms / (comm_ms + scaling['target_step_ms']):.2f}",
+                f"{max(0.0, 1 - scaling['compute_ms_here'] / step_ms):.2f}",
+            )
+        )
+    return align_rows(rows)
+
+
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     try:
-        chosen = modes.resolve(FLAGS.modes)
-        config_flags.config_from_flags(FLAGS)
-        spec = netem.parse(FLAGS.netem) if FLAGS.netem else None
+        chosen, spec = check_flags()
     except ValueError as error:
         raise app.UsageError(str(error)) from error
     except RuntimeError as error:  # A mode that cannot run here.
         logging.error("%s", error)
         sys.exit(1)
+    scaling = None
     try:
-        if spec is None:
+        if FLAGS.target_step_ms:
+            calibration_mode = modes.get(FLAGS.calibration_mode)
+            with emulated_network(None) as network:
+                logging.info(
+                    "calibration: %s with unlimited links",
+                    calibration_mode.name,
+                )
+                calibration = [
+                    run_mode(calibration_mode, network, 0)
+                    for _ in range(FLAGS.repeats)
+                ]
+            spec, scaling = scaled_link(calibration)
+            logging.info("network scaling: %s", json.dumps(scaling))
+        if spec is None and not FLAGS.emulated_hosts:
             measured = run_all(chosen, None)
         else:
-            with netem.EmulatedNetwork(FLAGS.workers, spec) as network:
+            with emulated_network(spec) as network:
                 measured = run_all(chosen, network)
     except (PermissionError, RuntimeError, FileNotFoundError) as error:
         logging.error("%s", error)
@@ -184,12 +335,22 @@ def main(argv):
     report = {
         "workload": FLAGS.workload,
         "workers": FLAGS.workers,
-        "netem": FLAGS.netem or None,
+        "emulated_hosts": FLAGS.emulated_hosts,
+        "netem": FLAGS.netem or (str(spec) if spec else None),
+        "scaling": scaling,
         "steps": FLAGS.steps,
         "repeats": FLAGS.repeats,
         "results": measured,
     }
     logging.info("results:\n%s", results.table(measured))
+    versus = results.comparison(measured)
+    if versus:
+        logging.info("against allgather, side by side:\n%s", versus)
+    if scaling:
+        logging.info(
+            "communication's share of a step:\n%s",
+            target_shares(measured, scaling),
+        )
     if FLAGS.output_json:
         with open(FLAGS.output_json, "w") as f:
             json.dump(report, f, indent=1)

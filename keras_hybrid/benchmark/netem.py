@@ -98,9 +98,16 @@ class EmulatedNetwork:
 
     Args:
         num_workers: Int. One namespace per worker.
-        spec: `NetemSpec`. Rate and delay of every worker's link.
+        spec: `NetemSpec` or `None`. Rate and delay of every worker's
+            link; `None` leaves the links unlimited (no qdisc).
         tag: String or `None`. Short unique tag in the names. Defaults to
             this process id.
+        subnet: String. First three octets of the addresses; namespace
+            `i` gets `subnet.(i + 1)`. Defaults to `"10.213.0"`.
+        reach_from_host: Bool. Give the bridge the address `subnet.254`
+            so that this (the root) namespace reaches every namespace, as
+            an ssh client or a launcher outside them needs. Defaults to
+            `False` (the namespaces reach only each other).
 
     Raises:
         PermissionError: Without root.
@@ -110,7 +117,13 @@ class EmulatedNetwork:
     """
 
     def __init__(
-        self, num_workers: int, spec: NetemSpec, tag: str | None = None
+        self,
+        num_workers: int,
+        spec: NetemSpec | None,
+        tag: str | None = None,
+        *,
+        subnet: str = SUBNET,
+        reach_from_host: bool = False,
     ) -> None:
         if not 1 <= num_workers <= MAX_WORKERS:
             raise ValueError(
@@ -123,7 +136,9 @@ class EmulatedNetwork:
         self.bridge = f"kh{self.tag}br"
         self.namespaces = [f"kh{self.tag}n{i}" for i in range(num_workers)]
         self.host_links = [f"kh{self.tag}v{i}" for i in range(num_workers)]
-        self.addresses = [f"{SUBNET}.{i + 1}" for i in range(num_workers)]
+        self.addresses = [f"{subnet}.{i + 1}" for i in range(num_workers)]
+        self.bridge_address = f"{subnet}.254" if reach_from_host else None
+        self.qdisc_kind = None
         self._created: list[list[str]] = []  # undo commands, newest last
         self._old_sigterm = None
 
@@ -143,8 +158,8 @@ class EmulatedNetwork:
             "netem: %d namespaces on bridge %s, %s per link (%s)",
             self.num_workers,
             self.bridge,
-            self.spec,
-            self.qdisc_kind,
+            self.spec or "no limit",
+            self.qdisc_kind or "no qdisc",
         )
         return self
 
@@ -164,7 +179,8 @@ class EmulatedNetwork:
     # -- set-up
 
     def _build(self) -> None:
-        self.qdisc_kind = "netem" if _has_netem() else "tbf"
+        if self.spec is not None:
+            self.qdisc_kind = "netem" if _has_netem() else "tbf"
         if self.qdisc_kind == "tbf" and self.spec.delay_us > 0:
             raise RuntimeError(
                 "`--netem` with a latency needs the kernel's netem qdisc "
@@ -175,6 +191,11 @@ class EmulatedNetwork:
             )
         self._run(["ip", "link", "add", self.bridge, "type", "bridge"])
         self._undo(["ip", "link", "del", self.bridge])
+        if self.bridge_address is not None:
+            self._run(
+                ["ip", "addr", "add", f"{self.bridge_address}/24"]
+                + ["dev", self.bridge]
+            )
         self._run(["ip", "link", "set", self.bridge, "up"])
         for rank in range(self.num_workers):
             self._add_worker(rank)
@@ -194,6 +215,8 @@ class EmulatedNetwork:
         self._run(inside + ["ip", "addr", "add", address, "dev", "eth0"])
         self._run(inside + ["ip", "link", "set", "lo", "up"])
         self._run(inside + ["ip", "link", "set", "eth0", "up"])
+        if self.spec is None:
+            return
         # What the worker sends: rate and delay; what it receives: rate.
         egress = self._qdisc(self.spec.delay_us)
         self._run(

@@ -11,7 +11,10 @@ A result (one entry of the CLI's `results` list):
 - `received_bytes_per_step`: the same for bytes received;
 - `lower_bound_bytes_per_step`: the traffic model's bound (mean over
   workers), see `traffic_bound`;
-- `padding_share`, `shard_imbalance`: as in `CommunicationStats`.
+- `padding_share`, `shard_imbalance`: as in `CommunicationStats`;
+- `interface_bytes_per_step`: what the workers' `eth0` interfaces sent
+  per step (mean over workers; headers included), or `None` when workers
+  share an interface or run on loopback.
 """
 
 import json
@@ -72,6 +75,12 @@ def summarize(mode: str, ranks: list[dict]) -> dict:
         "padding_share": logs["comm_padding_share"],
         "shard_imbalance": logs["comm_shard_imbalance"],
     }
+    interface = [r.get("interface_bytes") for r in ranks]
+    result["interface_bytes_per_step"] = (
+        float(np.mean([i["sent"] for i in interface]))
+        if all(interface)
+        else None
+    )
     if "overhead" in ranks[0]:
         result["callback_overhead"] = ranks[0]["overhead"]
     return result
@@ -108,6 +117,7 @@ def table(results: list[dict]) -> str:
         "sent_kB/step",
         "bound_kB",
         "x_bound",
+        "iface/sent",
     )
     rows = [header]
     for r in results:
@@ -122,6 +132,38 @@ def table(results: list[dict]) -> str:
                 f"{total / 1e3:.1f}",
                 f"{bound / 1e3:.1f}",
                 f"{total / bound:.2f}" if bound else "-",
+                _interface_ratio(r),
+            )
+        )
+    return align_rows(rows)
+
+
+def _interface_ratio(result: dict) -> str:
+    interface = result.get("interface_bytes_per_step")
+    total = result["bytes_per_step"]["total"]
+    return f"{interface / total:.3f}" if interface and total else "-"
+
+
+def comparison(results: list[dict], baseline: str = "allgather") -> str:
+    """Each mode against `baseline`, side by side: measured speed-up
+    (samples/s ratio), byte advantage (ratio of bytes sent per step) and
+    the speed-up as a share of the byte advantage. Empty without the
+    baseline among `results`."""
+    base = next((r for r in results if r["mode"] == baseline), None)
+    if base is None:
+        return ""
+    rows = [("mode", f"speedup_vs_{baseline}", "byte_advantage", "share")]
+    for r in results:
+        speedup = r["samples_per_sec"] / base["samples_per_sec"]
+        advantage = (
+            base["bytes_per_step"]["total"] / r["bytes_per_step"]["total"]
+        )
+        rows.append(
+            (
+                r["mode"],
+                f"{speedup:.2f}",
+                f"{advantage:.2f}",
+                f"{speedup / advantage:.2f}",
             )
         )
     return align_rows(rows)

@@ -7,7 +7,11 @@ Each rank writes `rank<r>.json` into `--out_dir`:
 - `step_seconds`: wall time of each measured train step on this rank;
 - `comm`: `CommunicationStats.summary` (per-rank traffic per step);
 - `lower_bound_bytes`: this rank's traffic lower bound per step (mean);
-- `overhead`: fit times with and without `CommunicationStats`, if asked.
+- `overhead`: fit times with and without `CommunicationStats`, if asked;
+- `interface_bytes`: bytes the worker's `eth0` sent and received per
+  measured step (from `/proc/self/net/dev`), when the worker has a network
+  namespace of its own (`--netem`, or one worker per emulated host); else
+  `None`.
 """
 
 import json
@@ -36,6 +40,12 @@ flags.DEFINE_integer(
     "If > 0, after measuring, fit the measured steps this many times with "
     "and this many times without CommunicationStats, alternating.",
     lower_bound=0,
+)
+flags.DEFINE_boolean(
+    "interface_counters",
+    False,
+    "Record eth0's byte counters around the measured steps (set when the "
+    "worker has a network namespace of its own).",
 )
 flags.mark_flag_as_required("out_dir")
 
@@ -108,6 +118,7 @@ def main(argv):
     measured = dataset.skip(FLAGS.warmup_steps)
     model.fit(warmup, verbose=0, shuffle=False)
     logging.info("%s: warm-up done, measuring %d steps", label, FLAGS.steps)
+    interface_before = interface_counters()
     timer = StepTimer()
     stats = CommunicationStats(log_table_on_chief=strategy.is_chief)
     progress = StepProgress(label)
@@ -117,6 +128,7 @@ def main(argv):
         shuffle=False,
         callbacks=[timer, stats, progress],
     )
+    interface_after = interface_counters()
     result = {
         "rank": strategy.rank,
         "size": strategy.size,
@@ -136,12 +148,35 @@ def main(argv):
             FLAGS.warmup_steps,
         ),
     }
+    result["interface_bytes"] = None
+    if FLAGS.interface_counters and interface_before and interface_after:
+        result["interface_bytes"] = {
+            key: (interface_after[key] - interface_before[key]) / FLAGS.steps
+            for key in ("sent", "received")
+        }
     if FLAGS.overhead_repeats:
         result["overhead"] = _overhead(model, measured, FLAGS.overhead_repeats)
     path = os.path.join(FLAGS.out_dir, f"rank{strategy.rank}.json")
     with open(path + ".tmp", "w") as f:
         json.dump(result, f)
     os.replace(path + ".tmp", path)
+
+
+def interface_counters(name: str = "eth0") -> dict | None:
+    """Bytes `name` has sent and received so far in this process's network
+    namespace, or `None` without such an interface (e.g. on loopback)."""
+    try:
+        with open("/proc/self/net/dev") as f:
+            lines = f.readlines()
+    except OSError:
+        return None
+    for line in lines:
+        interface, sep, fields = line.partition(":")
+        if sep and interface.strip() == name:
+            values = fields.split()
+            # Receive: bytes packets ... (8 fields); transmit: bytes ...
+            return {"received": int(values[0]), "sent": int(values[8])}
+    return None
 
 
 def _overhead(model, dataset, repeats: int) -> dict:

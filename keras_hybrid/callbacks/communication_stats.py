@@ -39,7 +39,9 @@ class CommunicationStats(keras.callbacks.Callback):
     Every worker gets the same values, so `keras.callbacks.CSVLogger` and
     `keras.callbacks.TensorBoard` record them unchanged: put this callback
     before them in the list. At the end of training the chief logs a table
-    with one row per worker (whole run, per step).
+    with one row per worker (whole run, per step) and, in an elastic job,
+    one row per resize (global step, reason, old and new size, bytes moved,
+    stall); `summary["resizes"]` holds the same records.
 
     Bytes are what the communicator counts (see `CommStats`): a ring
     all-reduce of D bytes sends and receives 2 (N - 1) / N D per worker.
@@ -106,7 +108,11 @@ class CommunicationStats(keras.callbacks.Callback):
         self._comm = comm
         # Bytes of this callback's own gathers, left out of every report.
         self._own = np.zeros(2 * len(PATHS))
-        self._marks = {"run": self._mark(), "epoch": self._mark()}
+        self._marks = {
+            "run": self._mark(),
+            "epoch": self._mark(),
+            "interval": self._mark(),
+        }
 
     def on_epoch_begin(self, epoch, logs=None):
         self._marks["epoch"] = self._mark()
@@ -115,9 +121,10 @@ class CommunicationStats(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         for mark in self._marks.values():
             mark["steps"] += 1
-        if (
-            self.every_n_steps is not None
-            and self._marks["interval"]["steps"] == self.every_n_steps
+        # By the batch index, the same on every rank (a worker that joined
+        # an elastic job mid-epoch counted fewer steps).
+        if self.every_n_steps is not None and (
+            (batch + 1) % self.every_n_steps == 0
         ):
             self._report("interval", logs)
 
@@ -126,12 +133,19 @@ class CommunicationStats(keras.callbacks.Callback):
 
     def on_train_end(self, logs=None):
         per_rank = self._gather(self._per_step(self._marks["run"]))
-        self.summary = {"per_rank": per_rank, "columns": list(_COLUMNS)}
+        resizes = list(self._comm.stats.resizes)
+        self.summary = {
+            "per_rank": per_rank,
+            "columns": list(_COLUMNS),
+            "resizes": resizes,
+        }
         if self.log_table_on_chief and self._comm.rank == 0:
             logging.info(
                 "Communication per train step (bytes):\n%s",
                 format_table(per_rank),
             )
+            if resizes:
+                logging.info("Elastic resizes:\n%s", format_resizes(resizes))
 
     # -- helpers
 
@@ -211,6 +225,23 @@ def format_table(per_rank: np.ndarray) -> str:
                 f"{values[received].sum():.0f}",
                 f"{values[-2]:.1f}",
                 f"{values[-1]:.1f}",
+            ]
+        )
+    return align_rows(rows)
+
+
+def format_resizes(resizes: list) -> str:
+    """One row per elastic resize: when, why, sizes, bytes and stall."""
+    rows = [["step", "reason", "old", "new", "bytes_moved", "stall_s"]]
+    for event in resizes:
+        rows.append(
+            [
+                str(event["global_step"]),
+                event["reason"],
+                str(event["old_size"]),
+                str(event["new_size"]),
+                str(event["bytes_moved"]),
+                f"{event['stall_seconds']:.3f}",
             ]
         )
     return align_rows(rows)

@@ -113,7 +113,7 @@ def _write_own_files(entries, tmp, world) -> None:
             table = entry.table
             records[name] = shard_files.write_blocks(
                 os.path.join(tmp, name),
-                table.shape,
+                table.local_shape,
                 table.dtype.as_numpy_dtype,
                 table.local_blocks(),
             )

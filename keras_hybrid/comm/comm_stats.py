@@ -6,8 +6,17 @@ import tensorflow as tf
 # weight all-reduce, `sparse_*` the parameter-server exchange, `ids` the row
 # ids that travel with sparse rows, `padding` the bytes sent only to keep
 # collective shapes fixed, `control` small bookkeeping (metrics, capacities,
-# broadcasts of initial values).
-PATHS = ("dense", "sparse_pull", "sparse_push", "ids", "padding", "control")
+# broadcasts of initial values), `reshard` the table rows moved when the
+# worker set changes (`sparse.resharding`).
+PATHS = (
+    "dense",
+    "sparse_pull",
+    "sparse_push",
+    "ids",
+    "padding",
+    "control",
+    "reshard",
+)
 # Keys of each path's entry in `CommStats.snapshot()`.
 COUNTERS = ("bytes", "received_bytes", "calls")
 
@@ -34,6 +43,8 @@ class CommStats:
     """
 
     def __init__(self) -> None:
+        # Elastic resizes of this job, oldest first (Python dicts).
+        self.resizes: list[dict] = []
         with tf.init_scope():
             self._counters = tf.Variable(
                 tf.zeros([len(COUNTERS), len(PATHS)], tf.int64),
@@ -77,6 +88,11 @@ class CommStats:
             values.append(tf.constant([calls], tf.int64))
             rows.append([2, index])
         self._counters.scatter_nd_add(rows, tf.concat(values, axis=0))
+
+    def record_resize(self, event: dict) -> None:
+        """Keeps the record of one elastic resize (`ElasticResize`): global
+        step, reason, old and new size, bytes moved, stall seconds."""
+        self.resizes.append(dict(event))
 
     def record_rows_served(self, num_rows) -> None:
         """Adds `num_rows` (int or int tensor) rows served by local shards."""

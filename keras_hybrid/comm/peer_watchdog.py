@@ -35,6 +35,7 @@ class PeerWatchdog:
 
     def __init__(self, job: str, rank: int, size: int, timeout_seconds: float):
         self.timeout_seconds = float(timeout_seconds)
+        self._job = f"job:{job}"
         self.interval = max(0.5, min(10.0, self.timeout_seconds / 4))
         self._peers = [
             f"/job:{job}/replica:0/task:{i}" for i in range(size) if i != rank
@@ -52,6 +53,10 @@ class PeerWatchdog:
     def stop(self) -> None:
         self._stop.set()
 
+    def set_peers(self, tasks: list[int]) -> None:
+        """Probes only `tasks` from now on (an elastic job's members)."""
+        self._peers = [f"/{self._job}/replica:0/task:{t}" for t in tasks]
+
     def unreachable_peers(self, probe_seconds: float = 2.0) -> list[int]:
         """Ranks of the peers whose server does not answer one probe now
         (for example because the process exited)."""
@@ -67,7 +72,7 @@ class PeerWatchdog:
         failing_since: dict[str, float] = {}
         probe_ms = int(min(self.interval, self.timeout_seconds) * 1000)
         while not self._stop.wait(self.interval):
-            for peer in self._peers:
+            for peer in list(self._peers):
                 try:
                     tf_compat.check_peer_health(peer, probe_ms)
                     failing_since.pop(peer, None)

@@ -27,6 +27,9 @@ class TFCommunicator(Communicator):
     def __init__(self, rank, size, timeout_seconds, bucket_bytes) -> None:
         super().__init__(rank, size, timeout_seconds, bucket_bytes)
         self._keys = instance_keys.InstanceKeys()
+        # An elastic job's `ElasticMembership`: its group size and key are
+        # tensors, so a traced step follows the current members.
+        self.membership = None
 
     # -- all-reduce ---------------------------------------------------------
 
@@ -138,10 +141,13 @@ class TFCommunicator(Communicator):
         collectives would pile up by the thousand. Inside a `tf.function`,
         `PeerWatchdog` stops a step whose peer is gone.
         """
+        group_size, group_key = self.size, _GROUP_KEY
+        if self.membership is not None:
+            group_size, group_key = self.membership.group_tensors()
         return op(
             tensor,
-            group_size=self.size,
-            group_key=_GROUP_KEY,
+            group_size=group_size,
+            group_key=group_key,
             instance_key=key,
             timeout=self.timeout_seconds if tf.executing_eagerly() else 0,
             **kwargs,

@@ -4,7 +4,9 @@ import os
 
 from keras_hybrid.launch import devices
 from keras_hybrid.launch import validation
+from keras_hybrid.launch.ssh import forwarded_env
 from keras_hybrid.launch.ssh import is_local_host
+from keras_hybrid.launch.ssh import ssh_client
 from keras_hybrid.launch.ssh import ssh_command
 from keras_hybrid.launch.topology import free_ports
 from keras_hybrid.launch.topology import host_specs
@@ -26,6 +28,7 @@ def plan_workers(
     port: int = DEFAULT_PORT,
     threads: int | None = None,
     env: dict[str, str] | None = None,
+    grace_seconds: float = DEFAULT_GRACE_SECONDS,
 ) -> list[WorkerCommand]:
     """Validates the job and returns one `WorkerCommand` per rank.
 
@@ -42,6 +45,8 @@ def plan_workers(
         threads: Int or `None`. Threads per worker. Defaults to
             `max(1, os.cpu_count() // local_size)`.
         env: Dict or `None`. Extra variables for every worker.
+        grace_seconds: Float. Time a remote worker gets between SIGTERM
+            and SIGKILL when its ssh connection closes. Defaults to `10.0`.
 
     Returns:
         List of `WorkerCommand` in rank order.
@@ -61,6 +66,7 @@ def plan_workers(
     cluster = [spec.address for spec in specs]
     parent_devices = os.environ.get("CUDA_VISIBLE_DEVICES")
     gpu_count = devices.detect_gpu_count() if parent_devices is None else 0
+    client = None if host_list is None else ssh_client()
     commands = []
     for spec in specs:
         device = devices.visible_device(
@@ -69,19 +75,34 @@ def plan_workers(
         contract = worker_env(
             spec, cluster, threads=threads, device=device, extra_env=env
         )
-        commands.append(_worker_command(spec, command, contract))
+        commands.append(
+            _worker_command(spec, command, contract, client, grace_seconds)
+        )
     return commands
 
 
 def _worker_command(
-    spec: WorkerSpec, command: list[str], contract: dict[str, str]
+    spec: WorkerSpec,
+    command: list[str],
+    contract: dict[str, str],
+    client: list[str] | None,
+    grace_seconds: float,
 ) -> WorkerCommand:
     if is_local_host(spec.host):
         return WorkerCommand(spec.rank, command, {**os.environ, **contract})
     # ssh itself keeps the launcher's environment (agent socket etc.); the
-    # worker gets only the contract variables on the remote side.
-    argv = ssh_command(spec.host, os.getcwd(), contract, command)
-    return WorkerCommand(spec.rank, argv, dict(os.environ))
+    # worker gets the forwarded variables and the contract on the remote
+    # side.
+    remote_env = {**forwarded_env(os.environ), **contract}
+    argv = ssh_command(
+        spec.host,
+        os.getcwd(),
+        remote_env,
+        command,
+        grace_seconds=grace_seconds,
+        client=client,
+    )
+    return WorkerCommand(spec.rank, argv, dict(os.environ), host=spec.host)
 
 
 def launch(
@@ -138,6 +159,7 @@ def launch(
         port=port,
         threads=threads,
         env=env,
+        grace_seconds=grace_seconds,
     )
     group = WorkerGroup(commands, grace_seconds=grace_seconds)
     return group.run(timeout=timeout)

@@ -11,6 +11,7 @@ import argparse
 import logging
 import sys
 
+from keras_hybrid.launch import elastic_cli
 from keras_hybrid.launch import exit_codes
 from keras_hybrid.launch import validation
 from keras_hybrid.launch.launcher import DEFAULT_GRACE_SECONDS
@@ -55,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
         "launcher execs COMMAND.",
     )
     _add_tuning_flags(parser)
+    elastic_cli.add_elastic_flags(parser)
     parser.add_argument(
         "command",
         nargs=argparse.REMAINDER,
@@ -112,6 +114,8 @@ def run() -> None:
         validation.check_seconds("--timeout", args.timeout)
         validation.check_seconds("--grace_seconds", args.grace_seconds)
         extra_env = validation.parse_env_pairs(args.env)
+        if elastic_cli.is_elastic(args):
+            sys.exit(elastic_cli.run_elastic(args, command, extra_env))
         if args.slurm:
             _run_slurm(args, command, extra_env)
         commands = plan_workers(
@@ -121,6 +125,7 @@ def run() -> None:
             port=args.port,
             threads=args.threads,
             env=extra_env,
+            grace_seconds=args.grace_seconds,
         )
     except ValueError as error:
         parser.error(str(error))

@@ -13,6 +13,7 @@ from typing import TextIO
 
 from keras_hybrid.launch import exit_codes
 from keras_hybrid.launch.output_forwarder import OutputForwarder
+from keras_hybrid.launch.ssh import SSH_FAILURE_EXIT_CODE
 from keras_hybrid.launch.worker_command import WorkerCommand
 
 logger = logging.getLogger(__name__)
@@ -31,6 +32,12 @@ class WorkerGroup:
     worker as soon as one fails, the launcher gets SIGINT/SIGTERM, or the
     timeout expires: first the triggering signal (SIGTERM for a failure or
     timeout), then SIGKILL after `grace_seconds`.
+
+    A remote worker (`WorkerCommand.host` set) is an ssh client whose stdin
+    stays open: the signal goes to the remote worker as a line on that
+    stdin (see `remote_guard`), and SIGKILL to the local ssh client closes
+    the connection, which stops the remote worker too. Failures name the
+    host as well as the rank.
 
     Args:
         commands: List of `WorkerCommand`, in rank order.
@@ -62,6 +69,7 @@ class WorkerGroup:
         self._stdout = stdout
         self._stderr = stderr
         self._procs: list[subprocess.Popen] = []
+        self._remote = [command.host is not None for command in commands]
         self._forwarders: list[OutputForwarder] = []
         self._signals: list[int] = []
 
@@ -111,19 +119,23 @@ class WorkerGroup:
         locks = (threading.Lock(), threading.Lock())
         for command in self._commands:
             try:
+                # A remote worker's guard reads signals from this pipe and
+                # stops the worker when it closes (also if we die).
+                stdin = subprocess.PIPE if command.host else subprocess.DEVNULL
                 proc = subprocess.Popen(
                     command.argv,
                     env=command.env,
-                    stdin=subprocess.DEVNULL,
+                    stdin=stdin,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE,
                     start_new_session=True,
                 )
             except OSError as error:
                 logger.error(
-                    "cannot start worker rank %d: %s. Check that the "
+                    "cannot start worker rank %d%s: %s. Check that the "
                     "command exists and is executable.",
                     command.rank,
+                    _on_host(command.host),
                     error,
                 )
                 self._stop(signal.SIGTERM)
@@ -164,14 +176,31 @@ class WorkerGroup:
 
     def _on_worker_failure(self, rank: int) -> int:
         returncode = self._procs[rank].returncode
+        host = self._commands[rank].host
         logger.error(
-            "worker rank %d exited with %s; %s.",
+            "worker rank %d%s exited with %s%s; %s.",
             rank,
+            _on_host(host),
             exit_codes.describe_returncode(returncode),
+            self._remote_hint(rank),
             _stopping(len(self._running()), "the other"),
         )
         self._stop(signal.SIGTERM)
         return exit_codes.exit_code_for(returncode)
+
+    def _remote_hint(self, rank: int) -> str:
+        host = self._commands[rank].host
+        if (
+            host is None
+            or self._procs[rank].returncode != SSH_FAILURE_EXIT_CODE
+        ):
+            return ""
+        ranks = [c.rank for c in self._commands if c.host == host]
+        return (
+            f" (ssh's own failure code: it could not reach host {host}, or "
+            f"lost the connection to it; host {host} runs ranks "
+            f"{', '.join(map(str, ranks))})"
+        )
 
     def _on_launcher_signal(self, signum: int) -> int:
         logger.warning(
@@ -194,8 +223,14 @@ class WorkerGroup:
     def _stop(self, signum: int) -> None:
         """Sends `signum`, waits up to the grace period, then SIGKILLs."""
         signals_seen = len(self._signals)
-        for proc in self._running():
-            _signal_group(proc, signum)
+        # Fewer procs than commands when a start failed.
+        for remote, proc in zip(self._remote, self._procs):  # noqa: B905
+            if proc.poll() is not None:
+                continue
+            if remote:
+                _send_line(proc, signum)
+            else:
+                _signal_group(proc, signum)
         deadline = time.monotonic() + self._grace_seconds
         while self._running() and time.monotonic() < deadline:
             if len(self._signals) > signals_seen:
@@ -211,10 +246,15 @@ class WorkerGroup:
             )
         for proc in self._procs:
             # Also reaches children left behind by workers already gone.
+            # For a remote worker this closes its connection, and its guard
+            # kills it.
             _signal_group(proc, signal.SIGKILL)
             proc.wait()
+            _close_stdin(proc)
 
     def _drain(self) -> None:
+        for proc in self._procs:
+            _close_stdin(proc)
         deadline = time.monotonic() + _DRAIN_SECONDS
         for forwarder in self._forwarders:
             if not forwarder.join(max(0.0, deadline - time.monotonic())):
@@ -231,6 +271,27 @@ def _signal_group(proc: subprocess.Popen, signum: int) -> None:
         os.killpg(proc.pid, signum)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _send_line(proc: subprocess.Popen, signum: int) -> None:
+    # A remote guard reads signal numbers, one per line.
+    try:
+        proc.stdin.write(f"{int(signum)}\n".encode())
+        proc.stdin.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def _close_stdin(proc: subprocess.Popen) -> None:
+    if proc.stdin is not None:
+        try:
+            proc.stdin.close()
+        except OSError:
+            pass
+
+
+def _on_host(host: str | None) -> str:
+    return "" if host is None else f" on host {host}"
 
 
 def _stopping(count: int, article: str) -> str:

@@ -56,8 +56,15 @@ class VariablePlan:
         its largest shard."""
         if self.partition is None:
             return self.bytes
-        rows = self.partition.rows_on_shard(0)
-        return self.bytes // self.shape[0] * rows
+        return self.bytes // self.shape[0] * max(self.rows_per_worker())
+
+    def rows_per_worker(self) -> tuple[int, ...]:
+        """Rows each worker stores: of a table, its shard; of a dense
+        variable, all of them."""
+        if self.partition is None:
+            return (self.shape[0] if self.shape else 1,)
+        part = self.partition
+        return tuple(part.rows_on_shard(s) for s in range(part.num_shards))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,6 +104,13 @@ class RoutingPlan:
                 f"{v.bytes_per_worker() / 2**20:9.2f} {sparse:>14} "
                 f"{dense:>13}  {v.source}: {v.reason}"
             )
+        for v in self.variables:
+            if v.partition is not None:
+                rows = " ".join(str(r) for r in v.rows_per_worker())
+                lines.append(
+                    f"{v.path}: rows per worker {rows} "
+                    f"({v.partition.num_virtual} virtual shards)"
+                )
         return "\n".join(lines)
 
 

@@ -14,6 +14,15 @@ tables (throughput and speed-up; communication ms and MB
 per worker). With `--out_dir` it also writes `simulation.json` and
 `simulation.png`. With `--measured`, it compares its predictions with
 benchmark JSON files (`python -m keras_hybrid.benchmark`).
+
+With `--resize=3:4` (or a chain, `2:4:3`) it predicts instead the bytes
+and seconds of resizing the job's partitioned tables in memory, from the
+profile's tables (or `--resize_tables=100000x128,...`) with
+`--resize_slots` optimizer slots each (Adam: 2), on the `--bandwidth`
+link:
+
+    python -m keras_hybrid.simulate --resize=3:4 \
+        --resize_tables=100000x128 --resize_slots=2 --bandwidth=10gbit
 """
 
 import json
@@ -28,6 +37,7 @@ from keras_hybrid.benchmark import config_flags
 from keras_hybrid.simulate import cluster_spec
 from keras_hybrid.simulate import cost_model
 from keras_hybrid.simulate import report
+from keras_hybrid.simulate import resize
 from keras_hybrid.simulate import traffic
 from keras_hybrid.simulate import validate
 from keras_hybrid.simulate.profile import Profile
@@ -71,6 +81,31 @@ flags.DEFINE_list(
     "validation.",
 )
 flags.DEFINE_string("out_dir", "", "If set, write JSON and PNG here.")
+flags.DEFINE_string(
+    "resize",
+    "",
+    "Worker counts of a resize, e.g. 3:4 or 2:4:3: predict the bytes and "
+    "seconds of moving the partitioned tables instead of a step.",
+)
+flags.DEFINE_list(
+    "resize_tables",
+    [],
+    "Tables of --resize as ROWSxDIM (float32), e.g. 100000x128; defaults "
+    "to the profile's tables.",
+)
+flags.DEFINE_integer(
+    "resize_slots",
+    2,
+    "Optimizer slots moved with each table by --resize (Adam: 2, SGD: 0).",
+    lower_bound=0,
+)
+flags.DEFINE_enum(
+    "resize_engine",
+    "tf",
+    list(resize.ENGINES),
+    "`tf`: the all-to-all pads blocks to the largest pair (TF engine); "
+    "`exact`: exact splits (Horovod).",
+)
 
 
 def _out(text: str) -> None:
@@ -116,6 +151,9 @@ def _check_modes() -> list[str]:
 def main(argv) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    if FLAGS.resize:
+        _resize()
+        return
     modes = _check_modes()
     try:
         specs = [_spec(n) for n in _worker_counts()]
@@ -145,6 +183,59 @@ def main(argv) -> None:
     checks = _validation(profile, batch)
     if FLAGS.out_dir:
         _write(profile, predictions, checks)
+
+
+def _resize() -> None:
+    """Prints the predicted bytes and seconds of `--resize`."""
+    try:
+        counts = [int(n) for n in FLAGS.resize.split(":")]
+        tables = _resize_tables()
+        results = resize.resize_traffic(
+            tables, counts, engine=FLAGS.resize_engine
+        )
+        spec_of = _spec
+        spec_of(max(counts))  # checks the link flags
+    except ValueError as error:
+        raise app.UsageError(
+            f"{error} (--resize={FLAGS.resize!r}, "
+            f"--resize_tables={','.join(FLAGS.resize_tables)!r})"
+        ) from error
+    described = ", ".join(
+        f"{t.rows}x{'x'.join(map(str, t.row_shape))}" for t in tables
+    )
+    _out(
+        f"Predicted resize of tables {described} with {FLAGS.resize_slots} "
+        f"slots each ({FLAGS.resize_engine} engine), host link "
+        f"{FLAGS.bandwidth} / {FLAGS.latency}, "
+        f"{FLAGS.accelerators_per_host} workers per host. Bytes over all "
+        "workers; ratio = moved / least any balanced re-partition moves:"
+    )
+    _out(resize.table(results, spec_of))
+
+
+def _resize_tables() -> list:
+    if FLAGS.resize_tables:
+        tables = []
+        for text in FLAGS.resize_tables:
+            rows, sep, dim = text.partition("x")
+            if not sep or not rows.isdigit() or not dim.isdigit():
+                raise ValueError(
+                    "`--resize_tables` entries must be ROWSxDIM. Received: "
+                    f"{text!r}"
+                )
+            tables.append(
+                resize.ResizedTable(
+                    int(rows), (int(dim),), 4, FLAGS.resize_slots
+                )
+            )
+        return tables
+    return [
+        resize.ResizedTable(
+            v.shape[0], tuple(v.shape[1:]), v.dtype_bytes, FLAGS.resize_slots
+        )
+        for v in _profile().variables
+        if v.kind == "sparse"
+    ]
 
 
 def _profile() -> Profile:

@@ -20,7 +20,8 @@ answered without communication; in Keras' symbolic scope (output specs,
 never run) likewise; an eager whole read that is not a shape query asks
 the router to make the table dense there and then.
 
-Whole reads arrive at `to_tensor` (`_compat.tf.ConvertibleVariable`).
+Whole reads arrive at `to_tensor` (`_compat.tf.ConvertibleVariable`);
+every read gets the shard's current row count from `read_shape`.
 """
 
 import weakref
@@ -73,10 +74,46 @@ class ShardedTable(tf_compat.ConvertibleVariable):
         self.on_whole_read = None
         # A row-wise constraint the strategy applies after each update.
         self.row_constraint = None
+        # Weak references to the optimizer slots partitioned like this
+        # table, which move with it (`sparse.resharding`).
+        self._slot_refs: list = []
+
+    def add_slot(self, slot: "ShardedTable") -> None:
+        """Records optimizer state `slot`, partitioned like this table."""
+        self._slot_refs.append(weakref.ref(slot))
+
+    def live_slots(self) -> list:
+        """The optimizer slots of this table that still exist."""
+        return [s for s in (r() for r in self._slot_refs) if s is not None]
 
     @property
     def shard(self) -> int:
         return self.communicator.rank
+
+    @property
+    def local_rows(self) -> int:
+        """Rows this shard stores, as its partition says."""
+        return self.partition.rows_on_shard(self.shard)
+
+    @property
+    def local_shape(self) -> tuple:
+        return (self.local_rows, *self.full_shape[1:])
+
+    # The resource variable is created with an unknown first dimension, so
+    # that a resize (`sparse.resharding`) can give the same variable another
+    # number of rows; its shape and its reads still say the current rows,
+    # so traced steps keep static shapes (retraced after a resize).
+
+    @property
+    def shape(self) -> tf.TensorShape:
+        if getattr(self, "partition", None) is None:  # during __init__
+            return super().shape
+        return tf.TensorShape(self.local_shape)
+
+    def read_shape(self):
+        if getattr(self, "partition", None) is None:  # during __init__
+            return None
+        return self.local_shape
 
     # -- reads
 
@@ -98,7 +135,8 @@ class ShardedTable(tf_compat.ConvertibleVariable):
     def _local_stand_in(self, indices):
         """Local rows shaped like a lookup of `indices`, for graphs that
         are never run (no communication)."""
-        ids = tf.math.floormod(tf.cast(indices, tf.int64), self.shape[0])
+        rows = max(1, self.local_rows)
+        ids = tf.math.floormod(tf.cast(indices, tf.int64), rows)
         return super().sparse_read(ids)
 
     def read_local_rows(self, local_indices):
@@ -185,7 +223,7 @@ class ShardedTable(tf_compat.ConvertibleVariable):
     def local_blocks(self, block_bytes: int | None = None):
         """Yields this shard's rows (local order) as NumPy blocks of about
         `block_bytes`, so a writer never copies the whole shard."""
-        rows = self.shape[0]
+        rows = self.local_rows
         step = self._block_rows(block_bytes)
         for start in range(0, rows, step):
             local = tf.range(start, min(start + step, rows), dtype=tf.int64)
@@ -198,6 +236,26 @@ class ShardedTable(tf_compat.ConvertibleVariable):
     def assign_local_rows(self, rows) -> None:
         """Replaces this shard's rows (local order) without communication."""
         super().assign(rows)
+
+    def take_rows(self, partition, rows) -> None:
+        """Makes `rows` (local order of `partition`) this shard's storage
+        and `partition` its layout; the row count may change (a resize).
+
+        Raises:
+            ValueError: If `rows` are not the rows `partition` gives this
+                shard.
+        """
+        rows = tf.convert_to_tensor(rows, dtype=self.dtype)
+        expected = (partition.rows_on_shard(self.shard), *self.full_shape[1:])
+        if tuple(rows.shape) != expected:
+            raise ValueError(
+                f"Shard {self.shard} of table {self.path!r} needs rows of "
+                f"shape {expected} under the new partition. Received: "
+                f"{tuple(rows.shape)}"
+            )
+        # No read back: the old partition would give it the old shape.
+        super().assign(rows, read_value=False)
+        self.partition = partition
 
     # -- writes
 

@@ -43,7 +43,7 @@ def create_table(
         20,
         path,
         communicator.size,
-        table.shape[0],
+        table.local_rows,
     )
     return table
 
@@ -62,7 +62,7 @@ def create_slot(reference: ShardedTable, info, kwargs, communicator):
             "'dense'}})`."
         )
     variable, initializer = info
-    return _make(
+    slot = _make(
         variable,
         initializer,
         kwargs,
@@ -72,6 +72,8 @@ def create_slot(reference: ShardedTable, info, kwargs, communicator):
         role="slot",
         seed=table_init.base_seed(initializer),
     )
+    reference.add_slot(slot)
+    return slot
 
 
 def _make(
@@ -97,6 +99,8 @@ def _make(
         communicator=communicator,
         role=role,
         initial_value=initial_rows,
+        # Rows per shard change when workers join or leave.
+        shape=tf.TensorShape([None, *full_shape[1:]]),
         **{k: kwargs[k] for k in _KEPT if k in kwargs},
     )
 

@@ -35,8 +35,7 @@ _registry: dict[int, _Entry] = {}
 
 def make(table, values: tf.Tensor, local_ids: tf.Tensor) -> tf.IndexedSlices:
     """The owner's gradient of `table`: rows `values` at `local_ids`."""
-    local_shape = [table.shape[0], *table.full_shape[1:]]
-    dense_shape = tf.constant(local_shape, dtype=tf.int64)
+    dense_shape = tf.constant(table.local_shape, dtype=tf.int64)
     _register(dense_shape, table)
     return tf.IndexedSlices(values, local_ids, dense_shape)
 

@@ -69,6 +69,22 @@ class HybridExtended(OneProcessExtended):
     def communicator(self):
         return self._communicator
 
+    @property
+    def traced_size_dependent_collectives(self) -> bool:
+        """Whether a traced step holds collectives whose shapes follow the
+        number of workers (all-gathers of `IndexedSlices`), so that an
+        elastic resize must trace it again."""
+        return self._warned_indexed_slices
+
+    def _elastic_slice(self, args):
+        """This worker's slice of each global batch in `args`, under an
+        elastic job (the slice follows the current members)."""
+        membership = getattr(self._communicator, "membership", None)
+        if membership is None:
+            return args
+        rank, size = membership.rank_and_size()
+        return input_sharding.slice_rows(args, rank, size)
+
     # -- replica execution
 
     def run_replica_step(self, fn, args, kwargs):
@@ -85,6 +101,7 @@ class HybridExtended(OneProcessExtended):
             if model is not None and model.optimizer is not None:
                 _check_optimizer(model.optimizer, model.trainable_variables)
             self.router.warn_unused_overrides()
+            args = self._elastic_slice(args)
             with global_read_variable.local_reads():
                 outputs = fn(*args, **kwargs)
             if not tf.executing_eagerly():
@@ -274,6 +291,9 @@ class HybridExtended(OneProcessExtended):
 
     def distribute_dataset(self, dataset):
         comm = self._communicator
+        if getattr(comm, "membership", None) is not None:
+            # Sliced in the step, by the members of the moment.
+            return dataset
         return input_sharding.shard_dataset(dataset, comm.rank, comm.size)
 
     def distribute_datasets_from_function(self, dataset_fn):

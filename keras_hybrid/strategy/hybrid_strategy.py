@@ -13,6 +13,8 @@ from keras_hybrid import checkpoint
 from keras_hybrid.comm import engines
 from keras_hybrid.plan.cost_rule import Link
 from keras_hybrid.strategy import cluster
+from keras_hybrid.strategy import elastic
+from keras_hybrid.strategy import elastic_patches
 from keras_hybrid.strategy import keras_patches
 from keras_hybrid.strategy import quiet_ranks
 from keras_hybrid.strategy.hybrid_extended import HybridExtended
@@ -141,17 +143,22 @@ class HybridStrategy(tf.distribute.Strategy):
         else:
             info = cluster.resolve(cluster_resolver)
             cluster.start_server(info)
+        membership = elastic.membership_for(engine, info)
+        rank, size = info.rank, info.size
+        if membership is not None:
+            rank, size = membership.rank, membership.size
         comm = engines.make_communicator(
-            engine,
-            info.rank,
-            info.size,
-            float(timeout_seconds),
-            int(bucket_bytes),
+            engine, rank, size, float(timeout_seconds), int(bucket_bytes)
         )
         self._cluster_info = info
         self._engine = engine
         if engine == "tf" and info.size > 1:
-            cluster.start_watchdog(info, timeout_seconds)
+            watchdog = cluster.start_watchdog(info, timeout_seconds)
+            if membership is not None:
+                comm.membership = membership
+                watchdog.set_peers(
+                    [t for t in membership.members if t != info.rank]
+                )
         super().__init__(
             HybridExtended(
                 self,
@@ -164,7 +171,10 @@ class HybridStrategy(tf.distribute.Strategy):
         )
         if info.rank != 0 and not log_all_ranks:
             quiet_ranks.quiet_keras_console()
-        self._agree_on_random_seed()
+        if membership is None:
+            self._agree_on_random_seed()
+        else:
+            elastic.share_seed(membership)
         self._closed = False
         self._in_use = False
         self._close_at_exit = None
@@ -180,10 +190,14 @@ class HybridStrategy(tf.distribute.Strategy):
         return super().scope()
 
     def _use(self) -> None:
-        if self._in_use or self._closed or self.size == 1:
+        # The cluster's size: an elastic joiner counts as one worker until
+        # it is admitted, but needs the patches from the start.
+        if self._in_use or self._closed or self._cluster_info.size == 1:
             return
         self._in_use = True
         keras_patches.acquire(self)
+        if self.communicator.__dict__.get("membership") is not None:
+            elastic_patches.install()
         # Weakly, so that an unclosed strategy can still be collected.
         self._close_at_exit = functools.partial(
             _close_at_exit, weakref.ref(self)
@@ -220,7 +234,9 @@ class HybridStrategy(tf.distribute.Strategy):
             self._close_at_exit = None
         if self._in_use:
             keras_patches.release(self)
-        elif self.size > 1 and keras_patches.open_count() == 0:
+            if self.communicator.__dict__.get("membership") is not None:
+                elastic_patches.uninstall()
+        elif self._cluster_info.size > 1 and keras_patches.open_count() == 0:
             cluster.stop_watchdog()  # what the last release would do
 
     @property
@@ -239,18 +255,20 @@ class HybridStrategy(tf.distribute.Strategy):
 
     @property
     def rank(self) -> int:
-        """Int. Index of this worker process, 0 for the chief."""
-        return self._cluster_info.rank
+        """Int. Index of this worker process, 0 for the chief. Under
+        elastic training, the index among the current members."""
+        return self.communicator.rank
 
     @property
     def size(self) -> int:
-        """Int. Number of worker processes (= `num_replicas_in_sync`)."""
-        return self._cluster_info.size
+        """Int. Number of worker processes (= `num_replicas_in_sync`);
+        under elastic training, the current members."""
+        return self.communicator.size
 
     @property
     def is_chief(self) -> bool:
         """Boolean. Whether this is rank 0, which writes files and logs."""
-        return self._cluster_info.rank == 0
+        return self.communicator.rank == 0
 
     @property
     def engine(self) -> str:

@@ -46,6 +46,26 @@ def _slice_batch(batch: tuple, rank: int, size: int):
     return sliced if len(batch) > 1 else sliced[0]
 
 
+def slice_rows(structure, rank: tf.Tensor, size: tf.Tensor):
+    """Rows `[rank * b // size, (rank + 1) * b // size)` of every tensor in
+    `structure` (a global batch of b rows); `rank` and `size` are int64
+    tensors, read when the step runs."""
+    flat = tf.nest.flatten(structure)
+    tensors = [t for t in flat if isinstance(t, tf.Tensor) and t.shape.rank]
+    if not tensors:
+        return structure
+    rows = tf.shape(tensors[0], out_type=tf.int64)[0]
+    start = rank * rows // size
+    stop = (rank + 1) * rows // size
+    return tf.nest.pack_sequence_as(
+        structure,
+        [
+            t[start:stop] if isinstance(t, tf.Tensor) and t.shape.rank else t
+            for t in flat
+        ],
+    )
+
+
 def split_sizes(global_batch: int, size: int) -> list[int]:
     """Rows each worker gets from a global batch of `global_batch` rows."""
     return [

@@ -73,10 +73,29 @@ class VariableRouter:
         self._overrides_checked = False
 
     def plan(self):
-        """The `RoutingPlan` of every model variable created so far."""
-        return make_plan(
+        """The `RoutingPlan` of every model variable created so far; a
+        table's entry has the partition it has now (after any resize)."""
+        plan = make_plan(
             self._facts.values(), self._comm.size, self._overrides, self._link
         )
+        entries = []
+        for entry in plan.variables:
+            placed = self._placed.get(entry.path)
+            storage = placed.storage if placed else None
+            if entry.kind == "sparse" and isinstance(storage, ShardedTable):
+                entry = dataclasses.replace(entry, partition=storage.partition)
+            entries.append(entry)
+        return dataclasses.replace(plan, variables=tuple(entries))
+
+    def sharded_tables(self) -> list[ShardedTable]:
+        """Partitioned tables and their optimizer slots, in creation order."""
+        self._forget_dropped()
+        tables = []
+        for placed in self._placed.values():
+            if isinstance(placed.storage, ShardedTable):
+                tables.append(placed.storage)
+                tables.extend(placed.storage.live_slots())
+        return tables
 
     def path_of(self, storage) -> str:
         """The unique path of a variable's `tf.Variable`."""

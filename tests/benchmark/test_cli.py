@@ -181,3 +181,49 @@ class NetemCliTest(unittest.TestCase):
         proc.wait(timeout=60)
         self.assertNotEqual(proc.returncode, 0)
         self.assertEqual(leftovers(proc.pid), set())
+
+
+@pytest.mark.multiprocess
+class ScaledOverHostsCliTest(unittest.TestCase):
+    """`--target_step_ms` over `--emulated_hosts`: a calibration run, then
+    the mode over ssh on two namespaces acting as hosts. One mode only:
+    each launch costs tens of seconds on a loaded machine."""
+
+    def test_scaled_link_over_ssh_hosts(self):
+        from keras_hybrid.testing.emulated_hosts import install_problem
+
+        problem = install_problem()
+        if problem:
+            self.skipTest(f"emulated hosts not tested: {problem}")
+        out = tempfile.mkdtemp(prefix="khbench_scaled_")
+        path = os.path.join(out, "r.json")
+        proc = start_cli(
+            "--modes=hybrid",
+            "--emulated_hosts=2",
+            "--target_step_ms=1",
+            "--target_bandwidth=1gbit",
+            f"--output_json={path}",
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        _, stderr = proc.communicate(timeout=300)
+        self.assertEqual(proc.returncode, 0, stderr[-3000:])
+        with open(path) as f:
+            report = json.load(f)
+        scaling = report["scaling"]
+        # rate here = 1 Gbit/s x 1 ms / (step time measured here).
+        rate_bits = float(scaling["emulated_rate"].removesuffix("kbit")) * 1e3
+        self.assertAlmostEqual(
+            rate_bits, 1e9 * 1.0 / scaling["compute_ms_here"], delta=1e3
+        )
+        self.assertEqual(report["netem"], f"{scaling['emulated_rate']}:0us")
+        self.assertIn("communication's share of a step", stderr)
+        self.assertIn("workers start over ssh, as with --hosts", stderr)
+        self.assertIn("serving on host1:", stderr)
+        # One worker per host: each has its own eth0, whose counters see at
+        # least what the communication layer counted (plus headers, which
+        # at these tiny sizes are most of it).
+        (result,) = report["results"]
+        counted = result["bytes_per_step"]["total"]
+        self.assertGreaterEqual(result["interface_bytes_per_step"], counted)
+        self.assertEqual(leftovers(proc.pid), set())

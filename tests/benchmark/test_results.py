@@ -76,3 +76,32 @@ class SummarizeTest(unittest.TestCase):
         self.assertNotIn(
             "samples_per_sec_runs", results.merge_repeats(runs[:1])
         )
+
+    def test_interface_bytes_only_when_every_rank_has_them(self):
+        self.assertIsNone(
+            results.summarize("hybrid", self.ranks)["interface_bytes_per_step"]
+        )
+        ranks = [
+            {**r, "interface_bytes": {"sent": s, "received": s}}
+            for r, s in zip(self.ranks, (147.0, 153.0), strict=True)
+        ]
+        got = results.summarize("hybrid", ranks)
+        self.assertEqual(got["interface_bytes_per_step"], 150.0)
+        # 150 seen on eth0 against 140 counted.
+        self.assertIn("1.071", results.table([got]))
+
+    def test_comparison_against_allgather(self):
+        def result(mode, speed, total):
+            return {
+                "mode": mode,
+                "samples_per_sec": speed,
+                "bytes_per_step": {"total": total},
+            }
+
+        text = results.comparison(
+            [result("hybrid", 30.0, 100.0), result("allgather", 10.0, 400.0)]
+        )
+        hybrid = text.splitlines()[2].split()
+        # Speed-up 3, byte advantage 4, share 0.75.
+        self.assertEqual(hybrid, ["hybrid", "3.00", "4.00", "0.75"])
+        self.assertEqual(results.comparison([result("hybrid", 1, 1)]), "")

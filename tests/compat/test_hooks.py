@@ -776,6 +776,26 @@ class CompatFunctionsTest(TestCase):
         var.assign([5.0, 5.0])
         self.assertAllClose(var.stored_tensor(), [5.0, 5.0])
 
+    def test_convertible_variable_reads_take_read_shape(self):
+        """`sparse/sharded_table.py` (resizes, `sparse/resharding.py`): a
+        variable made with an unknown first dimension takes another row
+        count by `assign`; its reads, eager and traced, have `read_shape`."""
+        rows = [3]
+
+        class Resizable(tf_compat.ConvertibleVariable):
+            def read_shape(self):
+                return (rows[0], 2)
+
+        var = Resizable(tf.zeros([3, 2]), shape=tf.TensorShape([None, 2]))
+        rows[0] = 5
+        var.assign(tf.ones([5, 2]), read_value=False)
+        self.assertEqual(var.read_value().shape, (5, 2))
+        traced = tf.function(lambda: var.value()).get_concrete_function()
+        self.assertEqual(traced.output_shapes, tf.TensorShape([5, 2]))
+        whole = tf.function(lambda: tf.convert_to_tensor(var))
+        self.assertEqual(whole.get_concrete_function().output_shapes, (5, 2))
+        self.assertAllClose(var.sparse_read([4]), [[1.0, 1.0]])
+
     def test_one_process_extended_overrides_only_real_hooks(self):
         hooks = [
             name
@@ -875,3 +895,58 @@ class CompatFunctionsTest(TestCase):
         with strategy.scope():
             inside = _tiny_model()
         self.assertIs(inside.distribute_strategy, strategy)
+
+
+class ElasticKerasHooksTest(TestCase):
+    """`_compat.keras` hooks of `strategy.elastic_patches` and
+    `strategy.elastic_resize`."""
+
+    def _model(self, **compile_kwargs):
+        model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+        model.compile(optimizer="sgd", loss="mse", **compile_kwargs)
+        return model
+
+    def test_loss_scaling_is_looked_up_at_call_time(self):
+        from keras_hybrid._compat import keras as keras_compat
+
+        scale = keras_compat.current("scale_loss_for_distribution")
+        unscale = keras_compat.current("unscale_loss_for_distribution")
+        self.assertEqual(scale.__name__, "scale_loss_for_distribution")
+        self.assertEqual(unscale.__name__, "unscale_loss_for_distribution")
+        loss = keras.losses.MeanSquaredError()
+        ones = np.ones((2, 1), "float32")
+        self.assertAllClose(loss(ones, 0 * ones), 1.0)
+        keras_compat.replace("scale_loss_for_distribution", lambda v: v * 0.25)
+        try:
+            self.assertAllClose(loss(ones, 0 * ones), 0.25)
+        finally:
+            keras_compat.replace("scale_loss_for_distribution", scale)
+        self.assertAllClose(loss(ones, 0 * ones), 1.0)
+
+    def test_train_step_function_can_be_traced_ahead(self):
+        from keras_hybrid._compat import keras as keras_compat
+
+        model = self._model()
+        model.make_train_function()
+        step = keras_compat.traced_step_of(model.train_function)
+        self.assertTrue(hasattr(step, "get_concrete_function"))
+        data = tf.data.Dataset.from_tensors(
+            (tf.ones((4, 2)), tf.ones((4, 1)))
+        ).repeat()
+        step.get_concrete_function(iter(data))
+        self.assertEqual(step.experimental_get_tracing_count(), 1)
+        model.train_function(iter(data))
+        self.assertEqual(step.experimental_get_tracing_count(), 1)
+        eager = self._model(run_eagerly=True)
+        eager.make_train_function()
+        self.assertIsNone(keras_compat.traced_step_of(eager.train_function))
+
+    def test_validation_gate_shadows_should_eval(self):
+        from keras_hybrid._compat import keras as keras_compat
+
+        model = self._model()
+        self.assertTrue(model._should_eval(0, 1))
+        keras_compat.set_validation_gate(model, lambda: False)
+        self.assertFalse(model._should_eval(0, 1))
+        keras_compat.set_validation_gate(model, None)
+        self.assertTrue(model._should_eval(0, 1))

@@ -26,6 +26,7 @@ TINY = (
     f"--seq_len={SEQ_LEN}",
     "--warmup_steps=1",
     "--steps=3",
+    "--rounds=2",
 )
 
 
@@ -66,6 +67,9 @@ def test_horovod_hybrid_moves_fewer_sparse_bytes_than_stock(figures):
     assert figures["hybrid_over_stock"]["bytes_per_step"] < 1
     for mode in ("stock", "hybrid"):
         assert figures[mode]["samples_per_s"] > 0
+        # Timed in alternating rounds; the figure is their median.
+        assert len(figures[mode]["samples_per_s_per_round"]) == 2
+    assert len(figures["hybrid_over_stock"]["samples_per_s_per_round"]) == 2
 
 
 def test_horovod_stock_and_hybrid_train_the_same_weights(figures):

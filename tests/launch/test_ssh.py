@@ -1,12 +1,18 @@
 import os
 import shlex
+import subprocess
+import sys
 import unittest
 from unittest import mock
 
 import pytest
 
 from keras_hybrid.launch import plan_workers
+from keras_hybrid.launch.ssh import SSH_COMMAND_ENV
+from keras_hybrid.launch.ssh import SSH_OPTIONS
+from keras_hybrid.launch.ssh import forwarded_env
 from keras_hybrid.launch.ssh import is_local_host
+from keras_hybrid.launch.ssh import ssh_client
 from keras_hybrid.launch.ssh import ssh_command
 
 pytestmark = pytest.mark.timeout(30)
@@ -19,25 +25,71 @@ class SshCommandTest(unittest.TestCase):
             "/my dir",
             {"A": "1 2", "B": "it's"},
             ["python", "train.py", "--name", "a b;rm -rf x"],
+            grace_seconds=4,
+            client=["ssh"],
         )
-        self.assertEqual(argv[:4], ["ssh", "-o", "BatchMode=yes", "h1"])
-        self.assertEqual(len(argv), 5)
+        self.assertEqual(argv[:2], ["ssh", "h1"])
+        self.assertEqual(len(argv), 3)
         # The remote shell splits the string back into exactly these words.
+        words = shlex.split(argv[2])
+        self.assertEqual(words[:3], ["cd", "/my dir", "2>/dev/null"])
+        exec_at = words.index("exec")
         self.assertEqual(
-            shlex.split(argv[4]),
+            words[exec_at:],
             [
-                "cd",
-                "/my dir",
-                "&&",
                 "exec",
                 "env",
                 "A=1 2",
                 "B=it's",
+                sys.executable,
+                "-m",
+                "keras_hybrid.launch.remote_guard",
+                "--grace_seconds",
+                "4",
+                "--",
                 "python",
                 "train.py",
                 "--name",
                 "a b;rm -rf x",
             ],
+        )
+
+    def test_missing_working_directory_is_named(self):
+        argv = ssh_command("h1", "/nowhere", {}, ["true"], client=["ssh"])
+        run = subprocess.run(
+            ["sh", "-c", argv[2]], capture_output=True, text=True
+        )
+        self.assertEqual(run.returncode, 127)
+        self.assertIn("/nowhere does not exist on h1", run.stderr)
+
+    def test_client_from_environment(self):
+        self.assertEqual(ssh_client({})[:1], ["ssh"])
+        self.assertIn("BatchMode=yes", ssh_client({}))
+        client = ssh_client({SSH_COMMAND_ENV: "ssh -F '/a b/cfg'"})
+        self.assertEqual(client[:3], ["ssh", "-F", "/a b/cfg"])
+        self.assertEqual(client[3:], list(SSH_OPTIONS))
+        for bad in ("", "ssh 'unclosed"):
+            with self.assertRaisesRegex(ValueError, SSH_COMMAND_ENV):
+                ssh_client({SSH_COMMAND_ENV: bad})
+
+    def test_forwarded_environment(self):
+        env = forwarded_env(
+            {
+                "PATH": "/usr/bin",
+                "PYTHONPATH": "/src",
+                "TF_CPP_MIN_LOG_LEVEL": "2",
+                "KERAS_HOME": "/k",
+                "HOME": "/root",
+                "SSH_AUTH_SOCK": "/tmp/agent",
+            }
+        )
+        self.assertEqual(
+            set(env),
+            {"PATH", "PYTHONPATH", "TF_CPP_MIN_LOG_LEVEL", "KERAS_HOME"},
+        )
+        # `python` remotely is the launcher's interpreter's environment.
+        self.assertEqual(
+            env["PATH"].split(os.pathsep)[0], os.path.dirname(sys.executable)
         )
 
     def test_local_host_names(self):
@@ -53,8 +105,9 @@ class PlanWorkersOverSshTest(unittest.TestCase):
                 ["python", "t.py"], hosts="h1:2,h2:1", port=29400, threads=1
             )
         self.assertEqual([c.rank for c in commands], [0, 1, 2])
-        remote = shlex.split(commands[2].argv[4])
-        self.assertEqual(commands[2].argv[3], "h2")
+        remote = shlex.split(commands[2].argv[-1])
+        self.assertEqual(commands[2].argv[-2], "h2")
+        self.assertEqual(commands[2].host, "h2")
         self.assertIn("KERAS_HYBRID_RANK=2", remote)
         self.assertIn("KERAS_HYBRID_LOCAL_RANK=0", remote)
         self.assertIn("KERAS_HYBRID_LOCAL_SIZE=1", remote)
@@ -64,5 +117,5 @@ class PlanWorkersOverSshTest(unittest.TestCase):
             remote,
         )
         self.assertEqual(remote[-2:], ["python", "t.py"])
-        # The launcher's own variables are not shipped to the remote side.
-        self.assertNotIn(f"PATH={os.environ['PATH']}", remote)
+        # Only the forwarded part of the launcher's environment goes along.
+        self.assertNotIn(f"HOME={os.environ['HOME']}", remote)

@@ -5,6 +5,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_hybrid.sparse.row_partition import RowPartition
+from keras_hybrid.sparse.shard_assignment import ShardAssignment
 from keras_hybrid.testing import TestCase
 
 
@@ -76,3 +77,60 @@ class RowPartitionTest(TestCase):
             RowPartition.create(2, 4)
         with self.assertRaisesRegex(TypeError, r"`num_shards` must be an int"):
             RowPartition.create(10, 2.0)
+
+
+class VirtualShardTest(TestCase):
+    def test_a_row_keeps_its_virtual_shard_and_finds_its_new_home(self):
+        part = RowPartition.create(5000, 3)
+        self.assertEqual(part.num_virtual, 1024)
+        ids = np.arange(5000)
+        for n in (4, 2, 7):
+            moved = part.resized(n)
+            np.testing.assert_array_equal(
+                moved.virtual_shard_of(ids), part.virtual_shard_of(ids)
+            )
+            for shard in range(n):
+                on_shard = moved.ids_on_shard(shard)
+                self.assertEqual(len(on_shard), moved.rows_on_shard(shard))
+                np.testing.assert_array_equal(moved.shard_of(on_shard), shard)
+                np.testing.assert_array_equal(
+                    moved.local_index(on_shard), np.arange(len(on_shard))
+                )
+            self.assertEqual(
+                sum(moved.rows_on_shard(s) for s in range(n)), 5000
+            )
+            self.assertEqual(moved.rows_on_shard(n), 0)  # beyond: none
+
+    def test_tensor_local_index_agrees_after_a_resize(self):
+        part = RowPartition.create(12345, 3).resized(4)
+        ids = np.arange(0, 12345, 7)
+        tensor = tf.constant(ids, tf.int64)
+        np.testing.assert_array_equal(
+            part.local_index(tensor).numpy(), part.local_index(ids)
+        )
+        np.testing.assert_array_equal(
+            part.shard_of_tensor(tensor).numpy(), part.shard_of(ids)
+        )
+
+    def test_a_partition_saved_before_virtual_shards_keeps_its_layout(self):
+        # The config checkpoints wrote before virtual shards existed.
+        old = {"num_rows": 1000, "num_shards": 4, "multiplier": 619,
+               "offset": 333}  # fmt: skip
+        part = RowPartition.from_config(old)
+        ids = np.arange(1000)
+        permuted = (ids * 619 + 333) % 1000
+        np.testing.assert_array_equal(part.shard_of(ids), permuted % 4)
+        np.testing.assert_array_equal(part.local_index(ids), permuted // 4)
+        self.assertEqual(part.get_config(), old)
+        self.assertEqual(part.num_virtual, 4)
+
+    def test_resized_config_round_trip(self):
+        part = RowPartition.create(3000, 4).resized(3)
+        again = RowPartition.from_config(part.get_config())
+        self.assertEqual(again, part)
+        self.assertEqual(again.rows_on_shard(0), part.rows_on_shard(0))
+
+    def test_assignment_must_fit(self):
+        part = RowPartition.create(300, 2)
+        with self.assertRaisesRegex(ValueError, "300 virtual shards"):
+            part.with_assignment(ShardAssignment.balanced(64, 2))

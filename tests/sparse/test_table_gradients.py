@@ -11,7 +11,7 @@ from keras_hybrid.testing import TestCase
 class _Table:
     """What `make` reads of a `ShardedTable`: 3 local rows of a 6x2 table."""
 
-    shape = (3, 2)
+    local_shape = (3, 2)
     full_shape = (6, 2)
 
 

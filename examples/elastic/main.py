@@ -1,0 +1,127 @@
+"""A plain `fit` script for elastic runs and the resize measurement.
+
+Nothing elastic in the training code: run it with
+`keras-hybrid-run --min-np 2 --max-np 4 --host-discovery-script ./hosts.sh
+python examples/elastic/main.py`. A callback prints the membership it
+sees. The flags `--save_to`/`--restore_from` and `--report` serve
+`measure_resize.py` (a sharded save after `fit`, a restore before it, and
+the chief's JSON report of resizes and step times).
+"""
+
+import json
+import os
+import time
+
+import keras
+import numpy as np
+from absl import app
+from absl import flags
+from absl import logging
+
+import keras_hybrid as kh
+
+FLAGS = flags.FLAGS
+flags.DEFINE_integer("epochs", 2, "Epochs.")
+flags.DEFINE_integer("batch_size", 96, "Global batch size.")
+flags.DEFINE_integer("num_samples", 9600, "Training samples.")
+flags.DEFINE_integer("hidden", 512, "Width of the two hidden layers.")
+flags.DEFINE_integer("steps_per_epoch", None, "Steps per epoch (all if unset).")
+flags.DEFINE_float(
+    "step_sleep",
+    0.0,
+    "Chief's sleep per step while "
+    "`<report>.pace` exists (gives joiners time to start).",
+)
+flags.DEFINE_string("report", None, "Chief writes a JSON report here.")
+flags.DEFINE_string("save_to", None, "Sharded checkpoint folder after fit.")
+flags.DEFINE_string("restore_from", None, "Checkpoint to restore before fit.")
+
+
+class Membership(keras.callbacks.Callback):
+    """Logs `strategy.size` when it changes and keeps step end times."""
+
+    def __init__(self, strategy):
+        super().__init__()
+        self.strategy = strategy
+        self.size = None
+        self.step_ends = []
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.step_ends.append(time.time())
+        if self.strategy.size != self.size:
+            self.size = self.strategy.size
+            logging.info(
+                "step %d: rank %d of %d",
+                len(self.step_ends),
+                self.strategy.rank,
+                self.size,
+            )
+        pace = f"{FLAGS.report}.pace" if FLAGS.report else None
+        if self.strategy.is_chief and pace and os.path.exists(pace):
+            time.sleep(FLAGS.step_sleep)
+
+
+def build_model():
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential(
+        [
+            keras.Input((64,)),
+            keras.layers.Dense(FLAGS.hidden, activation="relu"),
+            keras.layers.Dense(FLAGS.hidden, activation="relu"),
+            keras.layers.Dense(10),
+        ]
+    )
+    model.compile(
+        optimizer=keras.optimizers.Adam(1e-3),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    return model
+
+
+def main(argv):
+    del argv
+    start = time.time()
+    strategy = kh.HybridStrategy(variable_kinds={".*": "dense"})
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(FLAGS.num_samples, 64)).astype("float32")
+    y = rng.integers(0, 10, size=FLAGS.num_samples).astype("int32")
+    with strategy.scope():
+        model = build_model()
+    if FLAGS.restore_from:
+        strategy.restore_checkpoint(model, FLAGS.restore_from)
+    restored = time.time()
+    membership = Membership(strategy)
+    model.fit(
+        x,
+        y,
+        batch_size=FLAGS.batch_size,
+        epochs=FLAGS.epochs,
+        steps_per_epoch=FLAGS.steps_per_epoch,
+        shuffle=False,
+        verbose=0,
+        callbacks=[membership],
+    )
+    saved = saved_at = None
+    if FLAGS.save_to:
+        t = time.time()
+        strategy.save_checkpoint(model, FLAGS.save_to)
+        saved_at = time.time()
+        saved = saved_at - t
+    if FLAGS.report and strategy.is_chief:
+        with open(FLAGS.report, "w") as f:
+            json.dump(
+                {
+                    "start": start,
+                    "restored": restored,
+                    "step_ends": membership.step_ends,
+                    "save_seconds": saved,
+                    "saved_at": saved_at,
+                    "resizes": strategy.communicator.stats.resizes,
+                    "size": strategy.size,
+                },
+                f,
+            )
+
+
+if __name__ == "__main__":
+    app.run(main)

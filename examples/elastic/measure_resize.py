@@ -1,0 +1,232 @@
+"""Measures the stall of a planned grow (2 -> 4) and shrink (4 -> 3) and
+compares it with a cold restart of the same model, in one run.
+
+```sh
+python examples/elastic/measure_resize.py --hidden=512
+```
+
+Stall of a resize: the gap between the train steps around it minus a
+normal step, as `ElasticResize` records it on rank 0. Cold restart: a
+2-worker job saves a sharded checkpoint after its last step and exits; a
+4-worker job is launched, restores it and runs its first step. The cold
+restart costs save + stop + (launch to the end of the first step) minus
+a normal step. The issue's targets: grow stall <= 1/6 of the cold restart,
+shrink stall <= 2 s. It also compares the median step of 2 fixed workers
+with 2 elastic members, which agree on the next plan after every step.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from absl import app
+from absl import flags
+
+FLAGS = flags.FLAGS
+flags.DEFINE_integer("hidden", 512, "Width of the model's hidden layers.")
+flags.DEFINE_integer("threads", 1, "Threads per worker.")
+flags.DEFINE_float("timeout", 900, "Seconds for each launch.")
+
+TRAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "main.py")
+RUN = [sys.executable, "-m", "keras_hybrid.run"]
+
+
+def _launch(args, env=None):
+    proc = subprocess.Popen(
+        [*RUN, "--threads", str(FLAGS.threads), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})},
+    )
+    lines = []
+    reader = threading.Thread(
+        target=lambda: lines.extend(iter(proc.stdout.readline, "")),
+        daemon=True,
+    )
+    reader.start()
+    return proc, lines, reader
+
+
+def _wait_for(lines, text, count, proc, deadline):
+    while sum(text in line for line in lines) < count:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(
+                f"never saw {text!r} x{count}:\n" + "".join(lines[-60:])
+            )
+        time.sleep(0.1)
+
+
+def measure_elastic(tmp: str) -> dict:
+    slots = os.path.join(tmp, "slots")
+    script = os.path.join(tmp, "hosts.sh")
+    with open(script, "w") as f:
+        f.write(f"#!/bin/sh\ncat {slots}\n")
+    os.chmod(script, 0o755)
+    with open(slots, "w") as f:
+        f.write("localhost:2\n")
+    report = os.path.join(tmp, "elastic.json")
+    open(f"{report}.pace", "w").close()
+    proc, lines, reader = _launch(
+        [
+            *("--min-np", "2", "--max-np", "4"),
+            *("--host-discovery-script", script),
+            *("--discovery-interval", "0.2"),
+            sys.executable,
+            TRAIN,
+            f"--hidden={FLAGS.hidden}",
+            "--epochs=4",
+            "--step_sleep=0.2",
+            f"--report={report}",
+        ]
+    )
+    deadline = time.monotonic() + FLAGS.timeout
+    _wait_for(lines, "rank 0 of 2", 1, proc, deadline)
+    with open(slots, "w") as f:
+        f.write("localhost:4\n")
+    _wait_for(lines, "resize at global step", 2, proc, deadline)  # 2 ranks
+    time.sleep(3)
+    with open(slots, "w") as f:
+        f.write("localhost:3\n")
+    _wait_for(lines, "resize at global step", 5, proc, deadline)  # 3 ranks
+    os.remove(f"{report}.pace")
+    proc.wait(timeout=FLAGS.timeout)
+    reader.join(timeout=10)
+    if proc.returncode != 0:
+        raise RuntimeError("elastic run failed:\n" + "".join(lines[-80:]))
+    with open(report) as f:
+        return json.load(f)
+
+
+def measure_cold(tmp: str) -> dict:
+    ckpt = os.path.join(tmp, "ckpt")
+    first = os.path.join(tmp, "first.json")
+    proc, lines, reader = _launch(
+        [
+            *("-np", "2", sys.executable, TRAIN),
+            f"--hidden={FLAGS.hidden}",
+            *("--epochs=1", "--steps_per_epoch=20"),
+            f"--save_to={ckpt}",
+            f"--report={first}",
+        ]
+    )
+    proc.wait(timeout=FLAGS.timeout)
+    exited = time.time()
+    reader.join(timeout=10)
+    if proc.returncode != 0:
+        raise RuntimeError("save run failed:\n" + "".join(lines[-80:]))
+    with open(first) as f:
+        saved = json.load(f)
+    second = os.path.join(tmp, "second.json")
+    launched = time.time()
+    proc, lines, reader = _launch(
+        [
+            *("-np", "4", sys.executable, TRAIN),
+            f"--hidden={FLAGS.hidden}",
+            *("--epochs=1", "--steps_per_epoch=20"),
+            f"--restore_from={ckpt}",
+            f"--report={second}",
+        ]
+    )
+    proc.wait(timeout=FLAGS.timeout)
+    reader.join(timeout=10)
+    if proc.returncode != 0:
+        raise RuntimeError("restore run failed:\n" + "".join(lines[-80:]))
+    with open(second) as f:
+        restored = json.load(f)
+    ends = restored["step_ends"]
+    gaps = sorted(b - a for a, b in zip(ends[1:], ends[2:], strict=False))
+    normal = gaps[len(gaps) // 2]
+    return {
+        "save_seconds": saved["save_seconds"],
+        "stop_seconds": exited - saved["saved_at"],
+        "launch_to_first_step_seconds": ends[0] - launched,
+        "restore_done_after_launch_seconds": restored["restored"] - launched,
+        "normal_step_seconds": normal,
+        "cold_restart_seconds": saved["save_seconds"]
+        + (exited - saved["saved_at"])
+        + (ends[0] - launched)
+        - normal,
+    }
+
+
+def _median_step(report: str) -> float:
+    with open(report) as f:
+        ends = json.load(f)["step_ends"]
+    gaps = sorted(b - a for a, b in zip(ends[1:], ends[2:], strict=False))
+    return gaps[len(gaps) // 2]
+
+
+def measure_decision_overhead(tmp: str) -> dict:
+    """Median step of 2 fixed workers vs 2 elastic members (which agree on
+    the next plan after every step): the per-step cost of being elastic."""
+    script = os.path.join(tmp, "two.sh")
+    with open(script, "w") as f:
+        f.write("#!/bin/sh\necho localhost:2\n")
+    os.chmod(script, 0o755)
+    steps = {}
+    for name, launcher in (
+        ("fixed", ["-np", "2"]),
+        (
+            "elastic",
+            ["--min-np", "2", "--max-np", "4"]
+            + ["--host-discovery-script", script],
+        ),
+    ):
+        report = os.path.join(tmp, f"{name}.json")
+        proc, lines, reader = _launch(
+            [
+                *launcher,
+                *(sys.executable, TRAIN, f"--hidden={FLAGS.hidden}"),
+                *("--epochs=1", f"--report={report}"),
+            ]
+        )
+        proc.wait(timeout=FLAGS.timeout)
+        reader.join(timeout=10)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{name} run failed:\n" + "".join(lines[-80:]))
+        steps[name] = _median_step(report)
+    return steps
+
+
+def main(argv):
+    del argv
+    with tempfile.TemporaryDirectory() as tmp:
+        overhead = measure_decision_overhead(tmp)
+        elastic = measure_elastic(tmp)
+        cold = measure_cold(tmp)
+    grow, shrink = elastic["resizes"][:2]
+    print(json.dumps({"resizes": elastic["resizes"], "cold": cold}, indent=1))
+    restart = cold["cold_restart_seconds"]
+    print(
+        f"cold restart 2 -> 4 (save, stop, relaunch, restore, first step): "
+        f"{restart:.3f} s"
+    )
+    for name, event, target in (
+        ("grow", grow, restart / 6),
+        ("shrink", shrink, 2.0),
+    ):
+        print(
+            f"{name} {event['old_size']} -> {event['new_size']}: stall "
+            f"{event['stall_seconds']:.3f} s (gap {event['gap_seconds']:.3f} "
+            f"s - normal step {event['normal_step_seconds']:.3f} s), "
+            f"{event['bytes_moved']} bytes moved; target <= {target:.3f} s: "
+            f"{'met' if event['stall_seconds'] <= target else 'MISSED'}"
+        )
+    print(
+        f"grow stall / cold restart = {grow['stall_seconds'] / restart:.4f}"
+        " (target <= 0.1667)"
+    )
+    print(
+        f"median step, 2 workers: fixed {overhead['fixed']:.4f} s, elastic "
+        f"{overhead['elastic']:.4f} s (one plan broadcast per step): "
+        f"{overhead['elastic'] / overhead['fixed'] - 1:+.1%}"
+    )
+
+
+if __name__ == "__main__":
+    app.run(main)

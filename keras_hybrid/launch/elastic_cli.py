@@ -1,0 +1,85 @@
+"""`keras-hybrid-run`'s elastic flags (those of `horovodrun`'s elastic
+mode) and the code path they select."""
+
+import argparse
+
+from keras_hybrid.launch import validation
+from keras_hybrid.launch.elastic_driver import ElasticDriver
+from keras_hybrid.launch.elastic_driver import check_bounds
+from keras_hybrid.launch.host_discovery import HostDiscovery
+
+
+def add_elastic_flags(parser: argparse.ArgumentParser) -> None:
+    """Adds `--min-np`, `--max-np`, `--host-discovery-script`,
+    `--discovery-interval` and `--elastic-timeout`."""
+    group = parser.add_argument_group("elastic training (docs/elastic.md)")
+    group.add_argument(
+        "--host-discovery-script",
+        metavar="SCRIPT",
+        help="Executable printing `host:slots` lines; polled to grow and "
+        "shrink the job between --min-np and --max-np workers.",
+    )
+    group.add_argument(
+        "--min-np", type=int, metavar="N", help="Fewest workers (>= 2)."
+    )
+    group.add_argument("--max-np", type=int, metavar="N", help="Most workers.")
+    group.add_argument(
+        "--discovery-interval",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="Seconds between runs of the discovery script. Default: "
+        "%(default)s.",
+    )
+    group.add_argument(
+        "--elastic-timeout",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="How long to wait for discovery to report --min-np slots "
+        "before failing. Default: %(default)s.",
+    )
+
+
+def is_elastic(args: argparse.Namespace) -> bool:
+    """Whether any elastic flag was given."""
+    return any(
+        v is not None
+        for v in (args.host_discovery_script, args.min_np, args.max_np)
+    )
+
+
+def run_elastic(args, command: list[str], extra_env: dict) -> int:
+    """Runs the elastic job the flags describe; returns its exit code.
+
+    Raises:
+        ValueError: If the flags are incomplete or inconsistent.
+    """
+    if not args.host_discovery_script or args.min_np is None:
+        raise ValueError(
+            "Elastic jobs need --host-discovery-script and --min-np (and "
+            f"--max-np). Received: --host-discovery-script "
+            f"{args.host_discovery_script!r}, --min-np {args.min_np}."
+        )
+    if args.num_processes is not None or args.hosts or args.slurm:
+        raise ValueError(
+            "-np, --hosts and --slurm fix the workers; the elastic flags "
+            "take them from --host-discovery-script. Give one or the other."
+        )
+    max_np = args.max_np if args.max_np is not None else args.min_np
+    check_bounds(args.min_np, max_np)
+    validation.check_threads(args.threads)
+    validation.check_seconds("--discovery-interval", args.discovery_interval)
+    validation.check_seconds("--elastic-timeout", args.elastic_timeout)
+    driver = ElasticDriver(
+        command,
+        args.min_np,
+        max_np,
+        HostDiscovery(args.host_discovery_script),
+        threads=args.threads,
+        env=extra_env,
+        poll_seconds=args.discovery_interval,
+        wait_seconds=args.elastic_timeout,
+        grace_seconds=args.grace_seconds,
+    )
+    return driver.run(timeout=args.timeout)

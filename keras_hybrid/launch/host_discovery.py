@@ -1,0 +1,99 @@
+"""`HostDiscovery`: runs `--host-discovery-script` and reads its slots."""
+
+import logging
+import subprocess
+
+from keras_hybrid.launch.ssh import is_local_host
+
+logger = logging.getLogger(__name__)
+
+
+class HostDiscovery:
+    """Asks a script which hosts and slots are available now.
+
+    The script prints one `host:slots` line per host (`host` alone means
+    one slot), as for `horovodrun --host-discovery-script`. Blank lines and
+    lines starting with `#` are ignored. A failing script or a malformed
+    line keeps the previous answer and is logged once per message.
+
+    Args:
+        script: String. Path of an executable script.
+        timeout_seconds: Float. How long one run may take. Defaults to `10`.
+
+    Example:
+
+    ```python
+    slots = HostDiscovery("./hosts.sh").slots()  # [("localhost", 4)]
+    ```
+    """
+
+    def __init__(self, script: str, timeout_seconds: float = 10.0) -> None:
+        self.script = script
+        self.timeout_seconds = timeout_seconds
+        self._last: list[tuple[str, int]] = []
+        self._logged: set[str] = set()
+
+    def slots(self) -> list[tuple[str, int]]:
+        """Runs the script; returns `[(host, slots), ...]` in its order.
+
+        Raises:
+            NotImplementedError: If a host is not this machine (elastic
+                jobs run on one host for now, see docs/elastic.md).
+        """
+        try:
+            out = subprocess.run(
+                [self.script],
+                capture_output=True,
+                text=True,
+                timeout=self.timeout_seconds,
+                check=True,
+            ).stdout
+            hosts = parse_slots(out)
+        except (OSError, subprocess.SubprocessError, ValueError) as error:
+            self._log_once(
+                f"host discovery script {self.script!r} failed ({error}); "
+                "keeping the previous answer"
+            )
+            return list(self._last)
+        remote = [host for host, _ in hosts if not is_local_host(host)]
+        if remote:
+            raise NotImplementedError(
+                "Elastic jobs run on one host for now; the discovery script "
+                f"named other hosts: {remote}. Print `localhost:SLOTS`, or "
+                "use a fixed job (`--hosts`) across hosts."
+            )
+        self._last = hosts
+        return list(hosts)
+
+    def total(self) -> int:
+        """Int. The number of slots the script reports now."""
+        return sum(slots for _, slots in self.slots())
+
+    def _log_once(self, message: str) -> None:
+        if message not in self._logged:
+            self._logged.add(message)
+            logger.warning("%s", message)
+
+
+def parse_slots(text: str) -> list[tuple[str, int]]:
+    """Parses `host:slots` lines.
+
+    Raises:
+        ValueError: On a line that is not `host` or `host:slots` with
+            slots >= 0.
+    """
+    hosts = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        host, _, slots = line.partition(":")
+        if not slots:
+            slots = "1"
+        if not host or not slots.isdigit():
+            raise ValueError(
+                "Each line of the discovery script's output must be "
+                f"`host:slots`. Received: {line!r}"
+            )
+        hosts.append((host, int(slots)))
+    return hosts

@@ -1,0 +1,180 @@
+"""`ElasticMembership`: which tasks train now, as the collectives see it.
+
+Under `keras-hybrid-run --min-np/--max-np` the cluster lists `--max-np`
+tasks from the start and only the active members run collectives: their
+group size and group key are `tf.Variable`s read by every collective, so a
+traced step runs unchanged over a new membership. Each membership is a
+generation `g` with group key `GROUP_KEY_BASE + g`; TF's collective leader,
+task 0, never leaves. A worker's rank is its task's index in the sorted
+member list, which is also the order of its slice of each global batch.
+
+The launcher and the workers talk through files (`launch.elastic_files`).
+No private hook is touched here.
+"""
+
+import contextlib
+import json
+import os
+import time
+
+import tensorflow as tf
+
+from keras_hybrid.launch.elastic_files import DIR_ENV
+from keras_hybrid.launch.elastic_files import GROUP_KEY_BASE
+from keras_hybrid.launch.elastic_files import MAX_NP_ENV
+from keras_hybrid.launch.elastic_files import MEMBERS_ENV
+from keras_hybrid.launch.elastic_files import MIN_NP_ENV
+from keras_hybrid.launch.elastic_files import SEED_ENV
+from keras_hybrid.launch.elastic_files import STATE_GROUP_KEY_BASE
+from keras_hybrid.launch.elastic_files import write_file
+
+
+class ElasticMembership:
+    """The current members of an elastic job and their collective group.
+
+    Args:
+        task: Int. This process's task index in the `--max-np` cluster.
+        directory: String. The launcher's elastic directory.
+        members: Optional list of ints. Initial members (sorted task
+            indices); `None` for a joiner, which waits for a plan naming it.
+        min_np: Int. Fewest workers the job runs with.
+        max_np: Int. Most workers (tasks in the cluster).
+        seed: Int. TF global seed shared by every worker of the job.
+    """
+
+    def __init__(
+        self,
+        task: int,
+        directory: str,
+        members: list[int] | None,
+        min_np: int,
+        max_np: int,
+        seed: int,
+    ) -> None:
+        self.task = task
+        self.directory = directory
+        self.min_np = min_np
+        self.max_np = max_np
+        self.seed = seed
+        self.generation = 0
+        self.global_step = 0  # train steps of the job so far
+        self.members: list[int] = [] if members is None else sorted(members)
+        with tf.init_scope():
+            self._group_key = tf.Variable(
+                GROUP_KEY_BASE, dtype=tf.int32, trainable=False
+            )
+            self._group_size = tf.Variable(
+                max(1, len(self.members)), dtype=tf.int32, trainable=False
+            )
+            self._rank = tf.Variable(0, dtype=tf.int64, trainable=False)
+        if members is not None:
+            self._set(0, self.members)
+
+    @classmethod
+    def from_env(cls, task: int) -> "ElasticMembership | None":
+        """The membership the launcher described, or None (not elastic)."""
+        directory = os.environ.get(DIR_ENV)
+        if not directory:
+            return None
+        members = os.environ.get(MEMBERS_ENV)
+        return cls(
+            task,
+            directory,
+            None if not members else [int(t) for t in members.split(",")],
+            int(os.environ[MIN_NP_ENV]),
+            int(os.environ[MAX_NP_ENV]),
+            int(os.environ.get(SEED_ENV, "0")),
+        )
+
+    # -- where this process sits
+
+    @property
+    def joining(self) -> bool:
+        """Boolean. Whether this process still waits to be admitted."""
+        return self.task not in self.members
+
+    @property
+    def rank(self) -> int:
+        return self.members.index(self.task) if not self.joining else 0
+
+    @property
+    def size(self) -> int:
+        # A joiner counts as one process until admitted: it runs nothing
+        # collective before that.
+        return len(self.members) if not self.joining else 1
+
+    def group_tensors(self) -> tuple:
+        """`(group_size, group_key)` tensors for a collective."""
+        return self._group_size.read_value(), self._group_key.read_value()
+
+    def rank_and_size(self) -> tuple:
+        """`(rank, size)` as int64 tensors, for slicing a global batch."""
+        return self._rank.read_value(), tf.cast(
+            self._group_size.read_value(), tf.int64
+        )
+
+    @contextlib.contextmanager
+    def state_group(self, tasks: list[int], communicator):
+        """Within this context, collectives run over `tasks` only (task 0
+        and the joiners of this generation, which receive the state), and
+        `communicator` shows their rank and size."""
+        tasks = sorted(tasks)
+        saved = (communicator.rank, communicator.size)
+        self._group_key.assign(STATE_GROUP_KEY_BASE + self.generation)
+        self._group_size.assign(len(tasks))
+        communicator.rank = tasks.index(self.task)
+        communicator.size = len(tasks)
+        try:
+            yield
+        finally:
+            self._group_key.assign(GROUP_KEY_BASE + self.generation)
+            self._group_size.assign(len(self.members))
+            communicator.rank, communicator.size = saved
+
+    def switch(self, generation: int, members: list[int]) -> None:
+        """Makes `members` the group of every later collective."""
+        self._set(generation, sorted(members))
+
+    def _set(self, generation: int, members: list[int]) -> None:
+        self.generation = generation
+        self.members = members
+        self._group_key.assign(GROUP_KEY_BASE + generation)
+        self._group_size.assign(len(members))
+        if self.task in members:
+            self._rank.assign(members.index(self.task))
+
+    # -- the launcher's files
+
+    def plan_path(self, generation: int) -> str:
+        return os.path.join(self.directory, f"plan-{generation}.json")
+
+    def read_plan(self, generation: int) -> dict | None:
+        """The launcher's plan for `generation`, or None if not written."""
+        path = self.plan_path(generation)
+        if not os.path.exists(path):
+            return None
+        with open(path) as f:
+            return json.load(f)
+
+    def announce_ready(self) -> None:
+        """Tells the launcher that this joiner reached `fit`."""
+        write_file(os.path.join(self.directory, f"ready-{self.task}"), "")
+
+    def wait_for_admission(self, poll_seconds: float = 0.05) -> dict:
+        """Blocks until a plan names this task; returns it."""
+        generation = 1
+        while True:
+            plan = self.read_plan(generation)
+            if plan is None:
+                time.sleep(poll_seconds)
+                continue
+            if self.task in plan["members"]:
+                return plan
+            generation += 1
+
+    def report_applied(self, event: dict) -> None:
+        """Tells the launcher (rank 0) that a generation took effect."""
+        path = os.path.join(
+            self.directory, f"applied-{event['generation']}.json"
+        )
+        write_file(path, json.dumps(event))

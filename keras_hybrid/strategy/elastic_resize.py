@@ -1,0 +1,365 @@
+"""`ElasticResize`: switches an elastic job's members at a step boundary.
+
+The strategy adds this callback to every `fit` of an elastic job. After
+each train step, rank 0 looks for the launcher's next plan and broadcasts
+it to the current members (one small eager broadcast), so every member
+decides the same switch at the same step:
+
+- a member that the plan drops leaves `fit` with `SystemExit(0)`;
+- the others make the plan's members the group of every later collective
+  (`ElasticMembership.switch`); the traced step runs on unchanged, since
+  group size, group key, the loss scale and each worker's slice of the
+  global batch are read from variables;
+- if the plan adds joiners, rank 0 broadcasts the training position
+  (epoch, step, global step) and every weight and optimizer slot to the
+  joiners, in a group of its own (the other members go on to the next
+  step, where they wait for the joiners). A joiner first traces its train
+  step (ahead, in its first step, while the members train), then waits
+  for a plan that names it, receives the state, and then runs the
+  batches it skipped through a function that only draws them from the
+  iterator, so that its data continue in global-step order from the same
+  global batch as the others.
+"""
+
+import collections
+import time
+
+import keras
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from keras_hybrid._compat import keras as keras_compat
+from keras_hybrid.launch import elastic_files
+from keras_hybrid.strategy import cluster
+from keras_hybrid.strategy import global_read_variable
+from keras_hybrid.strategy.call_fence import active as active_fence
+
+_HEADER = 4  # epoch, next batch, global step, fenced calls so far
+_ADMISSION = "admission"  # a joiner's first step: trace, then wait
+
+
+class ElasticResize(keras.callbacks.Callback):
+    """Applies the launcher's membership plans at train-step boundaries.
+
+    Installed by `HybridStrategy` under `keras-hybrid-run --min-np/--max-np`;
+    not meant to be created by users.
+
+    Args:
+        strategy: The elastic `HybridStrategy`.
+    """
+
+    def __init__(self, strategy) -> None:
+        super().__init__()
+        self._strategy = strategy
+        self._membership = strategy.communicator.membership
+        self._comm = strategy.communicator
+        self._epoch = 0
+        self._next_batch = 0
+        self._skip_until = None
+        self._real_train_function = None
+        self._last_logs = {}
+        self._last_end = None
+        self._gaps = collections.deque(maxlen=50)
+        self._pending = None  # a resize whose stall is not measured yet
+        self._local_reads = None
+
+    def trains(self) -> bool:
+        """Boolean. False while this joiner skips batches it missed."""
+        return self._skip_until is None
+
+    # -- Keras hooks
+
+    def on_train_begin(self, logs=None):
+        _refuse_partitioned_tables(self._strategy)
+        if self._membership.joining:
+            # The first step gets the iterator, which tracing needs.
+            self._real_train_function = self.model.train_function
+            self._skip_until = _ADMISSION
+            self.model.train_function = self._join
+            # Members validated the epochs this joiner skips long ago.
+            keras_compat.set_validation_gate(self.model, self.trains)
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if self._skip_until is not None:
+            self._route(batch)
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self._skip_until is not None:
+            return
+        self._last_logs = logs or {}
+        now = time.perf_counter()
+        if self._last_end is not None:
+            gap = now - self._last_end
+            if self._pending is not None:
+                self._finish_resize(gap)
+            else:
+                self._gaps.append(gap)
+        self._last_end = now
+        self._next_batch = batch + 1
+        self._membership.global_step += 1
+        self._maybe_resize()
+        # The gap to the next step includes the switch: that is the stall.
+        self._last_end = now
+
+    # -- members
+
+    def _maybe_resize(self) -> None:
+        membership = self._membership
+        proposal = np.zeros([3 + membership.max_np], np.int64)
+        if membership.task == 0:
+            plan = membership.read_plan(membership.generation + 1)
+            if plan is not None:
+                proposal[0] = plan["generation"]
+                proposal[1] = elastic_files.REASONS.index(plan["reason"])
+                proposal[2] = len(plan["members"])
+                proposal[3 : 3 + len(plan["members"])] = plan["members"]
+        agreed = self._strategy.communicator.broadcast(
+            tf.constant(proposal), root=0, path="control"
+        )
+        agreed = np.asarray(agreed)
+        if agreed[0] == 0:
+            return
+        members = [int(t) for t in agreed[3 : 3 + agreed[2]]]
+        self._switch(int(agreed[0]), members, elastic_files.REASONS[agreed[1]])
+
+    def _switch(self, generation: int, members: list, reason: str) -> None:
+        start = time.perf_counter()
+        membership = self._membership
+        old = list(membership.members)
+        if membership.task not in members:
+            logging.info(
+                "keras-hybrid elastic: task %d retires at global step %d "
+                "(generation %d, %s: %d -> %d workers)",
+                membership.task,
+                self._membership.global_step,
+                generation,
+                reason,
+                len(old),
+                len(members),
+            )
+            raise SystemExit(0)
+        joiners = [t for t in members if t not in old]
+        self._adopt(generation, members)
+        moved = 0
+        if joiners:
+            # Only the joiners need the state: rank 0 sends it to them.
+            moved = _state_bytes(self.model) * len(joiners)
+            if membership.task == 0:
+                with membership.state_group([0, *joiners], self._comm):
+                    self._send_state()
+        self._pending = {
+            "generation": generation,
+            "global_step": self._membership.global_step,
+            "epoch": self._epoch,
+            "reason": reason,
+            "old_size": len(old),
+            "new_size": len(members),
+            "joined": joiners,
+            "left": [t for t in old if t not in members],
+            "bytes_moved": moved,
+            "switch_seconds": time.perf_counter() - start,
+        }
+        if membership.task == 0:
+            membership.report_applied(self._pending)
+
+    def _finish_resize(self, gap: float) -> None:
+        """Completes the pending resize's record with its stall."""
+        normal = float(np.median(self._gaps)) if self._gaps else 0.0
+        event = {
+            **self._pending,
+            "gap_seconds": gap,
+            "normal_step_seconds": normal,
+            "stall_seconds": max(0.0, gap - normal),
+            "time": time.time(),
+        }
+        self._pending = None
+        self._strategy.communicator.stats.record_resize(event)
+        logging.info(
+            "keras-hybrid elastic: resize at global step %d (%s): %d -> %d "
+            "workers, %d bytes moved, stall %.3f s (step gap %.3f s, "
+            "normal step %.3f s)",
+            event["global_step"],
+            event["reason"],
+            event["old_size"],
+            event["new_size"],
+            event["bytes_moved"],
+            event["stall_seconds"],
+            gap,
+            normal,
+        )
+
+    def _adopt(self, generation: int, members: list) -> None:
+        """Makes `members` this process's group (variables, Python view,
+        watchdog peers)."""
+        membership = self._membership
+        membership.switch(generation, members)
+        comm = self._strategy.communicator
+        comm.rank, comm.size = membership.rank, membership.size
+        watchdog = cluster.watchdog()
+        if watchdog is not None:
+            watchdog.set_peers([t for t in members if t != membership.task])
+        model = self.model
+        # Functions traced for the old size (evaluate, predict) must be
+        # traced again; a train step with collectives whose shapes follow
+        # the size (all-gathers of IndexedSlices) too.
+        model.test_function = None
+        model.predict_function = None
+        if self._strategy.extended.traced_size_dependent_collectives:
+            model.make_train_function(force=True)
+
+    def _send_state(self) -> None:
+        """Broadcasts the position and every weight and slot from rank 0
+        to the joiners."""
+        comm = self._strategy.communicator
+        fence = active_fence()
+        header = tf.constant(
+            [
+                self._epoch,
+                self._next_batch,
+                self._membership.global_step,
+                fence.count if fence is not None else 0,
+            ],
+            tf.int64,
+        )
+        comm.broadcast(header, root=0, path="control")
+        _broadcast_variables(comm, _state_variables(self.model))
+
+    # -- joiners
+
+    def _admit(self) -> None:
+        membership = self._membership
+        membership.announce_ready()
+        plan = membership.wait_for_admission()
+        start = time.perf_counter()
+        self._adopt(plan["generation"], plan["members"])
+        self.model.train_function = self._skip
+        comm = self._comm
+        with membership.state_group([0, *plan["joiners"]], comm):
+            header = comm.broadcast(
+                tf.zeros([_HEADER], tf.int64), root=0, path="control"
+            )
+            epoch, batch, global_step, fenced = (int(v) for v in header)
+            _broadcast_variables(comm, _state_variables(self.model))
+        fence = active_fence()
+        if fence is not None:
+            fence.count = fenced
+        self._membership.global_step = global_step
+        self._skip_until = (epoch, batch)
+        # Keras reads metric results at the end of each skipped epoch; the
+        # members made those (collective) reads before this joiner came.
+        self._local_reads = global_read_variable.local_reads()
+        self._local_reads.__enter__()
+        logging.info(
+            "keras-hybrid elastic: task %d joined as rank %d of %d at "
+            "global step %d (epoch %d, batch %d) in %.3f s",
+            membership.task,
+            membership.rank,
+            membership.size,
+            global_step,
+            epoch,
+            batch,
+            time.perf_counter() - start,
+        )
+
+    def _join(self, iterator):
+        """A joiner's first step: traces the train step while the members
+        train, waits to be admitted, and skips this batch."""
+        self._pretrace(iterator)
+        self._admit()
+        return self._skip(iterator)
+
+    def _pretrace(self, iterator) -> None:
+        step = keras_compat.traced_step_of(self._real_train_function)
+        if step is None:
+            return
+        start = time.perf_counter()
+        comm = self._strategy.communicator
+        saved = comm.rank, comm.size
+        # Only Python-side shortcuts for one worker read the size while
+        # tracing; the collectives read the group from variables.
+        comm.rank, comm.size = 1, self._membership.max_np
+        try:
+            step.get_concrete_function(iterator)
+        finally:
+            comm.rank, comm.size = saved
+        logging.info(
+            "keras-hybrid elastic: task %d traced its train step in %.3f s "
+            "before joining",
+            self._membership.task,
+            time.perf_counter() - start,
+        )
+
+    def _route(self, batch: int) -> None:
+        """Skips the batches before the join point, then trains."""
+        if self._skip_until is _ADMISSION:
+            return
+        if (self._epoch, batch) < self._skip_until:
+            self.model.train_function = self._skip
+            return
+        self.model.train_function = self._real_train_function
+        self._skip_until = None
+        self._local_reads.__exit__(None, None, None)
+        self._local_reads = None
+        keras_compat.set_validation_gate(self.model, None)
+
+    def _skip(self, iterator):
+        next(iterator)
+        return self._last_logs
+
+
+def _state_variables(model) -> list:
+    """Weights and optimizer variables, each once, in creation order."""
+    seen, variables = set(), []
+    optimizer = getattr(model, "optimizer", None)
+    extra = list(optimizer.variables) if optimizer is not None else []
+    for v in [*model.trainable_variables, *model.non_trainable_variables]:
+        if id(v) not in seen:
+            seen.add(id(v))
+            variables.append(v)
+    for v in extra:
+        if id(v) not in seen:
+            seen.add(id(v))
+            variables.append(v)
+    return variables
+
+
+def _state_bytes(model) -> int:
+    """Bytes of the weights and optimizer variables a joiner receives."""
+    return sum(
+        int(np.prod(v.shape)) * tf.as_dtype(v.dtype).size
+        for v in _state_variables(model)
+    )
+
+
+def _broadcast_variables(comm, variables) -> None:
+    """Broadcasts `variables` from rank 0, one fused tensor per dtype;
+    receivers assign."""
+    by_dtype: dict = {}
+    for v in variables:
+        by_dtype.setdefault(tf.as_dtype(v.dtype).name, []).append(v)
+    for name in sorted(by_dtype):
+        group = by_dtype[name]
+        flat = tf.concat(
+            [tf.reshape(tf.convert_to_tensor(v), [-1]) for v in group], 0
+        )
+        received = comm.broadcast(flat, root=0, path="control")
+        if comm.rank == 0:
+            continue
+        sizes = [int(np.prod(v.shape)) for v in group]
+        for v, part in zip(group, tf.split(received, sizes), strict=True):
+            v.assign(tf.reshape(part, v.shape))
+
+
+def _refuse_partitioned_tables(strategy) -> None:
+    tables = [v.path for v in strategy.plan.of_kind("sparse")]
+    if tables:
+        raise NotImplementedError(
+            "Elastic training moves replicated variables only for now; "
+            f"these tables are partitioned: {tables}. Keep them replicated "
+            "with HybridStrategy(variable_kinds={'.*': 'dense'}) under "
+            "--min-np/--max-np."
+        )

@@ -1,0 +1,24 @@
+"""The elastic example's plain `fit` script with tiny flags, in-process
+(`measure_resize.py` runs it elastically; see docs/elastic.md)."""
+
+import json
+import os
+import tempfile
+
+from tests.examples.main_test_case import ExampleMainTestCase
+
+
+class ElasticMainTest(ExampleMainTestCase):
+    example = "elastic"
+    tiny = ("--hidden=8", "--num_samples=96", "--batch_size=24", "--epochs=1")
+
+    def test_main_trains_and_reports_its_steps(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            report = os.path.join(tmp, "report.json")
+            log = self.run_main(f"--report={report}")
+            with open(report) as f:
+                result = json.load(f)
+        self.assertEqual(len(result["step_ends"]), 4)
+        self.assertEqual(result["size"], 1)
+        self.assertEqual(result["resizes"], [])
+        self.assertIn("step 1: rank 0 of 1", log)

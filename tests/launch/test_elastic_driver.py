@@ -1,0 +1,109 @@
+"""The elastic launcher's flags, discovery and start, with plain-Python
+workers (the switch itself is tested with TensorFlow in
+tests/strategy/test_elastic_multiprocess.py)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from keras_hybrid.launch.elastic_driver import check_bounds
+from keras_hybrid.launch.host_discovery import HostDiscovery
+from keras_hybrid.launch.host_discovery import parse_slots
+
+CLI = [sys.executable, "-m", "keras_hybrid.run"]
+
+
+def _script(tmp_path, text):
+    path = tmp_path / "hosts.sh"
+    path.write_text(f"#!/bin/sh\n{text}\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_parse_slots_reads_host_and_slots_lines():
+    text = "# hosts\nlocalhost:2\n\n127.0.0.1\n"
+    assert parse_slots(text) == [("localhost", 2), ("127.0.0.1", 1)]
+
+
+def test_parse_slots_rejects_a_malformed_line():
+    with pytest.raises(ValueError, match="must be `host:slots`"):
+        parse_slots("localhost:two")
+
+
+def test_discovery_keeps_the_last_answer_when_the_script_fails(tmp_path):
+    slots = tmp_path / "slots"
+    slots.write_text("localhost:3\n")
+    discovery = HostDiscovery(_script(tmp_path, f"cat {slots}"))
+    assert discovery.total() == 3
+    slots.unlink()  # cat fails
+    assert discovery.total() == 3
+
+
+def test_discovery_refuses_other_hosts(tmp_path):
+    discovery = HostDiscovery(_script(tmp_path, "echo node7:4"))
+    with pytest.raises(NotImplementedError, match="one host"):
+        discovery.slots()
+
+
+def test_bounds_need_two_workers_at_least():
+    with pytest.raises(ValueError, match="2 <= --min-np <= --max-np"):
+        check_bounds(1, 4)
+    with pytest.raises(ValueError, match="Received: --min-np 4, --max-np 3"):
+        check_bounds(4, 3)
+
+
+def test_cli_rejects_np_with_elastic_flags(tmp_path):
+    proc = subprocess.run(
+        [*CLI, "-np", "2", "--min-np", "2", "--max-np", "3"]
+        + ["--host-discovery-script", _script(tmp_path, "echo localhost:2")]
+        + [sys.executable, "-c", "pass"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "Give one or the other" in proc.stderr
+
+
+def test_too_few_slots_fail_after_the_timeout(tmp_path):
+    proc = subprocess.run(
+        [*CLI, "--min-np", "2", "--max-np", "3", "--elastic-timeout", "0.5"]
+        + ["--discovery-interval", "0.1"]
+        + ["--host-discovery-script", _script(tmp_path, "echo localhost:1")]
+        + [sys.executable, "-c", "pass"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1
+    assert "fewer than --min-np 2" in proc.stderr
+
+
+def test_members_get_the_max_np_cluster_and_the_members(tmp_path):
+    worker = (
+        "import json, os; print(json.dumps({k: v for k, v in "
+        "os.environ.items() if k.startswith(('KERAS_HYBRID_ELASTIC', "
+        "'TF_CONFIG'))}))"
+    )
+    proc = subprocess.run(
+        [*CLI, "--min-np", "2", "--max-np", "4"]
+        + ["--host-discovery-script", _script(tmp_path, "echo localhost:2")]
+        + [sys.executable, "-c", worker],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    envs = {}
+    for line in proc.stdout.splitlines():
+        rank, _, payload = line.partition("] ")
+        envs[int(rank.lstrip("["))] = json.loads(payload)
+    assert sorted(envs) == [0, 1]
+    for task, env in envs.items():
+        config = json.loads(env["TF_CONFIG"])
+        assert len(config["cluster"]["worker"]) == 4
+        assert config["task"]["index"] == task
+        assert env["KERAS_HYBRID_ELASTIC_MEMBERS"] == "0,1"
+        assert env["KERAS_HYBRID_ELASTIC_MAX_NP"] == "4"

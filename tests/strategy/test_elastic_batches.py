@@ -1,0 +1,44 @@
+"""An elastic job refuses, before training, a global batch that some
+allowed worker count cannot split evenly."""
+
+import numpy as np
+import tensorflow as tf
+
+from keras_hybrid.strategy.elastic_patches import check_global_batch
+from keras_hybrid.strategy.input_sharding import slice_rows
+from keras_hybrid.testing import TestCase
+
+
+class GlobalBatchTest(TestCase):
+    def test_batch_divisible_by_every_count_passes(self):
+        check_global_batch(np.zeros((120, 3)), 12, 2, 4)
+
+    def test_batch_not_split_over_three_workers_is_refused(self):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"global batch of 16 rows, which does not split over \[3\] "
+            r"workers\. Use a batch size divisible by 12",
+        ):
+            check_global_batch(np.zeros((160, 3)), 16, 2, 4)
+
+    def test_last_partial_batch_is_checked(self):
+        with self.assertRaisesRegex(ValueError, "global batch of 6 rows"):
+            check_global_batch(np.zeros((30, 3)), 12, 2, 4)
+
+    def test_dataset_batch_is_read_from_its_first_element(self):
+        data = tf.data.Dataset.from_tensor_slices(np.zeros((20, 3))).batch(10)
+        with self.assertRaisesRegex(ValueError, "global batch of 10 rows"):
+            check_global_batch(data, None, 2, 3)
+
+    def test_slices_follow_rank_and_size_tensors(self):
+        batch = (tf.reshape(tf.range(12), [12, 1]), tf.range(12))
+        parts = [
+            slice_rows(
+                batch, tf.constant(r, tf.int64), tf.constant(3, tf.int64)
+            )
+            for r in range(3)
+        ]
+        self.assertEqual(
+            [p[1].numpy().tolist() for p in parts],
+            [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]],
+        )

@@ -1,0 +1,146 @@
+"""Elastic training: a plain `fit` grows 2 -> 4 and shrinks 4 -> 3.
+
+`keras-hybrid-run --min-np 2 --max-np 4 --host-discovery-script` runs
+`workers/elastic_fit_worker.py` while the test rewrites the discovery
+output as the chief's progress file shows each step: 2 slots, then 4 once
+training runs (the chief holds at step 10 until the launcher planned the
+grow), then 3 once 4 workers trained a few steps. The final
+weights must equal one process trained on the same global batches (1e-5),
+every size must have been seen by the script's own callback, and both
+resizes must be recorded with their bytes and stall.
+"""
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import numpy as np
+
+from keras_hybrid.testing import TestCase
+from keras_hybrid.testing import models
+
+HERE = os.path.dirname(__file__)
+WORKER = os.path.join(HERE, "workers", "elastic_fit_worker.py")
+TIMEOUT = 400
+ARGS = ("--epochs=2", "--batch_size=12", "--num_samples=480")
+
+
+def _sizes(out_dir: str) -> list:
+    path = os.path.join(out_dir, "progress.jsonl")
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.endswith("\n")]
+
+
+class ElasticFitTest(TestCase):
+    def test_grow_then_shrink_equals_one_process(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            out_dir = os.path.join(tmp, "elastic")
+            os.makedirs(out_dir)
+            slots = os.path.join(tmp, "slots")
+            script = os.path.join(tmp, "hosts.sh")
+            with open(script, "w") as f:
+                f.write(f"#!/bin/sh\ncat {slots}\n")
+            os.chmod(script, 0o755)
+            _write(slots, "localhost:2\n")
+            _write(os.path.join(out_dir, "pace"), "")
+            _write(os.path.join(out_dir, "hold"), "")
+            proc = subprocess.Popen(
+                [
+                    *(sys.executable, "-m", "keras_hybrid.run"),
+                    *("--min-np", "2", "--max-np", "4", "--threads", "1"),
+                    *("--host-discovery-script", script),
+                    *("--discovery-interval", "0.2"),
+                    *(sys.executable, WORKER, f"--out_dir={out_dir}"),
+                    *ARGS,
+                    "--step_sleep=0.1",
+                    "--hold_at_step=10",
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+            )
+            lines = []
+            reader = threading.Thread(
+                target=lambda: lines.extend(iter(proc.stdout.readline, "")),
+                daemon=True,
+            )
+            reader.start()
+            try:
+                self._drive(proc, out_dir, slots, lines)
+                proc.wait(timeout=TIMEOUT)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+                reader.join(timeout=10)
+            output = "".join(lines)
+            self.assertEqual(proc.returncode, 0, output[-6000:])
+            with open(os.path.join(out_dir, "rank0.pkl"), "rb") as f:
+                result = pickle.load(f)
+            sizes = [row["size"] for row in _sizes(out_dir)]
+        # Each step the script's own callback saw the current size.
+        changes = [
+            s for i, s in enumerate(sizes) if i == 0 or sizes[i - 1] != s
+        ]
+        self.assertEqual(changes, [2, 4, 3], output[-4000:])
+        self.assertEqual(len(sizes), 80)  # 2 epochs of 40 global batches
+        reference = self._reference()
+        for got, want in zip(result["weights"], reference, strict=True):
+            np.testing.assert_allclose(got, want, atol=1e-5)
+        resizes = result["resizes"]
+        self.assertEqual(
+            [(r["old_size"], r["new_size"]) for r in resizes], [(2, 4), (4, 3)]
+        )
+        self.assertGreater(resizes[0]["bytes_moved"], 0)
+        self.assertEqual(resizes[1]["bytes_moved"], 0)
+        for r in resizes:
+            self.assertEqual(r["reason"], "discovery")
+            self.assertGreaterEqual(r["stall_seconds"], 0.0)
+        self.assertIn("retires at global step", output)
+        # CommunicationStats (every 5 steps, a collective) reports them too.
+        self.assertEqual(len(result["stats_resizes"]), 2)
+        self.assertIn("Elastic resizes:", output)
+
+    def _reference(self) -> list:
+        """Plain Keras in this process on the same global batches."""
+        x, y = models.make_data(480)
+        model = models.build_model("sequential", seed=100)
+        models.compile_model(model, "adam")
+        model.fit(x, y, batch_size=12, epochs=2, shuffle=False, verbose=0)
+        return model.get_weights()
+
+    def _drive(self, proc, out_dir: str, slots: str, lines: list) -> None:
+        """Rewrites the discovery output as training goes: 4 slots once
+        the job trains, 3 once 4 workers trained 3 steps, then lets the
+        chief run at full speed."""
+        deadline = time.monotonic() + TIMEOUT
+        stage = 0
+        while time.monotonic() < deadline and proc.poll() is None:
+            sizes = [row["size"] for row in _sizes(out_dir)]
+            if stage == 0 and sizes:
+                _write(slots, "localhost:4\n")
+                stage = 1
+            elif stage == 1 and any("generation 1 planned" in x for x in lines):
+                os.remove(os.path.join(out_dir, "hold"))
+                stage = 2
+            elif stage == 2 and sizes.count(4) >= 3:
+                _write(slots, "localhost:3\n")
+                stage = 3
+            elif stage == 3 and sizes.count(3) >= 3:
+                os.remove(os.path.join(out_dir, "pace"))
+                return
+            time.sleep(0.1)
+
+
+def _write(path: str, text: str) -> None:
+    with open(path + ".tmp", "w") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)

@@ -1,0 +1,102 @@
+"""Worker: a plain `fit` script, run elastically or as one process.
+
+Nothing elastic in it: a callback records `strategy.size`/`strategy.rank`
+per global step into `progress.jsonl` (which the test watches to change the
+discovery output) and, on the chief, sleeps `step_sleep` seconds per step
+while the file `pace` exists and waits at step `hold_at_step` while
+`hold` exists, so that joiners have time to start. The chief (or the one
+process) saves the final weights. Ranks seed differently on purpose.
+"""
+
+import json
+import os
+import time
+
+import keras
+from absl import app
+from absl import flags
+
+import keras_hybrid as kh
+from keras_hybrid.testing import models
+from keras_hybrid.testing.multiprocess import save_result
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("out_dir", None, "Where to save results.")
+flags.DEFINE_integer("epochs", 3, "Epochs.")
+flags.DEFINE_integer("batch_size", 12, "Global batch size.")
+flags.DEFINE_integer("num_samples", 600, "Samples.")
+flags.DEFINE_float("step_sleep", 0.0, "Seconds to sleep after each step.")
+flags.DEFINE_integer(
+    "hold_at_step", 0, "Chief waits at this step while out_dir/hold exists."
+)
+flags.DEFINE_string("optimizer", "adam", "sgd or adam.")
+
+
+class SizeLog(keras.callbacks.Callback):
+    """Records the membership each step sees (what acceptance reads)."""
+
+    def __init__(self, strategy, path):
+        super().__init__()
+        self.strategy = strategy
+        self.path = path
+        self.step = 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.step += 1
+        if not self.strategy.is_chief:
+            return
+        with open(self.path, "a") as f:
+            f.write(
+                json.dumps({"step": self.step, "size": self.strategy.size})
+                + "\n"
+            )
+        # The chief paces the job while the test's `pace` file exists, and
+        # holds at one step while `hold` exists (joiners need time to start).
+        if os.path.exists(os.path.join(FLAGS.out_dir, "pace")):
+            time.sleep(FLAGS.step_sleep)
+        hold = os.path.join(FLAGS.out_dir, "hold")
+        deadline = time.monotonic() + 300
+        while self.step == FLAGS.hold_at_step and os.path.exists(hold):
+            if time.monotonic() > deadline:
+                raise RuntimeError("The test never released the hold.")
+            time.sleep(0.05)
+
+
+def main(argv):
+    del argv
+    strategy = kh.HybridStrategy(variable_kinds={".*": "dense"})
+    x, y = models.make_data(FLAGS.num_samples)
+    with strategy.scope():
+        model = models.build_model("sequential", seed=100 + strategy.rank)
+        models.compile_model(model, FLAGS.optimizer)
+    stats = kh.callbacks.CommunicationStats(every_n_steps=5)
+    history = model.fit(
+        x,
+        y,
+        batch_size=FLAGS.batch_size,
+        epochs=FLAGS.epochs,
+        shuffle=False,
+        verbose=0,
+        callbacks=[
+            SizeLog(strategy, os.path.join(FLAGS.out_dir, "progress.jsonl")),
+            # Collectives in callbacks: a joiner must not run them for the
+            # batches it skips.
+            stats,
+        ],
+    )
+    if strategy.is_chief:
+        save_result(
+            FLAGS.out_dir,
+            0,
+            {
+                "weights": model.get_weights(),
+                "history": history.history,
+                "resizes": strategy.communicator.stats.resizes,
+                "stats_resizes": stats.summary["resizes"],
+                "size": strategy.size,
+            },
+        )
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -23,7 +23,7 @@ from keras_hybrid.testing import run_workers
 HERE = os.path.join(os.path.dirname(__file__), "workers")
 WORKER = os.path.join(HERE, "resharding_worker.py")
 sys.path.insert(0, HERE)
-import resharding_worker as worker  # noqa: E402
+import resharding_data as worker  # noqa: E402
 import sparse_cases as cases  # noqa: E402
 
 pytestmark = pytest.mark.multiprocess

@@ -15,7 +15,8 @@ text.
 
 import keras
 import numpy as np
-import sparse_cases as cases  # noqa: I001  (sits beside this script)
+import resharding_data as data  # noqa: I001  (sits beside this script)
+import sparse_cases as cases
 from absl import app
 from absl import flags
 
@@ -28,9 +29,7 @@ from keras_hybrid.testing.multiprocess import save_result
 FLAGS = flags.FLAGS
 flags.DEFINE_string("out_dir", None, "Where to save this rank's results.")
 
-BATCH = 48
-STEPS = 4
-DATA_SEED = 11
+BATCH, STEPS, DATA_SEED = data.BATCH, data.STEPS, data.DATA_SEED
 
 
 def full_state(model, tables) -> dict:

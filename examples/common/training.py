@@ -43,6 +43,21 @@ def define_common_flags(steps: int, batch_size: int, epochs: int) -> None:
     flags.DEFINE_integer("seed", 0, "Seed of the data and the model.")
 
 
+@dataclasses.dataclass(frozen=True)
+class CommonConfig:
+    """The settings of `define_common_flags`; each example's `Config`
+    extends it with its own."""
+
+    steps: int
+    batch_size: int
+    epochs: int
+    data: str = ""
+    seed: int = 0
+    model_dir: str = ""
+    log_dir: str = ""
+    step_log: str = ""
+
+
 def config_from_flags(config_class, **overrides):
     """An example's `Config` whose every field is the flag of that name
     (or an entry of `overrides`, for a flag that needs parsing)."""

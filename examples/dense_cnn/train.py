@@ -63,18 +63,10 @@ def read_images(path: str):
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
+class Config(training.CommonConfig):
     """Everything `train` takes: `main.py` builds it from its flags."""
 
-    steps: int
-    batch_size: int
-    epochs: int
-    data: str = ""
     learning_rate: float = 0.001
-    seed: int = 0
-    model_dir: str = ""
-    log_dir: str = ""
-    step_log: str = ""
 
 
 def train(config: Config) -> dict:

@@ -161,23 +161,15 @@ def windows(stream: np.ndarray, seq_len: int, count: int):
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
+class Config(training.CommonConfig):
     """Everything `train` takes: `main.py` builds it from its flags."""
 
-    steps: int
-    batch_size: int
-    epochs: int
-    data: str = ""
     vocab: int = 10_000
     seq_len: int = 20
     dim: int = 64
     hidden: int = 128
     num_sampled: int = 64
     learning_rate: float = 0.01
-    seed: int = 0
-    model_dir: str = ""
-    log_dir: str = ""
-    step_log: str = ""
 
 
 def train(config: Config) -> dict:

@@ -98,22 +98,14 @@ def teacher_forcing(source, target):
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
+class Config(training.CommonConfig):
     """Everything `train` takes: `main.py` builds it from its flags."""
 
-    steps: int
-    batch_size: int
-    epochs: int
-    data: str = ""
     vocab: int = 5_000
     seq_len: int = 12
     dim: int = 64
     hidden: int = 128
     learning_rate: float = 0.005
-    seed: int = 0
-    model_dir: str = ""
-    log_dir: str = ""
-    step_log: str = ""
 
 
 def train(config: Config) -> dict:

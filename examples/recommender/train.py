@@ -89,21 +89,13 @@ def read_clicks(path: str, num_dense: int, vocab_sizes):
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
+class Config(training.CommonConfig):
     """Everything `train` takes: `main.py` builds it from its flags."""
 
-    steps: int
-    batch_size: int
-    epochs: int
-    data: str = ""
     num_dense: int = 13
     vocab_sizes: tuple[int, ...] = (100_000, 20_000, 5_000, 500)
     dim: int = 16
     learning_rate: float = 0.005
-    seed: int = 0
-    model_dir: str = ""
-    log_dir: str = ""
-    step_log: str = ""
 
 
 def train(config: Config) -> dict:

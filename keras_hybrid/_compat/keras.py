@@ -77,6 +77,16 @@ def apply_accumulated_update(
     optimizer._backend_update_step(grads, variables, optimizer.learning_rate)
 
 
+# -- console (strategy/quiet_ranks.py)
+
+
+def printed_by_keras(record) -> bool:
+    """Whether a log record is Keras' console output: with interactive
+    logging off, `keras.src.utils.io_utils.print_msg` logs through absl
+    from its own file."""
+    return record.filename == "io_utils.py"
+
+
 # -- models (callbacks/sharded_checkpoint.py)
 
 

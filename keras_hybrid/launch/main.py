@@ -8,20 +8,18 @@ srun -n 4 keras-hybrid-run --slurm python train.py
 """
 
 import argparse
-import logging
 import sys
 
+from keras_hybrid.launch import console
 from keras_hybrid.launch import elastic_cli
 from keras_hybrid.launch import exit_codes
 from keras_hybrid.launch import validation
+from keras_hybrid.launch.console import PROG
+from keras_hybrid.launch.console import logger
 from keras_hybrid.launch.launcher import DEFAULT_GRACE_SECONDS
 from keras_hybrid.launch.launcher import DEFAULT_PORT
 from keras_hybrid.launch.launcher import plan_workers
 from keras_hybrid.launch.worker_group import WorkerGroup
-
-logger = logging.getLogger("keras_hybrid.launch")
-
-PROG = "keras-hybrid-run"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -106,7 +104,7 @@ def _add_tuning_flags(parser: argparse.ArgumentParser) -> None:
 
 def run() -> None:
     """Parses `sys.argv`, runs the job and exits with its exit code."""
-    _configure_logging()
+    console.configure()
     parser = build_parser()
     args = parser.parse_args()
     try:
@@ -162,15 +160,3 @@ def _run_slurm(
     except OSError as error:
         logger.error("cannot run %r: %s.", command[0], error)
         sys.exit(exit_codes.NOT_STARTED_EXIT_CODE)
-
-
-def _configure_logging() -> None:
-    # The launcher's own messages go to stderr, next to worker stderr, with
-    # a prefix that tells them apart from `[rank] ` lines.
-    if logger.handlers:
-        return
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(f"{PROG}: %(message)s"))
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    logger.propagate = False

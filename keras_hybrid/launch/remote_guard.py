@@ -32,6 +32,8 @@ import subprocess
 import sys
 import threading
 
+from keras_hybrid.launch import console
+
 _POLL_SECONDS = 0.1
 
 
@@ -81,10 +83,9 @@ def main(argv: list[str] | None = None) -> int:
             command, stdin=subprocess.DEVNULL, start_new_session=True
         )
     except OSError as error:
-        print(
-            f"keras-hybrid-run: cannot start {command[0]!r} on "
-            f"{os.uname().nodename}: {error}",
-            file=sys.stderr,
+        console.configure()
+        console.logger.error(
+            "cannot start %r on %s: %s", command[0], os.uname().nodename, error
         )
         return 127
     # Signals the guard itself gets (e.g. from a remote `kill`) go to the

@@ -1,9 +1,9 @@
 """Keeps Keras' console output (progress bar, summaries) to rank 0.
 
-Keras prints through `keras.src.utils.io_utils.print_msg`: to stdout when
-interactive logging is on, else as absl INFO records. On other ranks both
-are turned off: interactive logging is disabled and a filter drops the
-records that `io_utils` emits. The user's own log lines are untouched.
+Keras prints its console output to stdout when interactive logging is on,
+else as absl INFO records. On other ranks both are turned off: interactive
+logging is disabled and a filter drops the records Keras' printer emits
+(`_compat.keras.printed_by_keras`). The user's own log lines are untouched.
 """
 
 import logging
@@ -11,12 +11,12 @@ import logging
 import keras
 from absl import logging as absl_logging
 
-_KERAS_PRINTER = "io_utils.py"
+from keras_hybrid._compat import keras as keras_compat
 
 
 class _DropKerasConsole(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        return record.filename != _KERAS_PRINTER
+        return not keras_compat.printed_by_keras(record)
 
 
 _FILTER = _DropKerasConsole()

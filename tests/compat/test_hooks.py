@@ -703,6 +703,7 @@ class KerasConsoleTest(TestCase):
                 keras.config.enable_interactive_logging()
         probe = [r for r in records if "compat probe" in r.getMessage()]
         self.assertEqual([r.filename for r in probe], ["io_utils.py"])
+        self.assertTrue(keras_compat.printed_by_keras(probe[0]))
 
 
 class TableGradientMarkTest(TestCase):

@@ -28,13 +28,14 @@ flags.DEFINE_integer("num_items", 20000, "Rows of the item table.")
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    """Everything `train` takes; `main` builds it from the flags."""
+    """Everything `train` takes; `main` builds it from the flags (whose
+    defaults are the only ones)."""
 
-    epochs: int = 5
-    batch_size: int = 256
-    num_samples: int = 8192
-    learning_rate: float = 0.01
-    num_items: int = 20000
+    epochs: int
+    batch_size: int
+    num_samples: int
+    learning_rate: float
+    num_items: int
 
 
 def make_data(num_samples: int, num_items: int, seed: int = 0):

@@ -24,6 +24,8 @@ TensorFlow (`tf.py`, `one_process_extended.py`):
   `broadcast_recv`: `collective_ops`' V2 ops;
 - `enable_collectives`: the eager context's `configure_collective_ops`,
   `enable_collective_ops` and the `ServerDef` proto;
+- `reset_collectives`: `context._reset_context` (a new eager context), then
+  `enable_collectives` on new addresses (an elastic job's survivors);
 - `check_peer_health`, `abort_collectives`: the eager context's
   `check_collective_ops_peer_health` and `abort_collective_ops`;
 - `shard_files`: `data.experimental.ops.distribute`'s batch-size helpers

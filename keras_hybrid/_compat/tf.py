@@ -173,6 +173,27 @@ def enable_collectives(
     ctx.ensure_initialized()
 
 
+def reset_collectives(
+    cluster_spec: tf.train.ClusterSpec, job: str, task: int, protocol: str
+) -> None:
+    """Replaces this process's eager context by a new one that serves
+    collectives on `cluster_spec` (an elastic job's survivors, on new
+    ports).
+
+    After a peer died, TF 2.21's collective executor fails every later
+    collective, in any group; only a new context recovers (probe
+    `tf_group_failure_reset.py`). Variables made before keep working;
+    every `tf.function` must be traced again. The global seed is kept.
+    """
+    from tensorflow.python.eager import context
+
+    seed, _ = tf.compat.v1.random.get_seed(None)
+    context._reset_context()
+    if seed is not None:
+        tf.random.set_seed(seed)
+    enable_collectives(cluster_spec, job, task, protocol)
+
+
 def check_peer_health(task: str, timeout_ms: int) -> None:
     """Raises if the server of `task` (`/job:j/replica:0/task:i`) does not
     answer within `timeout_ms`."""

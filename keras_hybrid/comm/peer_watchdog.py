@@ -53,6 +53,11 @@ class PeerWatchdog:
     def stop(self) -> None:
         self._stop.set()
 
+    def join(self, timeout_seconds: float | None = None) -> None:
+        """Waits until the thread ended (after `stop`), at most
+        `timeout_seconds`."""
+        self._thread.join(timeout_seconds)
+
     def set_peers(self, tasks: list[int]) -> None:
         """Probes only `tasks` from now on (an elastic job's members)."""
         self._peers = [f"/{self._job}/replica:0/task:{t}" for t in tasks]

@@ -6,12 +6,13 @@ import argparse
 from keras_hybrid.launch import validation
 from keras_hybrid.launch.elastic_driver import ElasticDriver
 from keras_hybrid.launch.elastic_driver import check_bounds
+from keras_hybrid.launch.elastic_files import DEFAULT_COMMIT_INTERVAL
 from keras_hybrid.launch.host_discovery import HostDiscovery
 
 
 def add_elastic_flags(parser: argparse.ArgumentParser) -> None:
     """Adds `--min-np`, `--max-np`, `--host-discovery-script`,
-    `--discovery-interval` and `--elastic-timeout`."""
+    `--discovery-interval`, `--elastic-timeout` and `--commit-interval`."""
     group = parser.add_argument_group("elastic training (docs/elastic.md)")
     group.add_argument(
         "--host-discovery-script",
@@ -37,7 +38,17 @@ def add_elastic_flags(parser: argparse.ArgumentParser) -> None:
         default=60.0,
         metavar="SECONDS",
         help="How long to wait for discovery to report --min-np slots "
-        "before failing. Default: %(default)s.",
+        "(at the start, and after lost workers left fewer) before failing. "
+        "Default: %(default)s.",
+    )
+    group.add_argument(
+        "--commit-interval",
+        type=int,
+        default=DEFAULT_COMMIT_INTERVAL,
+        metavar="STEPS",
+        help="Global steps between two in-memory commits of the training "
+        "state; after a lost worker the survivors replay the steps since "
+        "the last one. Default: %(default)s.",
     )
 
 
@@ -71,6 +82,11 @@ def run_elastic(args, command: list[str], extra_env: dict) -> int:
     validation.check_threads(args.threads)
     validation.check_seconds("--discovery-interval", args.discovery_interval)
     validation.check_seconds("--elastic-timeout", args.elastic_timeout)
+    if args.commit_interval < 1:
+        raise ValueError(
+            "--commit-interval must be a positive number of global steps. "
+            f"Received: --commit-interval {args.commit_interval}."
+        )
     driver = ElasticDriver(
         command,
         args.min_np,
@@ -81,5 +97,6 @@ def run_elastic(args, command: list[str], extra_env: dict) -> int:
         poll_seconds=args.discovery_interval,
         wait_seconds=args.elastic_timeout,
         grace_seconds=args.grace_seconds,
+        commit_interval=args.commit_interval,
     )
     return driver.run(timeout=args.timeout)

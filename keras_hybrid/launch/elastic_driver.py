@@ -10,6 +10,16 @@ collective leader, never leaves). The workers switch at a train-step
 boundary (`keras_hybrid.strategy.elastic_resize`) and rank 0 writes
 `applied-<g>.json`; only then is the next change planned. Retired
 workers exit 0. The job ends when task 0 exits.
+
+When a member other than task 0 dies, the driver picks new ports for
+every task and writes `recover-<g>.json` (the survivors and the new
+addresses); the survivors abort their collectives, serve again on the new
+ports and resume from their last commit
+(`keras_hybrid.strategy.elastic_recovery`). Once rank 0 wrote
+`recovered-<g>.json`, the driver writes `plan-<g>.json` for later
+joiners. If fewer than `min_np` survive, the driver first waits up to
+`wait_seconds` for discovery to report `min_np` slots (and then grows the
+job back with joiners), else stops the job.
 """
 
 import dataclasses
@@ -60,6 +70,9 @@ class ElasticDriver:
             `min_np` slots before failing. Defaults to `60.0`.
         grace_seconds: Float. Seconds between SIGTERM and SIGKILL when
             stopping workers. Defaults to `10.0`.
+        commit_interval: Int. Global steps between two in-memory commits
+            of the workers' state. Defaults to
+            `elastic_files.DEFAULT_COMMIT_INTERVAL`.
     """
 
     def __init__(
@@ -74,8 +87,14 @@ class ElasticDriver:
         poll_seconds: float = 1.0,
         wait_seconds: float = 60.0,
         grace_seconds: float = 10.0,
+        commit_interval: int = em.DEFAULT_COMMIT_INTERVAL,
     ) -> None:
         check_bounds(min_np, max_np)
+        if int(commit_interval) < 1:
+            raise ValueError(
+                "`commit_interval` must be a positive number of global "
+                f"steps. Received: commit_interval={commit_interval!r}."
+            )
         self.command = list(command)
         self.min_np, self.max_np = min_np, max_np
         self.discovery = discovery
@@ -83,20 +102,13 @@ class ElasticDriver:
         self.wait_seconds = wait_seconds
         self.grace_seconds = grace_seconds
         self.directory = tempfile.mkdtemp(prefix="keras_hybrid_elastic_")
-        specs = local_specs(free_ports(max_np))
-        cluster = [spec.address for spec in specs]
-        seed = secrets.randbelow(2**31)
-        self._envs = [
-            {
-                **os.environ,
-                **worker_env(spec, cluster, threads=threads, extra_env=env),
-                em.DIR_ENV: self.directory,
-                em.MIN_NP_ENV: str(min_np),
-                em.MAX_NP_ENV: str(max_np),
-                em.SEED_ENV: str(seed),
-            }
-            for spec in specs
-        ]
+        self._worker_settings = {
+            "threads": threads,
+            "extra_env": env,
+            em.COMMIT_INTERVAL_ENV: str(int(commit_interval)),
+            em.SEED_ENV: str(secrets.randbelow(2**31)),
+        }
+        self._envs, self.cluster = self._make_envs()
         self.members: list[int] = []
         self.generation = 0
         self._procs: dict[int, subprocess.Popen] = {}
@@ -105,6 +117,36 @@ class ElasticDriver:
         self._change: _Change | None = None
         self._signals: list[int] = []
         self._dismissed: set[int] = set()  # joiners stopped at the end
+        self._lost: set[int] = set()  # members that died
+        self._short_since: float | None = None  # waiting for slots
+        self._short_lost: list[int] = []
+        self._recovering: int | None = None  # generation of a recovery
+        self.recoveries: list[dict] = []
+
+    def _make_envs(self) -> tuple:
+        """Every task's environment on new loopback ports, and the
+        cluster's addresses."""
+        settings = self._worker_settings
+        specs = local_specs(free_ports(self.max_np))
+        cluster = [spec.address for spec in specs]
+        envs = [
+            {
+                **os.environ,
+                **worker_env(
+                    spec,
+                    cluster,
+                    threads=settings["threads"],
+                    extra_env=settings["extra_env"],
+                ),
+                em.DIR_ENV: self.directory,
+                em.MIN_NP_ENV: str(self.min_np),
+                em.MAX_NP_ENV: str(self.max_np),
+                em.SEED_ENV: settings[em.SEED_ENV],
+                em.COMMIT_INTERVAL_ENV: settings[em.COMMIT_INTERVAL_ENV],
+            }
+            for spec in specs
+        ]
+        return envs, cluster
 
     def run(self, timeout: float | None = None) -> int:
         """Runs the job; returns its exit code (0 when task 0 finished and
@@ -140,8 +182,21 @@ class ElasticDriver:
                 return self._stop_all(
                     signal.SIGTERM, exit_codes.TIMEOUT_EXIT_CODE
                 )
+            if self._short_since is not None:
+                if time.monotonic() >= next_poll:
+                    next_poll = time.monotonic() + self.poll_seconds
+                    code = self._wait_for_replacements()
+                    if code is not None:
+                        return code
+                time.sleep(_TICK)
+                continue
+            self._advance_recovery()
             self._advance_change()
-            if self._change is None and time.monotonic() >= next_poll:
+            if (
+                self._change is None
+                and self._recovering is None
+                and time.monotonic() >= next_poll
+            ):
                 next_poll = time.monotonic() + self.poll_seconds
                 self._plan_change(self.discovery.total())
             time.sleep(_TICK)
@@ -180,11 +235,18 @@ class ElasticDriver:
             code = proc.poll()
             if code is None or code == 0 or task in self._dismissed:
                 continue
+            if task in self._lost:
+                continue
+            if task != 0 and task in self.members:
+                self._lose(task, code)
+                continue
             logger.error(
-                "task %d exited with %s; stopping the job (a lost worker "
-                "is not recovered yet, see docs/elastic.md).",
+                "task %d exited with %s; stopping the job (%s).",
                 task,
                 exit_codes.describe_returncode(code),
+                "task 0 leads TensorFlow's collectives"
+                if task == 0
+                else "a joiner that was not admitted yet",
             )
             return self._stop_all(
                 signal.SIGTERM, exit_codes.exit_code_for(code)
@@ -226,6 +288,105 @@ class ElasticDriver:
         for forwarder in self._forwarders:
             forwarder.join(timeout=5.0)
         return code
+
+    # -- lost workers
+
+    def _lose(self, task: int, code: int) -> None:
+        """A member died: drops a planned change, and recovers the
+        survivors now or once discovery reports enough slots."""
+        self._lost.add(task)
+        change = self._change
+        if change is not None:
+            # Joiners of a change that did not happen wait for a plan
+            # naming them on the old addresses: stop them.
+            for joiner in change.joiners:
+                self._dismissed.add(joiner)
+                self._signal(joiner, signal.SIGTERM)
+            if change.written:
+                self.generation = max(self.generation, change.generation)
+            self._change = None
+        self.members = [t for t in self.members if t != task]
+        logger.warning(
+            "task %d exited with %s; %d workers are left (tasks %s).",
+            task,
+            exit_codes.describe_returncode(code),
+            len(self.members),
+            self.members,
+        )
+        if len(self.members) >= self.min_np:
+            self._recover([task])
+            return
+        if self._short_since is None:
+            self._short_since = time.monotonic()
+        self._short_lost.append(task)
+        logger.warning(
+            "fewer than --min-np %d workers are left; waiting up to %g s "
+            "(--elastic-timeout) for host discovery to report %d slots.",
+            self.min_np,
+            self.wait_seconds,
+            self.min_np,
+        )
+
+    def _wait_for_replacements(self) -> int | None:
+        """While fewer than `min_np` members are left: recovers once
+        discovery reports `min_np` slots (joiners then grow the job back);
+        returns the job's exit code (1) when `wait_seconds` ran out."""
+        slots = self.discovery.total()
+        if slots >= self.min_np:
+            self._short_since = None
+            self._recover(self._short_lost)
+            self._short_lost = []
+            return None
+        waited = time.monotonic() - self._short_since
+        if waited < self.wait_seconds:
+            return None
+        logger.error(
+            "lost task(s) %s: %d worker(s) left (tasks %s), fewer than "
+            "--min-np %d, and host discovery reported %d slot(s) for %g s "
+            "(--elastic-timeout), never the %d needed to replace them; "
+            "stopping the job.",
+            self._short_lost,
+            len(self.members),
+            self.members,
+            self.min_np,
+            slots,
+            self.wait_seconds,
+            self.min_np,
+        )
+        return self._stop_all(signal.SIGTERM, 1)
+
+    def _recover(self, lost: list) -> None:
+        """Writes the survivors' recovery plan on new ports."""
+        generation = self.generation + 1
+        self._envs, self.cluster = self._make_envs()
+        em.write_recovery(
+            self.directory, generation, self.members, self.cluster, lost
+        )
+        self.generation = generation
+        self._recovering = generation
+        self.recoveries.append(
+            {"generation": generation, "members": list(self.members)}
+        )
+        logger.info(
+            "generation %d planned (lost worker %s): %d survivors %s on new "
+            "ports",
+            generation,
+            lost,
+            len(self.members),
+            self.members,
+        )
+
+    def _advance_recovery(self) -> None:
+        """Once rank 0 resumed after a recovery, writes that generation's
+        plan too (joiners read every generation's plan)."""
+        generation = self._recovering
+        if generation is None:
+            return
+        if os.path.exists(em.recovered_path(self.directory, generation)):
+            em.write_plan(
+                self.directory, generation, self.members, "lost_worker"
+            )
+            self._recovering = None
 
     # -- membership changes
 

@@ -7,7 +7,10 @@ shares):
 
 - `plan-<g>.json`: the launcher's plan of generation g (members, reason);
 - `ready-<task>`: a joiner traced its step and waits to be admitted;
-- `applied-<g>.json`: rank 0 switched to generation g (step, bytes moved).
+- `applied-<g>.json`: rank 0 switched to generation g (step, bytes moved);
+- `recover-<g>.json`: a member died; the survivors form generation g on
+  the new cluster addresses it lists (`write_recovery`);
+- `recovered-<g>.json`: rank 0 resumed training after that recovery.
 
 Imports nothing heavy: the launcher runs without TensorFlow.
 """
@@ -20,6 +23,9 @@ MEMBERS_ENV = "KERAS_HYBRID_ELASTIC_MEMBERS"
 MAX_NP_ENV = "KERAS_HYBRID_ELASTIC_MAX_NP"
 MIN_NP_ENV = "KERAS_HYBRID_ELASTIC_MIN_NP"
 SEED_ENV = "KERAS_HYBRID_ELASTIC_SEED"
+COMMIT_INTERVAL_ENV = "KERAS_HYBRID_ELASTIC_COMMIT_INTERVAL"
+# Global steps between two commits when the launcher does not say.
+DEFAULT_COMMIT_INTERVAL = 10
 # Group keys of generation g; the plain job's group key is 1.
 GROUP_KEY_BASE = 1000
 # Group keys of rank 0 and the joiners of generation g (state transfer).
@@ -47,6 +53,35 @@ def write_plan(
             }
         ),
     )
+
+
+def write_recovery(
+    directory: str, generation: int, members, cluster, lost
+) -> None:
+    """Writes the recovery plan of `generation` atomically (the launcher's
+    side): the surviving `members`, the new `cluster` addresses (every
+    task's `host:port`, since TensorFlow serves collectives again on new
+    ports) and the `lost` tasks."""
+    write_file(
+        recovery_path(directory, generation),
+        json.dumps(
+            {
+                "generation": generation,
+                "members": sorted(members),
+                "cluster": list(cluster),
+                "lost": sorted(lost),
+                "reason": "lost_worker",
+            }
+        ),
+    )
+
+
+def recovery_path(directory: str, generation: int) -> str:
+    return os.path.join(directory, f"recover-{generation}.json")
+
+
+def recovered_path(directory: str, generation: int) -> str:
+    return os.path.join(directory, f"recovered-{generation}.json")
 
 
 def write_file(path: str, text: str) -> None:

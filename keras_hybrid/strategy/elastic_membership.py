@@ -19,6 +19,8 @@ import time
 
 import tensorflow as tf
 
+from keras_hybrid.launch.elastic_files import COMMIT_INTERVAL_ENV
+from keras_hybrid.launch.elastic_files import DEFAULT_COMMIT_INTERVAL
 from keras_hybrid.launch.elastic_files import DIR_ENV
 from keras_hybrid.launch.elastic_files import GROUP_KEY_BASE
 from keras_hybrid.launch.elastic_files import MAX_NP_ENV
@@ -40,6 +42,8 @@ class ElasticMembership:
         min_np: Int. Fewest workers the job runs with.
         max_np: Int. Most workers (tasks in the cluster).
         seed: Int. TF global seed shared by every worker of the job.
+        commit_interval: Int. Global steps between two in-memory commits
+            (`ElasticCommit`). Defaults to `DEFAULT_COMMIT_INTERVAL`.
     """
 
     def __init__(
@@ -50,8 +54,10 @@ class ElasticMembership:
         min_np: int,
         max_np: int,
         seed: int,
+        commit_interval: int = DEFAULT_COMMIT_INTERVAL,
     ) -> None:
         self.task = task
+        self.commit_interval = commit_interval
         self.directory = directory
         self.min_np = min_np
         self.max_np = max_np
@@ -59,16 +65,24 @@ class ElasticMembership:
         self.generation = 0
         self.global_step = 0  # train steps of the job so far
         self.members: list[int] = [] if members is None else sorted(members)
+        self.rebuild_variables()
+        if members is not None:
+            self._set(0, self.members)
+
+    def rebuild_variables(self) -> None:
+        """Makes the group key, size and rank variables anew, with their
+        current values (after an eager context reset, see
+        `ElasticRecovery`)."""
         with tf.init_scope():
             self._group_key = tf.Variable(
-                GROUP_KEY_BASE, dtype=tf.int32, trainable=False
+                GROUP_KEY_BASE + self.generation,
+                dtype=tf.int32,
+                trainable=False,
             )
             self._group_size = tf.Variable(
                 max(1, len(self.members)), dtype=tf.int32, trainable=False
             )
-            self._rank = tf.Variable(0, dtype=tf.int64, trainable=False)
-        if members is not None:
-            self._set(0, self.members)
+            self._rank = tf.Variable(self.rank, dtype=tf.int64, trainable=False)
 
     @classmethod
     def from_env(cls, task: int) -> "ElasticMembership | None":
@@ -84,6 +98,7 @@ class ElasticMembership:
             int(os.environ[MIN_NP_ENV]),
             int(os.environ[MAX_NP_ENV]),
             int(os.environ.get(SEED_ENV, "0")),
+            int(os.environ.get(COMMIT_INTERVAL_ENV, DEFAULT_COMMIT_INTERVAL)),
         )
 
     # -- where this process sits

@@ -3,9 +3,12 @@
 - Keras scales each loss by `1 / num_replicas_in_sync`, a number fixed
   when the step is traced. Under an elastic strategy the scale reads the
   current group size, so the traced step stays right after a resize.
-- `keras.Model.fit` gets an `ElasticResize` callback (the user's script
-  stays unchanged) and checks, before training, that the global batch
-  splits evenly over every allowed worker count.
+- `keras.Model.fit` gets an `ElasticResize` and an `ElasticCommit`
+  callback (the user's script stays unchanged) and checks, before
+  training, that the global batch splits evenly over every allowed worker
+  count. When a lost worker stops `fit`, the survivors recover
+  (`ElasticRecovery`) and `fit` runs again from the last commit; the call
+  returns the `History` of that last run.
 
 Private hooks touched: Keras' loss scaling functions (the
 `_compat.keras` patch sites `scale_loss_for_distribution` and
@@ -89,8 +92,8 @@ def _elastic_fit(original):
         membership = membership_of(self.distribute_strategy)
         if membership is None:
             return original(self, *args, **kwargs)
-        from keras_hybrid.strategy.elastic_resize import ElasticResize
-        from keras_hybrid.strategy.gated_callback import GatedCallback
+        from keras_hybrid.strategy.elastic_commit import ElasticCommit
+        from keras_hybrid.strategy.elastic_recovery import ElasticRecovery
 
         bound = signature.bind(self, *args, **kwargs)
         check_global_batch(
@@ -99,15 +102,64 @@ def _elastic_fit(original):
             membership.min_np,
             membership.max_np,
         )
-        callbacks = list(bound.arguments.get("callbacks") or [])
-        resize = ElasticResize(self.distribute_strategy)
-        if membership.joining:
-            callbacks = [GatedCallback(c, resize.trains) for c in callbacks]
-        callbacks.append(resize)
-        bound.arguments["callbacks"] = callbacks
-        return original(*bound.args, **bound.kwargs)
+        strategy = self.distribute_strategy
+        user_callbacks = list(bound.arguments.get("callbacks") or [])
+        commit = ElasticCommit(strategy, membership.commit_interval)
+        recovery = ElasticRecovery(strategy, self, commit).start()
+        resume = None
+        try:
+            while True:
+                bound.arguments["callbacks"] = _callbacks(
+                    strategy,
+                    membership,
+                    user_callbacks,
+                    commit,
+                    recovery,
+                    resume,
+                )
+                if resume is not None:
+                    bound.arguments["initial_epoch"] = resume["epoch"]
+                try:
+                    return original(*bound.args, **bound.kwargs)
+                except Exception as error:  # noqa: BLE001 - recover() re-raises
+                    resume = _recover(recovery, error)
+        finally:
+            recovery.stop()
 
     return fit
+
+
+def _recover(recovery, error):
+    """Recovers after `error`; again if a recovery fails on a newer plan
+    (one more worker lost meanwhile). Returns the commit to resume from."""
+    while True:
+        try:
+            return recovery.recover(error)
+        except Exception as again:  # noqa: BLE001 - recover() re-raises
+            if again is error:
+                raise
+            error = again
+
+
+def _callbacks(strategy, membership, user, commit, recovery, resume) -> list:
+    """`fit`'s callbacks: the user's, then `ElasticResize` and
+    `ElasticCommit`, gated while a joiner or a resumed run skips batches."""
+    from keras_hybrid.strategy.elastic_recovery import replay_callback
+    from keras_hybrid.strategy.elastic_resize import ElasticResize
+    from keras_hybrid.strategy.gated_callback import GatedCallback
+
+    resize = ElasticResize(strategy)
+    if resume is not None:
+        # First, so that it opens the gate before the others see a batch.
+        replay = replay_callback(
+            recovery, strategy, resume["batch"], [resize, commit]
+        )
+        gated = [*user, resize, commit]
+        return [replay, *(GatedCallback(c, replay.trains) for c in gated)]
+    if membership.joining:
+        gated = [GatedCallback(c, resize.trains) for c in user]
+        return [*gated, resize, GatedCallback(commit, resize.trains)]
+    return [*user, resize, commit]
 
 
 def check_global_batch(x, batch_size, min_np: int, max_np: int) -> None:

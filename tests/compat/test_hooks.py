@@ -12,6 +12,8 @@ import inspect
 import json
 import logging
 import os
+import subprocess
+import sys
 import tempfile
 from unittest import mock
 
@@ -48,6 +50,44 @@ from keras_hybrid.testing import TestCase
 
 # A group key no other test uses: TF keeps a group's size per process.
 _GROUP = 4242
+_RESET_SCRIPT = """
+import json
+import tensorflow as tf
+from keras_hybrid._compat import tf as tf_compat
+from keras_hybrid.launch.topology import free_ports
+
+def spec():
+    return tf.train.ClusterSpec(
+        {"worker": [f"127.0.0.1:{free_ports(1)[0]}"]})
+
+def all_reduce(x, key):
+    return tf_compat.all_reduce(
+        x, group_size=1, group_key=key, instance_key=1, merge_op="Add",
+        final_op="Id", timeout=30)
+
+tf.random.set_seed(7)
+tf_compat.enable_collectives(spec(), "worker", 0, "grpc")
+v = tf.Variable([1.0, 2.0])
+all_reduce(v.read_value(), 5)
+tf_compat.abort_collectives("peer lost")
+try:
+    all_reduce(v.read_value(), 6)
+    aborted_fails = False
+except tf.errors.UnavailableError:
+    aborted_fails = True
+tf_compat.reset_collectives(spec(), "worker", 0, "grpc")
+v.assign_add([1.0, 1.0])
+# TF 2.21: `assign` to a variable made before the reset does nothing (the
+# elastic recovery gives Keras variables new storage instead).
+v.assign([9.0, 9.0])
+out = all_reduce(tf.constant([3.0, 3.0]), 7)
+print(json.dumps({
+    "aborted_fails": aborted_fails,
+    "after_reset": out.numpy().tolist(),
+    "old_variable": v.numpy().tolist(),
+    "seed": tf.compat.v1.random.get_seed(None)[0],
+}))
+"""
 
 
 def _params(fn) -> set:
@@ -144,6 +184,10 @@ class ClusterContextTest(TestCase):
 
     def test_unavailable_is_the_public_error_code(self):
         self.assertEqual(errors.UNAVAILABLE, tf.errors.UNAVAILABLE)
+
+    def test_reset_context_exists(self):
+        self.assertTrue(callable(context._reset_context))
+        self.assertEqual(_params(context._reset_context), set())
 
 
 class InputShardingTest(TestCase):
@@ -761,6 +805,24 @@ class CompatFunctionsTest(TestCase):
         ]
         for out in outs:
             self.assertAllClose(out, x)
+
+    def test_reset_collectives_recovers_an_aborted_process(self):
+        # In a child process: the reset replaces this process's context.
+        script = _RESET_SCRIPT
+        out = subprocess.run(
+            [sys.executable, "-c", script],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        )
+        self.assertEqual(out.returncode, 0, out.stderr[-3000:])
+        result = json.loads(out.stdout.strip().splitlines()[-1])
+        self.assertTrue(result["aborted_fails"])
+        self.assertEqual(result["after_reset"], [3.0, 3.0])
+        # assign_add works; assign did nothing (see _RESET_SCRIPT).
+        self.assertEqual(result["old_variable"], [2.0, 3.0])
+        self.assertEqual(result["seed"], 7)
 
     def test_convertible_variable_sends_whole_reads_to_to_tensor(self):
         class Doubled(tf_compat.ConvertibleVariable):

@@ -1,0 +1,151 @@
+"""`ElasticCommit`: keeps the training state in host memory every few steps.
+
+The strategy adds this callback to every `fit` of an elastic job. Every
+`--commit-interval` global steps (and at the start of training) each member
+copies into numpy arrays every weight and optimizer variable and the
+training position (epoch, next batch, global step, fenced calls). When a
+worker is lost, the survivors restore the last commit they all hold
+(`ElasticRecovery`) and replay the steps after it.
+
+Every member commits at the same global steps, and a member finishes at
+most one step more than another before a lost peer stops them all, so the
+last two commits always include one that every survivor holds.
+
+No private hook is touched here.
+"""
+
+import collections
+import time
+
+import keras
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from keras_hybrid.strategy.call_fence import active as active_fence
+
+_KEEP = 2  # commits kept: survivors may be one step apart
+
+
+class ElasticCommit(keras.callbacks.Callback):
+    """Copies the training state to host memory every `interval` steps.
+
+    Installed by `HybridStrategy` under `keras-hybrid-run --min-np/--max-np`;
+    not meant to be created by users.
+
+    Args:
+        strategy: The elastic `HybridStrategy`.
+        interval: Int. Global steps between two commits.
+    """
+
+    def __init__(self, strategy, interval: int) -> None:
+        super().__init__()
+        if int(interval) < 1:
+            raise ValueError(
+                "`interval` must be a positive number of global steps. "
+                f"Received: interval={interval!r}."
+            )
+        self._membership = strategy.communicator.membership
+        self.interval = int(interval)
+        # Each: {"global_step", "epoch", "batch", "fenced", "values"}.
+        self.commits: collections.deque = collections.deque(maxlen=_KEEP)
+        self.commit_seconds: collections.deque = collections.deque(maxlen=100)
+        self.step_gaps: collections.deque = collections.deque(maxlen=50)
+        self.last_step_end: float | None = None
+        self._epoch = 0
+
+    # -- Keras hooks
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+        if not self.commits:
+            self.take(epoch, 0)
+
+    def on_train_batch_end(self, batch, logs=None):
+        now = time.perf_counter()
+        if self.last_step_end is not None:
+            self.step_gaps.append(now - self.last_step_end)
+        global_step = self._membership.global_step
+        if global_step % self.interval == 0:
+            epoch, next_batch = self._epoch, batch + 1
+            steps = (self.params or {}).get("steps")
+            if steps is not None and next_batch >= steps:
+                epoch, next_batch = epoch + 1, 0
+            self.take(epoch, next_batch)
+        self.last_step_end = time.perf_counter()
+
+    # -- commits
+
+    def take(self, epoch: int, batch: int) -> dict:
+        """Copies the state now; training resumes from it at `(epoch,
+        batch)`."""
+        start = time.perf_counter()
+        fence = active_fence()
+        commit = {
+            "global_step": self._membership.global_step,
+            "epoch": int(epoch),
+            "batch": int(batch),
+            "fenced": fence.count if fence is not None else 0,
+            "values": [v.numpy() for v in state_variables(self.model)],
+        }
+        self.commits.append(commit)
+        self.commit_seconds.append(time.perf_counter() - start)
+        return commit
+
+    def latest_step(self) -> int:
+        """Int. Global step of the last commit, or -1 if there is none."""
+        return self.commits[-1]["global_step"] if self.commits else -1
+
+    def find(self, global_step: int) -> dict | None:
+        """The commit taken at `global_step`, or None."""
+        for commit in self.commits:
+            if commit["global_step"] == global_step:
+                return commit
+        return None
+
+    def restore_position(self, commit: dict) -> None:
+        """Makes `commit`'s position the membership's and the call fence's
+        (`ElasticRecovery` restores the values)."""
+        self._membership.global_step = commit["global_step"]
+        fence = active_fence()
+        if fence is not None:
+            fence.count = commit["fenced"]
+        # The step after the restore is a replay, not a normal step.
+        self.last_step_end = None
+        logging.info(
+            "keras-hybrid elastic: task %d resumes from the commit of global "
+            "step %d (epoch %d, batch %d)",
+            self._membership.task,
+            commit["global_step"],
+            commit["epoch"],
+            commit["batch"],
+        )
+
+    def normal_step_seconds(self) -> float:
+        """Float. Median time between two step ends so far."""
+        return float(np.median(self.step_gaps)) if self.step_gaps else 0.0
+
+
+def state_variables(model) -> list:
+    """Weights and optimizer variables of `model`, each once, in creation
+    order (the state a worker needs to resume)."""
+    seen, variables = set(), []
+    optimizer = getattr(model, "optimizer", None)
+    extra = list(optimizer.variables) if optimizer is not None else []
+    for v in [*model.trainable_variables, *model.non_trainable_variables]:
+        if id(v) not in seen:
+            seen.add(id(v))
+            variables.append(v)
+    for v in extra:
+        if id(v) not in seen:
+            seen.add(id(v))
+            variables.append(v)
+    return variables
+
+
+def state_bytes(model) -> int:
+    """Int. Bytes of `state_variables(model)`."""
+    return sum(
+        int(np.prod(v.shape)) * tf.as_dtype(v.dtype).size
+        for v in state_variables(model)
+    )

@@ -1,0 +1,416 @@
+"""`ElasticRecovery`: the survivors of a lost worker go on from a commit.
+
+When a member dies, the launcher writes `recover-<g>.json`: the survivors
+and new addresses for every task. A thread of each survivor watches the
+elastic directory and, on that plan, aborts this process's collectives,
+so that the step (or the per-step broadcast) waiting for the dead peer
+fails at once. `fit` (see `elastic_patches`) catches the error and calls
+`recover`, which:
+
+1. replaces the eager context by one serving collectives on the new ports
+   (`_compat.tf.reset_collectives`; TF 2.21 fails every later collective
+   of a context that saw a peer die);
+2. makes the survivors the group of every collective (generation g);
+3. agrees with the other survivors on the last commit they all hold
+   (`ElasticCommit`), or receives it from rank 0 if this worker lacks it
+   (a joiner admitted after it), and gives every Keras variable new
+   storage holding it (on TF 2.21 `assign` to a variable made before the
+   reset does nothing);
+4. drops every traced function; `fit` then runs again from the commit's
+   epoch, and draws without training the batches of that epoch before
+   the commit's batch, so the lost steps are replayed on the same global
+   batches.
+
+No private hook is touched here.
+"""
+
+import json
+import os
+import re
+import threading
+import time
+
+import keras
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from keras_hybrid._compat import keras as keras_compat
+from keras_hybrid._compat import tf as tf_compat
+from keras_hybrid.launch import elastic_files
+from keras_hybrid.strategy import cluster
+from keras_hybrid.strategy.elastic_commit import state_bytes
+from keras_hybrid.strategy.elastic_commit import state_variables
+
+_PLAN = re.compile(r"recover-(\d+)\.json$")
+_JOB = "worker"
+# How long a failed step waits for the launcher's recovery plan before the
+# error is taken for what it is (the launcher sees a death within 0.05 s).
+_PLAN_WAIT_SECONDS = 15.0
+# A probe of the peer watchdog lasts at most its interval (<= 10 s).
+_WATCHDOG_JOIN_SECONDS = 12.0
+
+
+class ElasticRecovery:
+    """Watches for the launcher's recovery plans and carries them out.
+
+    Created by the elastic `fit` wrapper; not meant to be created by users.
+
+    Args:
+        strategy: The elastic `HybridStrategy`.
+        model: The `keras.Model` being trained.
+        commit: The `ElasticCommit` of this `fit`.
+        poll_seconds: Float. How often the thread looks for a plan.
+    """
+
+    def __init__(self, strategy, model, commit, poll_seconds=0.05) -> None:
+        self._strategy = strategy
+        self._membership = strategy.communicator.membership
+        self._model = model
+        self._commit = commit
+        self._poll_seconds = poll_seconds
+        self._lock = threading.Lock()
+        self._handled = self._latest_plan_generation()
+        self._pending: dict | None = None
+        self._seen = self._handled  # newest plan the thread acted on
+        self._attempted = self._handled  # newest plan `recover` tried
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._watch,
+            name="keras_hybrid_elastic_recovery",
+            daemon=True,
+        )
+        self.event: dict | None = None  # the last recovery, stall pending
+
+    def start(self) -> "ElasticRecovery":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    # -- the watcher thread
+
+    def _latest_plan_generation(self) -> int:
+        directory = self._membership.directory
+        generations = [0]
+        for name in os.listdir(directory):
+            match = _PLAN.match(name)
+            if match:
+                generations.append(int(match.group(1)))
+        return max(generations)
+
+    def _read_plan(self, generation: int) -> dict:
+        path = elastic_files.recovery_path(
+            self._membership.directory, generation
+        )
+        with open(path) as f:
+            return json.load(f)
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self._poll_seconds):
+            generation = self._latest_plan_generation()
+            with self._lock:
+                seen = max(self._handled, self._seen)
+            if generation <= seen:
+                continue
+            plan = self._read_plan(generation)
+            logging.warning(
+                "keras-hybrid elastic: task %d: task(s) %s lost; aborting "
+                "this worker's collectives to recover (generation %d)",
+                self._membership.task,
+                plan["lost"],
+                generation,
+            )
+            tf_compat.abort_collectives(
+                f"keras-hybrid elastic: task(s) {plan['lost']} lost; "
+                f"recovering in generation {generation}"
+            )
+            # Only now may `recover` reset the context: an abort after the
+            # reset would hit the new one.
+            with self._lock:
+                self._seen = generation
+                self._pending = plan
+
+    # -- recovery (the fit wrapper's thread)
+
+    def recover(self, error: BaseException) -> dict:
+        """Carries out the launcher's recovery plan after `error` stopped
+        `fit`; returns the commit to resume from.
+
+        Raises:
+            The `error` itself if no recovery plan comes (the error was not
+            caused by a lost worker).
+        """
+        plan = self._wait_for_plan(error)
+        if plan is None:
+            raise error
+        self._attempted = plan["generation"]
+        start = time.perf_counter()
+        last_good_step_end = self._commit.last_step_end
+        membership = self._membership
+        comm = self._strategy.communicator
+        old_size = len(membership.members)
+        logging.warning(
+            "keras-hybrid elastic: task %d recovers after %s: %s",
+            membership.task,
+            type(error).__name__,
+            str(error).splitlines()[0][:200] if str(error) else "",
+        )
+        spec = tf.train.ClusterSpec({_JOB: plan["cluster"]})
+        # No other thread may touch the eager context between the reset and
+        # enabling collectives (it would start a local one): stop the peer
+        # watchdog first, and start a new one on the new context.
+        watchdog = cluster.watchdog()
+        if watchdog is not None:
+            cluster.stop_watchdog()
+            watchdog.join(_WATCHDOG_JOIN_SECONDS)
+        tf_compat.reset_collectives(spec, _JOB, membership.task, "grpc")
+        membership.rebuild_variables()
+        membership.switch(plan["generation"], plan["members"])
+        comm.rank, comm.size = membership.rank, membership.size
+        if watchdog is not None:
+            info = cluster.ClusterInfo(
+                rank=membership.task,
+                size=len(plan["cluster"]),
+                cluster_spec=spec,
+            )
+            cluster.start_watchdog(info, watchdog.timeout_seconds).set_peers(
+                [t for t in plan["members"] if t != membership.task]
+            )
+        commit, moved = self._agree()
+        self._rebuild(commit)
+        self._commit.restore_position(commit)
+        model = self._model
+        model.train_function = None
+        model.test_function = None
+        model.predict_function = None
+        with self._lock:
+            self._handled = plan["generation"]
+            self._pending = None
+        self.event = {
+            "generation": plan["generation"],
+            "global_step": commit["global_step"],
+            "epoch": commit["epoch"],
+            "reason": "lost_worker",
+            "old_size": old_size,
+            "new_size": len(plan["members"]),
+            "joined": [],
+            "left": list(plan["lost"]),
+            "bytes_moved": moved,
+            "switch_seconds": time.perf_counter() - start,
+            "last_good_step_end": last_good_step_end,
+            "normal_step_seconds": self._commit.normal_step_seconds(),
+        }
+        if membership.task == 0:
+            elastic_files.write_file(
+                elastic_files.recovered_path(
+                    membership.directory, plan["generation"]
+                ),
+                json.dumps({"generation": plan["generation"]}),
+            )
+        logging.info(
+            "keras-hybrid elastic: task %d recovered as rank %d of %d in "
+            "%.3f s; replaying from global step %d (epoch %d, batch %d)",
+            membership.task,
+            membership.rank,
+            membership.size,
+            self.event["switch_seconds"],
+            commit["global_step"],
+            commit["epoch"],
+            commit["batch"],
+        )
+        return commit
+
+    def _wait_for_plan(self, error: BaseException) -> dict | None:
+        deadline = time.monotonic() + (
+            _PLAN_WAIT_SECONDS if isinstance(error, tf.errors.OpError) else 0
+        )
+        while True:
+            with self._lock:
+                plan = self._pending
+            if plan is not None and plan["generation"] > self._attempted:
+                return plan
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(self._poll_seconds)
+
+    def _rebuild(self, commit: dict) -> None:
+        """Gives every Keras variable of the model a new `tf.Variable` in
+        the new context, holding `commit`'s value (metrics keep theirs).
+
+        On TF 2.21, `assign` to a variable made before the context reset
+        does nothing (`assign_add` and scatters still work, see
+        `tests/compat/test_hooks.py`), and Keras' optimizers, metrics and
+        our own code assign.
+        """
+        model = self._model
+        variables = state_variables(model)
+        if len(variables) != len(commit["values"]):
+            raise ValueError(
+                f"The commit of global step {commit['global_step']} holds "
+                f"{len(commit['values'])} variables; the model has "
+                f"{len(variables)} now. A model must not create variables "
+                "during elastic training."
+            )
+        pairs = list(zip(variables, commit["values"], strict=True))
+        seen = {id(v) for v in variables}
+        for v in getattr(model, "metrics_variables", []):
+            if id(v) not in seen:
+                seen.add(id(v))
+                pairs.append((v, v.numpy()))
+        with tf.init_scope():
+            for variable, value in pairs:
+                if not isinstance(variable, keras.Variable):
+                    raise TypeError(
+                        "Elastic recovery restores Keras variables. "
+                        f"Received: {variable!r} of type "
+                        f"{type(variable).__name__} in the model's state."
+                    )
+                old = variable.value
+                new = tf_compat.plain_variable(
+                    value,
+                    name=old.name.split(":")[0],
+                    trainable=old.trainable,
+                    like=old,
+                )
+                tf_compat.keep_variable_key(new, old)
+                keras_compat.set_variable_storage(variable, new)
+
+    def _agree(self) -> tuple:
+        """The last commit every survivor holds (received from rank 0 by
+        survivors that lack it), and the bytes rank 0 sent."""
+        comm = self._strategy.communicator
+        latest = self._commit.latest_step()
+        # Max of negatives: the smallest latest commit of the survivors;
+        # a worker without commits (-1) takes rank 0's.
+        agreed = comm.all_reduce(
+            [tf.constant([-latest if latest >= 0 else -(2**62)], tf.int64)],
+            op="max",
+            path="control",
+        )[0]
+        step = -int(np.asarray(agreed)[0])
+        commit = self._commit.find(step)
+        lacking = comm.all_reduce(
+            [tf.constant([0 if commit is not None else 1], tf.int64)],
+            op="sum",
+            path="control",
+        )[0]
+        moved = 0
+        if int(np.asarray(lacking)[0]):
+            commit = self._receive_from_rank0(commit, step)
+            moved = state_bytes(self._model) * int(np.asarray(lacking)[0])
+        return commit, moved
+
+    def _receive_from_rank0(self, commit: dict | None, step: int) -> dict:
+        """Rank 0 broadcasts its commit of `step` (position and values)."""
+        comm = self._strategy.communicator
+        variables = state_variables(self._model)
+        if comm.rank == 0:
+            if commit is None:
+                raise RuntimeError(
+                    f"Rank 0 holds no commit of global step {step}; the "
+                    "survivors cannot agree on a state to resume from."
+                )
+            header = [commit["epoch"], commit["batch"], commit["fenced"]]
+            values = commit["values"]
+        else:
+            header = [0, 0, 0]
+            values = [
+                np.zeros(v.shape, v.dtype.as_numpy_dtype) for v in variables
+            ]
+        header = comm.broadcast(tf.constant(header, tf.int64), root=0)
+        received = []
+        for value in values:
+            received.append(
+                np.asarray(comm.broadcast(tf.constant(value), root=0))
+            )
+        epoch, batch, fenced = (int(v) for v in np.asarray(header))
+        return {
+            "global_step": step,
+            "epoch": epoch,
+            "batch": batch,
+            "fenced": fenced,
+            "values": values if comm.rank == 0 else received,
+        }
+
+    def finish(self, communicator) -> None:
+        """Completes the last recovery's record once the first replayed
+        step ended: logs it and adds it to `CommunicationStats`."""
+        event, self.event = self.event, None
+        if event is None:
+            return
+        now = time.perf_counter()
+        last = event.pop("last_good_step_end")
+        gap = now - last if last is not None else 0.0
+        normal = event["normal_step_seconds"]
+        event.update(
+            gap_seconds=gap,
+            stall_seconds=max(0.0, gap - normal),
+            time=time.time(),
+        )
+        communicator.stats.record_resize(event)
+        logging.info(
+            "keras-hybrid elastic: resize at global step %d (lost worker "
+            "%s): %d -> %d workers, %d bytes moved, stall %.3f s (from the "
+            "last good step to the first replayed step %.3f s, normal step "
+            "%.3f s, recovery %.3f s)",
+            event["global_step"],
+            event["left"],
+            event["old_size"],
+            event["new_size"],
+            event["bytes_moved"],
+            event["stall_seconds"],
+            gap,
+            normal,
+            event["switch_seconds"],
+        )
+
+
+class _Replay(keras.callbacks.Callback):
+    """Draws, without training, the batches of the resumed epoch before
+    the commit's batch; then lets the steps run (the replay). Tells
+    `epoch_listeners` (gated otherwise) each epoch's start."""
+
+    def __init__(self, recovery, strategy, batch: int, epoch_listeners):
+        super().__init__()
+        self._listeners = list(epoch_listeners)
+        self._recovery = recovery
+        self._strategy = strategy
+        self._until = batch
+        self._skipping = batch > 0
+        self._real = None
+        self._first = True
+
+    def trains(self) -> bool:
+        return not self._skipping
+
+    def on_train_begin(self, logs=None):
+        self._real = self.model.train_function
+        if self._skipping:
+            self.model.train_function = self._skip
+
+    def on_epoch_begin(self, epoch, logs=None):
+        for callback in self._listeners:
+            callback.on_epoch_begin(epoch, logs)
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if self._skipping and batch >= self._until:
+            self._skipping = False
+            self.model.train_function = self._real
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self._skipping or not self._first:
+            return
+        self._first = False
+        self._recovery.finish(self._strategy.communicator)
+
+    def _skip(self, iterator):
+        next(iterator)
+        return {}
+
+
+def replay_callback(recovery, strategy, batch: int, epoch_listeners=()):
+    """The callback that resumes a `fit` at `batch` of its first epoch
+    (put it first in `fit`'s callbacks)."""
+    return _Replay(recovery, strategy, batch, epoch_listeners)

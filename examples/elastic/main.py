@@ -5,11 +5,13 @@ Nothing elastic in the training code: run it with
 python examples/elastic/main.py`. A callback prints the membership it
 sees. The flags `--save_to`/`--restore_from` and `--report` serve
 `measure_resize.py` (a sharded save after `fit`, a restore before it, and
-the chief's JSON report of resizes and step times).
+the chief's JSON report of resizes and step times), `--die_at_step`
+serves `measure_commit.py` (a worker lost by SIGKILL).
 """
 
 import json
 import os
+import signal
 import time
 
 import keras
@@ -32,6 +34,12 @@ flags.DEFINE_float(
     "Chief's sleep per step while "
     "`<report>.pace` exists (gives joiners time to start).",
 )
+flags.DEFINE_integer(
+    "die_at_step",
+    0,
+    "If set, the worker of the highest rank SIGKILLs itself at this step "
+    "(measure_commit.py measures the recovery).",
+)
 flags.DEFINE_string("report", None, "Chief writes a JSON report here.")
 flags.DEFINE_string("save_to", None, "Sharded checkpoint folder after fit.")
 flags.DEFINE_string("restore_from", None, "Checkpoint to restore before fit.")
@@ -48,6 +56,13 @@ class Membership(keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         self.step_ends.append(time.time())
+        strategy = self.strategy
+        if (
+            len(self.step_ends) == FLAGS.die_at_step
+            and strategy.rank == strategy.size - 1
+            and strategy.rank > 0
+        ):
+            os.kill(os.getpid(), signal.SIGKILL)
         if self.strategy.size != self.size:
             self.size = self.strategy.size
             logging.info(

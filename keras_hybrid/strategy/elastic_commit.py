@@ -49,7 +49,7 @@ class ElasticCommit(keras.callbacks.Callback):
         self.interval = int(interval)
         # Each: {"global_step", "epoch", "batch", "fenced", "values"}.
         self.commits: collections.deque = collections.deque(maxlen=_KEEP)
-        self.commit_seconds: collections.deque = collections.deque(maxlen=100)
+        self.commit_seconds: collections.deque = collections.deque(maxlen=500)
         self.step_gaps: collections.deque = collections.deque(maxlen=50)
         self.last_step_end: float | None = None
         self._epoch = 0
@@ -73,6 +73,25 @@ class ElasticCommit(keras.callbacks.Callback):
                 epoch, next_batch = epoch + 1, 0
             self.take(epoch, next_batch)
         self.last_step_end = time.perf_counter()
+
+    def on_train_end(self, logs=None):
+        if not self.commit_seconds:
+            return
+        commit = float(np.median(self.commit_seconds))
+        step = self.normal_step_seconds()
+        share = commit / (self.interval * step) if step else 0.0
+        logging.info(
+            "keras-hybrid elastic: task %d committed %d times (last %d "
+            "kept), median %.5f s each, every %d steps; median step %.4f s: "
+            "commits cost %.2f%% of step time",
+            self._membership.task,
+            len(self.commit_seconds),
+            len(self.commits),
+            commit,
+            self.interval,
+            step,
+            100.0 * share,
+        )
 
     # -- commits
 

@@ -1,0 +1,150 @@
+"""Elastic training survives a lost worker (real processes, real SIGKILL).
+
+`keras-hybrid-run --min-np 2 --max-np 3` runs the plain `fit` script
+`workers/elastic_loss_worker.py` on three workers; at its step 25, in the
+middle of the first epoch between the commits of steps 20 and 30, rank 2
+lowers the discovery output to 2 slots and SIGKILLs itself. The two
+survivors must go on from the commit of step 20, replay the lost steps on
+the same global batches, and end with the weights of plain Keras in one
+process (1e-5). With `--min-np 2 --max-np 2`, the loss of rank 1 leaves
+fewer than `--min-np` workers and discovery never reports a second slot:
+the launcher must fail with a clear error within `--elastic-timeout`.
+"""
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from keras_hybrid.testing import TestCase
+from keras_hybrid.testing import models
+
+HERE = os.path.dirname(__file__)
+WORKER = os.path.join(HERE, "workers", "elastic_loss_worker.py")
+TIMEOUT = 400
+
+
+def _run(tmp: str, slots: str, flags: list, worker_flags: list):
+    out_dir = os.path.join(tmp, "out")
+    os.makedirs(out_dir)
+    slots_file = os.path.join(tmp, "slots")
+    script = os.path.join(tmp, "hosts.sh")
+    with open(script, "w") as f:
+        f.write(f"#!/bin/sh\ncat {slots_file}\n")
+    os.chmod(script, 0o755)
+    with open(slots_file, "w") as f:
+        f.write(slots + "\n")
+    proc = subprocess.run(
+        [
+            *(sys.executable, "-m", "keras_hybrid.run", "--threads", "1"),
+            *("--host-discovery-script", script),
+            *("--discovery-interval", "0.5"),
+            *flags,
+            *(sys.executable, WORKER, f"--out_dir={out_dir}"),
+            f"--slots_file={slots_file}",
+            *worker_flags,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=TIMEOUT,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
+    return proc, out_dir, slots_file
+
+
+def _progress(out_dir: str) -> list:
+    with open(os.path.join(out_dir, "progress.jsonl")) as f:
+        return [json.loads(line) for line in f if line.endswith("\n")]
+
+
+class ElasticLostWorkerTest(TestCase):
+    def test_survivors_replay_from_the_last_commit(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            proc, out_dir, _ = _run(
+                tmp,
+                "localhost:3",
+                [
+                    *("--min-np", "2", "--max-np", "3"),
+                    *("--commit-interval", "10"),
+                ],
+                [
+                    "--kill_rank=2",
+                    "--kill_size=3",
+                    "--kill_at_step=25",
+                    "--step_sleep=0.05",
+                    "--timeout_seconds=60",
+                ],
+            )
+            output = proc.stdout
+            self.assertEqual(proc.returncode, 0, output[-6000:])
+            with open(os.path.join(out_dir, "rank0.pkl"), "rb") as f:
+                result = pickle.load(f)
+            rows = _progress(out_dir)
+        # The chief's callback saw 3 workers, then 2; the batches of the
+        # first epoch after the commit (20..24) ran again on 2 workers.
+        sizes = [r["size"] for r in rows]
+        changes = [
+            s for i, s in enumerate(sizes) if i == 0 or sizes[i - 1] != s
+        ]
+        self.assertEqual(changes, [3, 2], output[-4000:])
+        first_of_two = sizes.index(2)
+        self.assertEqual(rows[first_of_two]["batch"], 20)
+        self.assertEqual(rows[first_of_two - 1]["batch"], 24)
+        # 2 epochs of 40 global batches, plus the 5 replayed ones.
+        self.assertEqual(len(rows), 85)
+        for got, want in zip(result["weights"], self._reference(), strict=True):
+            np.testing.assert_allclose(got, want, atol=1e-5)
+        (event,) = result["resizes"]
+        self.assertEqual(event["reason"], "lost_worker")
+        self.assertEqual((event["old_size"], event["new_size"]), (3, 2))
+        self.assertEqual(event["left"], [2])
+        self.assertEqual(event["global_step"], 20)
+        self.assertGreater(event["gap_seconds"], 0.0)
+        self.assertGreaterEqual(event["stall_seconds"], 0.0)
+        self.assertEqual(len(result["stats_resizes"]), 1)
+        self.assertIn("lost worker [2]", output)
+        self.assertIn("Elastic resizes:", output)
+
+    def test_fewer_than_min_np_left_fails_within_the_timeout(self):
+        elastic_timeout, grace = 5.0, 5.0
+        with tempfile.TemporaryDirectory() as tmp:
+            proc, _, slots_file = _run(
+                tmp,
+                "localhost:2",
+                [
+                    *("--min-np", "2", "--max-np", "2"),
+                    *("--elastic-timeout", str(elastic_timeout)),
+                    *("--grace_seconds", str(grace)),
+                ],
+                [
+                    "--kill_rank=1",
+                    "--kill_size=2",
+                    "--kill_at_step=5",
+                    "--slots_after=localhost:1",
+                    "--step_sleep=0.2",
+                ],
+            )
+            ended = time.time()
+            killed = os.path.getmtime(slots_file)  # rank 1 wrote it, then died
+        output = proc.stdout
+        self.assertEqual(proc.returncode, 1, output[-4000:])
+        self.assertIn(
+            "1 worker(s) left (tasks [0]), fewer than --min-np 2", output
+        )
+        self.assertIn("reported 1 slot(s) for 5 s (--elastic-timeout)", output)
+        # The wait, SIGTERM's grace and the launcher's start-up of the error.
+        self.assertLess(ended - killed, elastic_timeout + grace + 15.0)
+
+    def _reference(self) -> list:
+        """Plain Keras in this process on the same global batches."""
+        x, y = models.make_data(480)
+        model = models.build_model("sequential", seed=100)
+        models.compile_model(model, "adam")
+        model.fit(x, y, batch_size=12, epochs=2, shuffle=False, verbose=0)
+        return model.get_weights()

@@ -164,7 +164,11 @@ def measure_recovery(tmp: str) -> dict:
         "died_at_step": FLAGS.die_at_step,
         "resumed_from_global_step": event["global_step"],
         "replayed_steps": FLAGS.die_at_step - event["global_step"],
+        "failure_seen_after_seconds": event["detect_seconds"],
         "recovery_seconds": event["switch_seconds"],
+        "fit_restart_and_first_step_seconds": event["gap_seconds"]
+        - event["detect_seconds"]
+        - event["switch_seconds"],
         "last_good_to_first_replayed_step_seconds": event["gap_seconds"],
         "normal_step_seconds": event["normal_step_seconds"],
         "stall_seconds": event["stall_seconds"],

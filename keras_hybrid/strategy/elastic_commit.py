@@ -22,6 +22,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from keras_hybrid.sparse.sharded_table import ShardedTable
 from keras_hybrid.strategy.call_fence import active as active_fence
 
 _KEEP = 2  # commits kept: survivors may be one step apart
@@ -105,7 +106,13 @@ class ElasticCommit(keras.callbacks.Callback):
             "epoch": int(epoch),
             "batch": int(batch),
             "fenced": fence.count if fence is not None else 0,
-            "values": [v.numpy() for v in state_variables(self.model)],
+            # A partitioned table's `numpy()` gathers it from every worker:
+            # its rows are not committed (no buddy copy yet, see
+            # `ElasticRecovery`).
+            "values": [
+                None if is_partitioned(v) else v.numpy()
+                for v in state_variables(self.model)
+            ],
         }
         self.commits.append(commit)
         self.commit_seconds.append(time.perf_counter() - start)
@@ -160,6 +167,15 @@ def state_variables(model) -> list:
             seen.add(id(v))
             variables.append(v)
     return variables
+
+
+def is_partitioned(variable) -> bool:
+    """Whether `variable` (a Keras variable or its storage) is a
+    partitioned table's shard or one of its slots."""
+    storage = getattr(variable, "value", variable)
+    return isinstance(storage, ShardedTable) or isinstance(
+        variable, ShardedTable
+    )
 
 
 def state_bytes(model) -> int:

@@ -39,6 +39,7 @@ from keras_hybrid._compat import keras as keras_compat
 from keras_hybrid._compat import tf as tf_compat
 from keras_hybrid.launch import elastic_files
 from keras_hybrid.strategy import cluster
+from keras_hybrid.strategy.elastic_commit import is_partitioned
 from keras_hybrid.strategy.elastic_commit import state_bytes
 from keras_hybrid.strategy.elastic_commit import state_variables
 
@@ -145,6 +146,17 @@ class ElasticRecovery:
         plan = self._wait_for_plan(error)
         if plan is None:
             raise error
+        tables = [
+            v.path for v in state_variables(self._model) if is_partitioned(v)
+        ]
+        if tables:
+            raise NotImplementedError(
+                "keras-hybrid elastic: a worker was lost, and the survivors "
+                "cannot recover partitioned tables yet (their commits hold "
+                f"no buddy copy of shard rows). Partitioned: {tables}. Keep "
+                "tables replicated with HybridStrategy(variable_kinds="
+                "{'.*': 'dense'}) to survive lost workers."
+            ) from error
         self._attempted = plan["generation"]
         start = time.perf_counter()
         last_good_step_end = self._commit.last_step_end
@@ -199,6 +211,10 @@ class ElasticRecovery:
             "left": list(plan["lost"]),
             "bytes_moved": moved,
             "switch_seconds": time.perf_counter() - start,
+            # From the end of the last good step to the start of recovery.
+            "detect_seconds": start - last_good_step_end
+            if last_good_step_end is not None
+            else 0.0,
             "last_good_step_end": last_good_step_end,
             "normal_step_seconds": self._commit.normal_step_seconds(),
         }
@@ -354,7 +370,8 @@ class ElasticRecovery:
             "keras-hybrid elastic: resize at global step %d (lost worker "
             "%s): %d -> %d workers, %d bytes moved, stall %.3f s (from the "
             "last good step to the first replayed step %.3f s, normal step "
-            "%.3f s, recovery %.3f s)",
+            "%.3f s, failure seen after %.3f s, recovery %.3f s, then fit "
+            "restarted and traced its step again)",
             event["global_step"],
             event["left"],
             event["old_size"],
@@ -363,6 +380,7 @@ class ElasticRecovery:
             event["stall_seconds"],
             gap,
             normal,
+            event["detect_seconds"],
             event["switch_seconds"],
         )
 

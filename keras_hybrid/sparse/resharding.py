@@ -122,15 +122,7 @@ def reshard_members(tables, communicator, old_members, new_members) -> dict:
         rebind_members(tables, communicator, old, new)
         if len(new) > len(old):
             adopt_partitions(tables, communicator, root=0)
-    # Ranks with the leavers last, so that `resized` empties them.
-    leavers = [t for t in group if t not in new]
-    logical = [
-        new.index(t) if t in new else len(new) + leavers.index(t) for t in group
-    ]
-    to_group = [group.index(t) for t in new]
-    targets = [
-        _member_target(t.partition, logical, to_group, len(new)) for t in tables
-    ]
+    targets = [member_target(t.partition, group, new) for t in tables]
     return _move_all(tables, targets, communicator)
 
 
@@ -179,12 +171,32 @@ def _check_same_tables(tables, communicator) -> None:
         )
 
 
-def _member_target(partition, logical, to_group, num_new):
-    """`partition` re-balanced onto `num_new` members, in group ranks."""
+def member_target(partition, group, new_members):
+    """`partition` re-balanced onto the tasks `new_members`, moving least.
+
+    Pure: every worker computes the same. `partition`'s owners are ranks
+    in `group` (a sorted task list holding every owner and new member);
+    so are the returned partition's. The members keep their virtual shards
+    up to their new quota (`ShardAssignment.resized`, with the members in
+    their new rank order and the tasks of `group` that leave last).
+
+    Example: tasks `[0, 1, 2, 3]` without task 1, 1024 virtual shards:
+
+    ```python
+    part = RowPartition.create(4096, 4)
+    new = member_target(part, [0, 1, 2, 3], [0, 2, 3])
+    new.virtual.counts()   # [342, 0, 341, 341]: only task 1's shards moved
+    ```
+    """
+    new = sorted(new_members)
+    leavers = [t for t in group if t not in new]
+    logical = [
+        new.index(t) if t in new else len(new) + leavers.index(t) for t in group
+    ]
     owners = tuple(logical[o] for o in partition.virtual.owners)
-    current = ShardAssignment(owners, max(max(owners) + 1, num_new))
-    balanced = current.resized(num_new)
-    physical = tuple(to_group[o] for o in balanced.owners)
+    current = ShardAssignment(owners, max(max(owners) + 1, len(new)))
+    balanced = current.resized(len(new))
+    physical = tuple(group.index(new[o]) for o in balanced.owners)
     return partition.with_assignment(
         ShardAssignment(physical, max(physical) + 1)
     )

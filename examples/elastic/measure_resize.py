@@ -261,7 +261,9 @@ def main(argv):
             f"{event['stall_seconds']:.3f} s (gap {event['gap_seconds']:.3f} "
             f"s - normal step {event['normal_step_seconds']:.3f} s), "
             f"{event['bytes_moved']} bytes moved; target <= {target:.3f} s: "
-            f"{'met' if event['stall_seconds'] <= target else 'MISSED'}"
+            f"{'met' if event['stall_seconds'] <= target else 'MISSED'}; "
+            f"of it: switch {event['switch_seconds']:.3f} s, train step "
+            f"traced again {event.get('retrace_seconds', 0.0):.3f} s"
         )
     print(
         f"grow stall / cold restart = {grow['stall_seconds'] / restart:.4f}"

@@ -72,6 +72,8 @@ class ElasticResize(keras.callbacks.Callback):
         self._last_end = None
         self._gaps = collections.deque(maxlen=50)
         self._pending = None  # a resize whose stall is not measured yet
+        # Trace and run time of the first step traced again after a resize.
+        self._first_step = {}
         self._local_reads = None
 
     def trains(self) -> bool:
@@ -170,7 +172,8 @@ class ElasticResize(keras.callbacks.Callback):
                 with membership.state_group([0, *joiners], self._comm):
                     self._send_state()
             tables = self._move_tables(old, members)
-        self._retrace(tables["count"] > 0)
+        if self._retrace(tables["count"] > 0):
+            self.model.train_function = self._timed(self.model.train_function)
         self._pending = {
             "generation": generation,
             "global_step": self._membership.global_step,
@@ -210,25 +213,31 @@ class ElasticResize(keras.callbacks.Callback):
         normal = float(np.median(self._gaps)) if self._gaps else 0.0
         event = {
             **self._pending,
+            **self._first_step,
             "gap_seconds": gap,
             "normal_step_seconds": normal,
             "stall_seconds": max(0.0, gap - normal),
             "time": time.time(),
         }
         self._pending = None
+        self._first_step = {}
         self._strategy.communicator.stats.record_resize(event)
         logging.info(
             "keras-hybrid elastic: resize at global step %d (%s): %d -> %d "
-            "workers, %d bytes moved, stall %.3f s (step gap %.3f s, "
-            "normal step %.3f s)",
+            "workers, %d bytes moved (%d of table rows), stall %.3f s "
+            "(step gap %.3f s, normal step %.3f s; switch %.3f s, train "
+            "step traced again in %.3f s)",
             event["global_step"],
             event["reason"],
             event["old_size"],
             event["new_size"],
             event["bytes_moved"],
+            event["table_bytes"],
             event["stall_seconds"],
             gap,
             normal,
+            event["switch_seconds"],
+            event.get("retrace_seconds", 0.0),
         )
 
     def _adopt(self, generation: int, members: list) -> None:
@@ -241,6 +250,28 @@ class ElasticResize(keras.callbacks.Callback):
         watchdog = cluster.watchdog()
         if watchdog is not None:
             watchdog.set_peers([t for t in members if t != membership.task])
+
+    def _timed(self, train_function):
+        """`train_function` whose first call records how long tracing it
+        again and then running it took (`retrace_seconds`,
+        `first_step_seconds`)."""
+        self._first_step = {}
+
+        def first_call(iterator):
+            start = time.perf_counter()
+            step = keras_compat.traced_step_of(train_function)
+            if step is not None:
+                step.get_concrete_function(iterator)
+            traced = time.perf_counter()
+            logs = train_function(iterator)
+            self._first_step = {
+                "retrace_seconds": traced - start,
+                "first_step_seconds": time.perf_counter() - traced,
+            }
+            self.model.train_function = train_function
+            return logs
+
+        return first_call
 
     def _retrace(self, tables_moved: bool) -> bool:
         """Drops the functions traced for the old size and layout; returns

@@ -107,3 +107,85 @@ def test_members_get_the_max_np_cluster_and_the_members(tmp_path):
         assert config["task"]["index"] == task
         assert env["KERAS_HYBRID_ELASTIC_MEMBERS"] == "0,1"
         assert env["KERAS_HYBRID_ELASTIC_MAX_NP"] == "4"
+
+
+_LOSER = """
+import json, os, signal, sys, time
+task = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+d = os.environ["KERAS_HYBRID_ELASTIC_DIR"]
+if not os.environ.get("KERAS_HYBRID_ELASTIC_MEMBERS"):
+    time.sleep(600)  # a joiner that never gets ready
+if task == 2:
+    os.kill(os.getpid(), signal.SIGKILL)
+def wait(name):
+    while not os.path.exists(os.path.join(d, name)):
+        time.sleep(0.05)
+    with open(os.path.join(d, name)) as f:
+        return json.load(f)
+plan = wait("recover-1.json")
+old = json.loads(os.environ["TF_CONFIG"])["cluster"]["worker"]
+interval = os.environ["KERAS_HYBRID_ELASTIC_COMMIT_INTERVAL"]
+print(json.dumps({"task": task, "plan": plan, "old": old,
+                  "interval": interval}))
+if task == 0:
+    with open(os.path.join(d, "recovered-1.json"), "w") as f:
+        f.write("{}")
+    print(json.dumps({"plan1": wait("plan-1.json")}))
+"""
+
+
+def test_a_lost_member_gets_a_recovery_plan_on_new_ports(tmp_path):
+    proc = subprocess.run(
+        [*CLI, "--min-np", "2", "--max-np", "3", "--commit-interval", "7"]
+        + ["--discovery-interval", "0.1", "--grace_seconds", "1"]
+        + ["--host-discovery-script", _script(tmp_path, "echo localhost:3")]
+        + [sys.executable, "-c", _LOSER],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "task 2 exited with code -9" in proc.stderr
+    lines = [line.partition("] ")[2] for line in proc.stdout.splitlines()]
+    seen = [json.loads(line) for line in lines if line.startswith("{")]
+    survivors = {r["task"]: r for r in seen if "task" in r}
+    assert sorted(survivors) == [0, 1]
+    for report in survivors.values():
+        plan = report["plan"]
+        assert plan["members"] == [0, 1]
+        assert plan["lost"] == [2]
+        assert plan["reason"] == "lost_worker"
+        assert len(plan["cluster"]) == 3
+        assert not set(plan["cluster"]) & set(report["old"])
+        assert report["interval"] == "7"
+    (plan1,) = [r["plan1"] for r in seen if "plan1" in r]
+    assert plan1["members"] == [0, 1]
+    assert plan1["reason"] == "lost_worker"
+
+
+def test_too_few_left_fail_after_the_timeout(tmp_path):
+    slots = tmp_path / "slots"
+    slots.write_text("localhost:2\n")
+    worker = (
+        "import json, os, signal, time\n"
+        "task = json.loads(os.environ['TF_CONFIG'])['task']['index']\n"
+        "if task == 1:\n"
+        f"    open({str(slots)!r}, 'w').write('localhost:1\\n')\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+        "time.sleep(60)\n"
+    )
+    proc = subprocess.run(
+        [*CLI, "--min-np", "2", "--max-np", "2", "--elastic-timeout", "1"]
+        + ["--discovery-interval", "0.1", "--grace_seconds", "1"]
+        + ["--host-discovery-script", _script(tmp_path, f"cat {slots}")]
+        + [sys.executable, "-c", worker],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert (
+        "lost task(s) [1]: 1 worker(s) left (tasks [0]), fewer than "
+        "--min-np 2, and host discovery reported 1 slot(s) for 1 s"
+        in proc.stderr
+    )

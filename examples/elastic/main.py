@@ -44,8 +44,8 @@ flags.DEFINE_float(
 flags.DEFINE_integer(
     "die_at_step",
     0,
-    "If set, the worker of the highest rank SIGKILLs itself at this step "
-    "(measure_commit.py measures the recovery).",
+    "If set, the worker of the highest rank SIGKILLs itself at this step, "
+    "once per `--report` (measure_commit.py measures the recovery).",
 )
 flags.DEFINE_string("report", None, "Chief writes a JSON report here.")
 flags.DEFINE_string("save_to", None, "Sharded checkpoint folder after fit.")
@@ -64,11 +64,14 @@ class Membership(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         self.step_ends.append(time.time())
         strategy = self.strategy
+        died = f"{FLAGS.report}.died"
         if (
             len(self.step_ends) == FLAGS.die_at_step
             and strategy.rank == strategy.size - 1
             and strategy.rank > 0
+            and not os.path.exists(died)
         ):
+            open(died, "w").close()  # one worker dies, once
             os.kill(os.getpid(), signal.SIGKILL)
         if self.strategy.size != self.size:
             self.size = self.strategy.size

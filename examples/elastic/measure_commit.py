@@ -157,7 +157,10 @@ def measure_recovery(tmp: str) -> dict:
         worker_args=[f"--die_at_step={FLAGS.die_at_step}"],
         on_line=on_line,
     )
-    (event,) = [r for r in report["resizes"] if r["reason"] == "lost_worker"]
+    events = [r for r in report["resizes"] if r["reason"] == "lost_worker"]
+    if len(events) != 1:
+        raise RuntimeError(f"Expected one recovery; rank 0 recorded {events}")
+    (event,) = events
     logged = _commit_log(output)
     return {
         "wall_seconds": time.monotonic() - start,

@@ -335,9 +335,9 @@ class ElasticDriver:
         )
 
     def _wait_for_replacements(self) -> int | None:
-        """While fewer than `min_np` members are left: recovers once
-        discovery reports `min_np` slots (joiners then grow the job back);
-        returns the job's exit code (1) when `wait_seconds` ran out."""
+        """While fewer than `min_np` members are left: returns the job's
+        exit code (1) once discovery reports `min_np` slots (replacements
+        are not supported yet) or `wait_seconds` ran out, else None."""
         slots = self.discovery.total()
         waited = time.monotonic() - self._short_since
         if slots >= self.min_np:

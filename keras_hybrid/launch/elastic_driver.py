@@ -17,10 +17,9 @@ addresses); the survivors abort their collectives, serve again on the new
 ports and resume from their last commit
 (`keras_hybrid.strategy.elastic_recovery`). Once rank 0 wrote
 `recovered-<g>.json`, the driver writes `plan-<g>.json` for later
-joiners. A job that recovered does not grow again (not supported yet).
-If fewer than `min_np` survive, the driver stops the job: at once if
-discovery reports `min_np` slots (replacements are not supported yet),
-else after waiting `wait_seconds` for them.
+joiners. If fewer than `min_np` survive, the driver waits up to
+`wait_seconds` for discovery to report `min_np` slots, then recovers the
+survivors and grows the job back with joiners; else it stops the job.
 """
 
 import dataclasses
@@ -121,7 +120,6 @@ class ElasticDriver:
         self._lost: set[int] = set()  # members that died
         self._short_since: float | None = None  # waiting for slots
         self._short_lost: list[int] = []
-        self._logged: set[str] = set()
         self._recovering: int | None = None  # generation of a recovery
         self.recoveries: list[dict] = []
 
@@ -220,6 +218,7 @@ class ElasticDriver:
             start_new_session=True,
         )
         self._procs[task] = proc
+        self._lost.discard(task)  # a joiner may reuse a lost task's index
         for pipe, sink, lock in (
             (proc.stdout, sys.stdout, self._locks[0]),
             (proc.stderr, sys.stderr, self._locks[1]),
@@ -291,11 +290,6 @@ class ElasticDriver:
             forwarder.join(timeout=5.0)
         return code
 
-    def _log_once(self, message: str) -> None:
-        if message not in self._logged:
-            self._logged.add(message)
-            logger.warning("%s", message)
-
     # -- lost workers
 
     def _lose(self, task: int, code: int) -> None:
@@ -335,26 +329,17 @@ class ElasticDriver:
         )
 
     def _wait_for_replacements(self) -> int | None:
-        """While fewer than `min_np` members are left: returns the job's
-        exit code (1) once discovery reports `min_np` slots (replacements
-        are not supported yet) or `wait_seconds` ran out, else None."""
+        """While fewer than `min_np` members are left: recovers the
+        survivors once discovery reports `min_np` slots (joiners then grow
+        the job back); returns the job's exit code (1) when `wait_seconds`
+        ran out."""
         slots = self.discovery.total()
-        waited = time.monotonic() - self._short_since
         if slots >= self.min_np:
-            # Replacements would join through the joiner path, which does
-            # not work after a recovery yet (see `_plan_change`).
-            logger.error(
-                "lost task(s) %s: %d worker(s) left (tasks %s), fewer than "
-                "--min-np %d; host discovery reports %d slots, but starting "
-                "replacements after a lost worker is not supported yet; "
-                "stopping the job.",
-                self._short_lost,
-                len(self.members),
-                self.members,
-                self.min_np,
-                slots,
-            )
-            return self._stop_all(signal.SIGTERM, 1)
+            self._short_since = None
+            self._recover(self._short_lost)
+            self._short_lost = []
+            return None
+        waited = time.monotonic() - self._short_since
         if waited < self.wait_seconds:
             return None
         logger.error(
@@ -435,16 +420,6 @@ class ElasticDriver:
                 len(self.members),
             )
         if target == len(self.members):
-            return
-        if target > len(self.members) and self.recoveries:
-            # Observed: after a recovery, the first step with a joiner
-            # hangs (the survivors' step finishes without it). Until that
-            # is fixed, a job that lost a worker does not grow again.
-            self._log_once(
-                "not starting joiners: growing a job after a lost-worker "
-                "recovery is not supported yet (docs/elastic.md); keeping "
-                f"{len(self.members)} workers."
-            )
             return
         generation = self.generation + 1
         if target < len(self.members):

@@ -42,6 +42,7 @@ from keras_hybrid.strategy import cluster
 from keras_hybrid.strategy.elastic_commit import is_partitioned
 from keras_hybrid.strategy.elastic_commit import state_bytes
 from keras_hybrid.strategy.elastic_commit import state_variables
+from keras_hybrid.strategy.global_read_variable import GlobalReadVariable
 
 _PLAN = re.compile(r"recover-(\d+)\.json$")
 _JOB = "worker"
@@ -274,7 +275,15 @@ class ElasticRecovery:
         for v in getattr(model, "metrics_variables", []):
             if id(v) not in seen:
                 seen.add(id(v))
-                pairs.append((v, v.numpy()))
+                storage = v.value
+                # This worker's part (a whole read would be global).
+                local = (
+                    storage.stored_tensor()
+                    if isinstance(storage, GlobalReadVariable)
+                    else storage
+                )
+                pairs.append((v, np.asarray(local)))
+        comm = self._strategy.communicator
         with tf.init_scope():
             for variable, value in pairs:
                 if not isinstance(variable, keras.Variable):
@@ -284,12 +293,21 @@ class ElasticRecovery:
                         f"{type(variable).__name__} in the model's state."
                     )
                 old = variable.value
-                new = tf_compat.plain_variable(
-                    value,
-                    name=old.name.split(":")[0],
-                    trainable=old.trainable,
-                    like=old,
-                )
+                name = old.name.split(":")[0]
+                if isinstance(old, GlobalReadVariable):
+                    # Metric state: its reads stay global (the joiners'
+                    # and the other survivors' steps reduce it too).
+                    new = GlobalReadVariable(
+                        communicator=comm,
+                        reduce_op=old.reduce_op,
+                        initial_value=value,
+                        trainable=False,
+                        name=name,
+                    )
+                else:
+                    new = tf_compat.plain_variable(
+                        value, name=name, trainable=old.trainable, like=old
+                    )
                 tf_compat.keep_variable_key(new, old)
                 keras_compat.set_variable_storage(variable, new)
 

@@ -48,11 +48,14 @@ class SizeLog(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         self.step += 1
         strategy = self.strategy
+        killed = os.path.join(FLAGS.out_dir, "killed")
         if (
             strategy.rank == FLAGS.kill_rank
             and strategy.size == FLAGS.kill_size
             and self.step == FLAGS.kill_at_step
+            and not os.path.exists(killed)
         ):
+            open(killed, "w").close()  # one worker dies, once
             with open(FLAGS.slots_file + ".tmp", "w") as f:
                 f.write(FLAGS.slots_after + "\n")
             os.replace(FLAGS.slots_file + ".tmp", FLAGS.slots_file)

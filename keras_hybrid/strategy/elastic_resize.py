@@ -148,17 +148,7 @@ class ElasticResize(keras.callbacks.Callback):
             # The old group still holds every row: leavers hand theirs over.
             tables = self._move_tables(old, members)
         if membership.task not in members:
-            logging.info(
-                "keras-hybrid elastic: task %d retires at global step %d "
-                "(generation %d, %s: %d -> %d workers)",
-                membership.task,
-                self._membership.global_step,
-                generation,
-                reason,
-                len(old),
-                len(members),
-            )
-            raise SystemExit(0)
+            self._retire(generation, reason, len(old), len(members))
         self._adopt(generation, members)
         if left and tables["count"]:
             resharding.rebind_members(
@@ -192,6 +182,19 @@ class ElasticResize(keras.callbacks.Callback):
         }
         if membership.task == 0:
             membership.report_applied(self._pending)
+
+    def _retire(self, generation: int, reason: str, old: int, new: int) -> None:
+        logging.info(
+            "keras-hybrid elastic: task %d retires at global step %d "
+            "(generation %d, %s: %d -> %d workers)",
+            self._membership.task,
+            self._membership.global_step,
+            generation,
+            reason,
+            old,
+            new,
+        )
+        raise SystemExit(0)
 
     def _move_tables(self, old: list, members: list) -> dict:
         """Moves the rows of partitioned tables and their slots from `old`

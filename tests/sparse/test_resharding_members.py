@@ -2,10 +2,14 @@
 virtual shards move when any task joins or leaves, not only the highest,
 and the errors raised before any collective."""
 
+import numpy as np
+import tensorflow as tf
+
 from keras_hybrid.comm import make_communicator
 from keras_hybrid.sparse import resharding
 from keras_hybrid.sparse.row_partition import RowPartition
 from keras_hybrid.sparse.shard_assignment import ShardAssignment
+from keras_hybrid.sparse.sharded_table import ShardedTable
 from keras_hybrid.testing import TestCase
 
 ROWS = 4096  # 1024 virtual shards of 4 rows
@@ -51,3 +55,36 @@ class ReshardMembersErrorsTest(TestCase):
     def test_communicator_must_span_the_larger_group(self):
         with self.assertRaisesRegex(ValueError, "must span the 2 workers"):
             resharding.reshard_members([], self.comm, [0], [0, 1])
+
+
+class RebindMembersTest(TestCase):
+    def setUp(self):
+        super().setUp()
+        self.comm = make_communicator("tf", 0, 1, 10.0, 1024)
+
+    def _table(self, part):
+        rows = part.rows_on_shard(0)
+        return ShardedTable(
+            path="t/embeddings",
+            full_shape=(part.num_rows, 2),
+            partition=part,
+            communicator=self.comm,
+            role="table",
+            initial_value=np.zeros((rows, 2), "float32"),
+            shape=tf.TensorShape([None, 2]),
+        )
+
+    def test_renumbers_owners_by_task(self):
+        # Task 3 owned nothing: tasks [0, 3] -> [0] keeps task 0's rows.
+        part = RowPartition.create(ROWS, 1).with_assignment(
+            ShardAssignment((0,) * 1024, 2)
+        )
+        table = self._table(part)
+        resharding.rebind_members([table], self.comm, [0, 3], [0])
+        self.assertEqual(table.partition.num_shards, 1)
+        self.assertEqual(table.local_rows, ROWS)
+
+    def test_rows_on_a_task_that_left_are_refused(self):
+        table = self._table(RowPartition.create(ROWS, 2))
+        with self.assertRaisesRegex(ValueError, "not among the new members"):
+            resharding.rebind_members([table], self.comm, [0, 1], [0])

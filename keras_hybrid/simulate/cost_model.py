@@ -37,6 +37,10 @@ class Prediction:
             `"total"`.
         comm_seconds: Float. Communication time per step.
         compute_seconds: Float. Compute time per step (from the profile).
+        cross_host_sparse_bytes: Float. Bytes of tables one host's
+            interface sends per step (`traffic.cross_host_sparse_bytes`).
+        latency_seconds: Float. The part of `comm_seconds` that is
+            latency (the same step on links with zero latency subtracted).
     """
 
     mode: str
@@ -45,6 +49,8 @@ class Prediction:
     bytes: dict
     comm_seconds: float
     compute_seconds: float
+    cross_host_sparse_bytes: float = 0.0
+    latency_seconds: float = 0.0
 
     @property
     def step_seconds(self) -> float:
@@ -64,6 +70,8 @@ class Prediction:
             "compute_ms": 1e3 * self.compute_seconds,
             "step_ms": 1e3 * self.step_seconds,
             "samples_per_sec": self.samples_per_sec,
+            "cross_host_sparse_bytes": self.cross_host_sparse_bytes,
+            "latency_ms": 1e3 * self.latency_seconds,
         }
 
 
@@ -81,6 +89,30 @@ def exchange_seconds(exchange, spec) -> float:
     if n == 1:
         return 0.0
     latency, bandwidth = spec.ring_link()
+    hosts = spec.hosts
+    if exchange.scope == "hierarchical":
+        # Reduce-scatter and all-gather among the host's k workers, ring
+        # all-reduce of a 1/k slice across hosts by each of the k local
+        # ranks at once (k flows share the interface). Used only where it
+        # pays (issue 15 item 3): else the flat ring.
+        d = exchange.wire
+        two_level = 2 * (k - 1) * (
+            spec.intra_latency + d / k / spec.intra_bandwidth
+        ) + 2 * (hosts - 1) * (
+            spec.inter_latency + d / hosts / spec.inter_bandwidth
+        )
+        return min(two_level, 2 * (n - 1) * (latency + d / n / bandwidth))
+    if exchange.kind == "all_to_all" and exchange.scope == "intra":
+        # Among the k workers of each host: k - 1 rounds.
+        return (k - 1) * spec.intra_latency + (
+            exchange.wire / spec.intra_bandwidth
+        )
+    if exchange.kind == "all_to_all" and exchange.scope == "inter":
+        # Among one worker per host: H - 1 rounds; the k local ranks'
+        # exchanges share the host's interface.
+        return (hosts - 1) * spec.inter_latency + (
+            k * exchange.wire / spec.inter_bandwidth
+        )
     if exchange.kind == "all_reduce":
         return 2 * (n - 1) * (latency + exchange.wire / n / bandwidth)
     if exchange.kind == "all_gather":
@@ -121,25 +153,40 @@ def predict(profile, mode: str, spec, batch: int, **kwargs) -> Prediction:
         mode: String, one of `traffic.MODES`.
         spec: A `ClusterSpec`.
         batch: Int. Samples per worker and step.
-        **kwargs: Passed to `traffic.step_exchanges` (`bucket_bytes`).
+        **kwargs: Passed to `traffic.step_exchanges` (`bucket_bytes`,
+            `design`).
     """
     exchanges = traffic.step_exchanges(
-        profile, mode, spec.workers, batch, **kwargs
+        profile,
+        mode,
+        spec.workers,
+        batch,
+        per_host=spec.accelerators_per_host,
+        **kwargs,
     )
+    no_latency = dataclasses.replace(spec, inter_latency=0, intra_latency=0)
+    comm = sum(exchange_seconds(e, spec) for e in exchanges)
     return Prediction(
         mode=mode,
         workers=spec.workers,
         batch=batch,
         bytes=traffic.bytes_per_path(exchanges),
-        comm_seconds=sum(exchange_seconds(e, spec) for e in exchanges),
+        comm_seconds=comm,
         compute_seconds=profile.compute_time(batch),
+        cross_host_sparse_bytes=traffic.cross_host_sparse_bytes(
+            exchanges, spec.workers, spec.accelerators_per_host
+        ),
+        latency_seconds=comm
+        - sum(exchange_seconds(e, no_latency) for e in exchanges),
     )
 
 
-def sweep(profile, spec, worker_counts, batch: int, modes=traffic.MODES):
+def sweep(
+    profile, spec, worker_counts, batch: int, modes=traffic.MODES, **kwargs
+):
     """`predict` for every mode and worker count (hosts refilled)."""
     return [
-        predict(profile, mode, spec.with_workers(n), batch)
+        predict(profile, mode, spec.with_workers(n), batch, **kwargs)
         for n in worker_counts
         for mode in modes
     ]

@@ -117,7 +117,8 @@ flags.DEFINE_boolean(
     "ablation",
     False,
     "Print, per worker count, today's exchange and the design options "
-    "added one by one (item 1 with --padding, or exact if it is max_pair; "
+    "added one by one (item 1 with --padding, or per_pair if it is "
+    "max_pair; "
     "items 2 and 3; item 4 if --hot_rows > 0).",
 )
 flags.DEFINE_integer(
@@ -269,7 +270,9 @@ def _design() -> design_lib.Design:
 
 def _ablation_designs() -> list:
     """Today's exchange, then items 1 to 4 added one by one."""
-    padding = "exact" if FLAGS.padding == "max_pair" else FLAGS.padding
+    # Item 1 as the `exchange` branch builds it (pairwise sends, each
+    # block padded to its own ladder step), unless --padding says.
+    padding = "per_pair" if FLAGS.padding == "max_pair" else FLAGS.padding
     steps = [("today", design_lib.Design(zipf=FLAGS.zipf))]
     steps.append((f"+1 {padding}", design_lib.Design(padding, zipf=FLAGS.zipf)))
     steps.append(

@@ -147,7 +147,6 @@ class SimulateCliTest(TestCase):
                 f"--profile={path}",
                 "--workers=16",
                 "--accelerators_per_host=4",
-                "--padding=exact",
                 "--fused",
                 "--hierarchical",
                 "--hot_rows=64",
@@ -157,7 +156,8 @@ class SimulateCliTest(TestCase):
             )
         self.assertEqual(run.returncode, 0, run.stderr[-2000:])
         self.assertIn("design, modeled not built", run.stdout)
-        for label in ("today", "+1 exact", "+2 fused", "+3 hierarchical"):
+        self.assertNotIn("padding per_pair", run.stdout)  # not asked for
+        for label in ("today", "+1 per_pair", "+2 fused", "+3 hierarchical"):
             self.assertIn(label, run.stdout)
         self.assertIn("+4 hot 64", run.stdout)
         self.assertIn("busiest of 8 shards", run.stdout)

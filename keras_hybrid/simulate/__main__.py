@@ -439,6 +439,7 @@ def _validation(profile, batch) -> list:
             batch,
             baselines.get(measured["workers"]),
             FLAGS.bucket_bytes,
+            design=_design(),
         )
     _out("\nPredicted against measured (error = predicted / measured - 1):")
     _out(validate.table(checks))

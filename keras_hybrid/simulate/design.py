@@ -17,9 +17,12 @@ today's code stay what they were:
   table replicated on every worker, their gradients in the dense
   all-reduce.
 
-Built in the package so far: none of the four (issue 15 items 1 to 4
-are modeled, not built); `padding="max_pair"`, `fused=False`,
-`hierarchical=False`, `hot_rows=0` is the code as it runs.
+Built on main so far: none of the four (issue 15 items 1 to 4 are
+modeled, not built); `padding="max_pair"`, `fused=False`,
+`hierarchical=False`, `hot_rows=0` is the code as it runs. The
+`exchange` branch has built item 1 as `padding="per_pair"` (pairwise
+sends, outside elastic jobs): once it is merged, that default and
+`describe` should follow it.
 """
 
 import dataclasses

@@ -15,6 +15,7 @@ from keras_hybrid.simulate import cost_model
 from keras_hybrid.simulate import hot_rows
 from keras_hybrid.simulate import parallax
 from keras_hybrid.simulate import traffic
+from keras_hybrid.simulate import validate
 from keras_hybrid.simulate.cluster_spec import ClusterSpec
 from keras_hybrid.simulate.design import Design
 from keras_hybrid.simulate.profile import Profile
@@ -295,3 +296,30 @@ class ParallaxTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class ValidateDesignTest(unittest.TestCase):
+    def test_hybrid_padded_is_compared_with_max_pair_padding(self):
+        profile = _profile()
+        sent = {"ids": 1.0, "padding": 1.0}
+        results = [
+            {"mode": m, "bytes_per_step": sent, "step_time_ms": {"median": 9}}
+            for m in ("hybrid", "hybrid_padded")
+        ]
+        measured = {"workers": 8, "netem": "20mbit:0", "results": results}
+        checks = validate.compare(
+            profile, measured, 32, design=Design("per_pair")
+        )
+        by_mode = {c["mode"]: c["predicted_bytes"] for c in checks}
+        spec = validate.spec_of(measured)
+        for mode, padding in (
+            ("hybrid", "per_pair"),
+            ("hybrid_padded", "max_pair"),
+        ):
+            p = cost_model.predict(
+                profile, "hybrid", spec, 32, design=Design(padding)
+            )
+            self.assertAlmostEqual(
+                by_mode[mode], sum(p.bytes[k] for k in validate.COMPARED_PATHS)
+            )
+        self.assertLess(by_mode["hybrid"], by_mode["hybrid_padded"])

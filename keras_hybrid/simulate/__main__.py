@@ -71,6 +71,15 @@ flags.DEFINE_integer(
     lower_bound=1,
 )
 flags.DEFINE_list("modes", list(traffic.MODES), "Modes to simulate.")
+flags.DEFINE_enum(
+    "ps_layout",
+    "per_worker",
+    list(cost_model.PS_LAYOUTS),
+    "Servers and worker processes of `ps_only`: per_worker (one shard and "
+    "one process per accelerator) or per_host (one server and one process "
+    "per host, gradients summed in the host: the parameter-server layout "
+    "of Parallax's published code).",
+)
 flags.DEFINE_list(
     "measured",
     [],
@@ -229,6 +238,7 @@ def main(argv) -> None:
                     mode,
                     spec,
                     batch,
+                    ps_layout=FLAGS.ps_layout,
                     bucket_bytes=FLAGS.bucket_bytes,
                     design=design,
                 )
@@ -239,6 +249,11 @@ def main(argv) -> None:
         f"{FLAGS.bandwidth} / {FLAGS.latency}, in-host link "
         f"{FLAGS.intra_bandwidth} / {FLAGS.intra_latency}.\n"
         f"Hybrid exchange: {design.describe()}.\n"
+        + (
+            f"ps_only layout: {FLAGS.ps_layout} (bytes per host process).\n"
+            if FLAGS.ps_layout == "per_host" and "ps_only" in modes
+            else ""
+        )
     )
     _out("Throughput (samples/s) and speed-up of hybrid:")
     _out(report.comparison_table(predictions))
@@ -467,6 +482,7 @@ def _write(profile, predictions, checks) -> None:
                 "hot_rows",
                 "zipf",
                 "parallax",
+                "ps_layout",
             )
         },
         "predictions": [p.to_dict() for p in predictions],

@@ -169,7 +169,9 @@ class SimulateCliTest(TestCase):
             "--accelerators_per_host=6",
             "--bandwidth=100gbit",
             "--latency=5us",
+            "--ps_layout=per_host",
         )
         self.assertEqual(run.returncode, 0, run.stderr[-2000:])
         self.assertIn("parallax-nmt, 128 samples per worker", run.stdout)
+        self.assertIn("ps_only layout: per_host", run.stdout)
         self.assertNotIn("Profiling", run.stderr)

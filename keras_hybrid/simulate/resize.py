@@ -176,10 +176,13 @@ def _one_resize(tables, chains, step, size, engine) -> ResizeTraffic:
         if not matrix.any():
             continue
         if engine == "tf":
-            cap = int(capacity.capacity_for(tf.constant(int(matrix.max()))))
-            slots = (size - 1) * cap
+            # Each pair's block is padded to its own count's ladder step.
+            counts = tf.constant(matrix.astype(np.int64))
+            caps = capacity.capacity_for(counts).numpy().astype(float)
+            np.fill_diagonal(caps, np.diagonal(matrix))
+            slots = caps.sum(axis=1)
             padding += (slots - rows_out) * row_bytes
-            wires.append(float(slots * row_bytes))
+            wires.append(float(slots.max() * row_bytes))
         else:
             busiest = np.maximum(rows_out, rows_in).max()
             wires.append(float(busiest * row_bytes))

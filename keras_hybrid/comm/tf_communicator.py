@@ -114,15 +114,15 @@ class TFCommunicator(Communicator):
     def all_to_all(self, tensor, send_counts, path="control", plan=None):
         tensor = tf.convert_to_tensor(tensor)
         send_counts = tf.cast(tf.reshape(send_counts, [self.size]), tf.int32)
-        if self.size == 1:
-            return tf.identity(tensor), send_counts
-        if plan is None:
-            plan = self.plan_exchange(send_counts)
         if self.exchange not in EXCHANGES:
             raise ValueError(
                 f"`exchange` must be one of {EXCHANGES}. Received: "
                 f"exchange={self.exchange!r}"
             )
+        if self.size == 1:
+            return tf.identity(tensor), send_counts
+        if plan is None:
+            plan = self.plan_exchange(send_counts)
         if self.membership is not None or self.exchange == "padded":
             return self._all_to_all_padded(tensor, send_counts, path, plan)
         return self._all_to_all_pairwise(tensor, send_counts, path, plan)

@@ -5,7 +5,10 @@ Nothing elastic in the training code: run it with
 python examples/elastic/main.py`. A callback prints the membership it
 sees. The flags `--save_to`/`--restore_from` and `--report` serve
 `measure_resize.py` (a sharded save after `fit`, a restore before it, and
-the chief's JSON report of resizes and step times).
+the chief's JSON report of resizes and step times). With `--vocab` the
+model also looks up 4 ids per sample in an `Embedding(vocab,
+embedding_dim)` that the strategy partitions over the workers; its rows
+move at each resize.
 """
 
 import json
@@ -26,6 +29,10 @@ flags.DEFINE_integer("batch_size", 96, "Global batch size.")
 flags.DEFINE_integer("num_samples", 9600, "Training samples.")
 flags.DEFINE_integer("hidden", 512, "Width of the two hidden layers.")
 flags.DEFINE_integer("steps_per_epoch", None, "Steps per epoch (all if unset).")
+flags.DEFINE_integer(
+    "vocab", 0, "Rows of a partitioned embedding table (0: no table)."
+)
+flags.DEFINE_integer("embedding_dim", 64, "Width of the table's rows.")
 flags.DEFINE_float(
     "step_sleep",
     0.0,
@@ -63,14 +70,16 @@ class Membership(keras.callbacks.Callback):
 
 def build_model():
     keras.utils.set_random_seed(0)
-    model = keras.Sequential(
-        [
-            keras.Input((64,)),
-            keras.layers.Dense(FLAGS.hidden, activation="relu"),
-            keras.layers.Dense(FLAGS.hidden, activation="relu"),
-            keras.layers.Dense(10),
-        ]
-    )
+    features = keras.Input((64,))
+    inputs, x = features, features
+    if FLAGS.vocab:
+        ids = keras.Input((4,), dtype="int32")
+        rows = keras.layers.Embedding(FLAGS.vocab, FLAGS.embedding_dim)(ids)
+        pooled = keras.layers.GlobalAveragePooling1D()(rows)
+        inputs, x = [ids, features], keras.layers.Concatenate()([pooled, x])
+    x = keras.layers.Dense(FLAGS.hidden, activation="relu")(x)
+    x = keras.layers.Dense(FLAGS.hidden, activation="relu")(x)
+    model = keras.Model(inputs, keras.layers.Dense(10)(x))
     model.compile(
         optimizer=keras.optimizers.Adam(1e-3),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -81,10 +90,15 @@ def build_model():
 def main(argv):
     del argv
     start = time.time()
-    strategy = kh.HybridStrategy(variable_kinds={".*": "dense"})
+    # Joiners plan as one worker: name the table to partition.
+    kinds = {".*embeddings": "sparse"} if FLAGS.vocab else {".*": "dense"}
+    strategy = kh.HybridStrategy(variable_kinds=kinds)
     rng = np.random.default_rng(0)
     x = rng.normal(size=(FLAGS.num_samples, 64)).astype("float32")
     y = rng.integers(0, 10, size=FLAGS.num_samples).astype("int32")
+    if FLAGS.vocab:
+        ids = rng.integers(0, FLAGS.vocab, size=(FLAGS.num_samples, 4))
+        x = (ids.astype("int32"), x)
     with strategy.scope():
         model = build_model()
     if FLAGS.restore_from:

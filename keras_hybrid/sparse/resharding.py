@@ -16,6 +16,7 @@ it runs on whatever `Communicator` it is given.
 """
 
 import dataclasses
+import zlib
 
 import numpy as np
 import tensorflow as tf
@@ -63,22 +64,167 @@ def reshard_tables(tables, communicator, new_assignment) -> int:
     """
     tables = _with_slots(tables)
     targets = [_target(t, new_assignment, communicator) for t in tables]
+    return _move_all(tables, targets, communicator)["sent"]
+
+
+def reshard_members(tables, communicator, old_members, new_members) -> dict:
+    """Moves rows from the tasks `old_members` onto `new_members`.
+
+    The elastic resize of `ElasticResize`: members are task indices, and a
+    worker's rank is its task's index in the sorted member list. A
+    collective over the larger of the two groups (the new one for a grow,
+    the old one for a shrink), which `communicator` must span. For a grow,
+    joiners first take rank 0's assignments (`adopt_partitions`) and the
+    old members' shards are renumbered to their new ranks; then each
+    table takes the balanced assignment onto the new members that moves
+    the fewest virtual shards (`ShardAssignment.resized`, with the old
+    members in their new rank order and leavers last). After a shrink the
+    owners are still ranks of the old group: once the group switched, call
+    `rebind_members` with the same members.
+
+    Args:
+        tables: Iterable of `ShardedTable` (e.g. `tables_of(strategy)`).
+        communicator: The `Communicator` of the larger group.
+        old_members: List of ints. Tasks before the resize.
+        new_members: List of ints. Tasks after it.
+
+    Returns:
+        Dict of ints: `sent`, the row bytes this worker sent; `moved`, the
+        row bytes all workers sent; `wire`, the bytes all workers put on
+        the wire (`moved` plus the padding of the TF all-to-all).
+
+    Raises:
+        ValueError: If one list is not a subset of the other (workers
+            join or leave, not both), or `communicator` does not span the
+            larger group; on every worker of a grow, if some worker has
+            other tables (a joiner whose plan differs). Every worker of a
+            grow must call it, with tables or without.
+    """
+    old, new = sorted(old_members), sorted(new_members)
+    grow = set(old) <= set(new)
+    if not grow and not set(new) <= set(old):
+        raise ValueError(
+            "A resize either adds or removes workers. Received: "
+            f"old_members={old}, new_members={new}."
+        )
+    group = new if grow else old
+    if communicator.size != len(group):
+        raise ValueError(
+            f"The communicator must span the {len(group)} workers of "
+            f"{group}. Received: a communicator of size {communicator.size}."
+        )
+    tables = _with_slots(tables)
+    if grow and len(new) > len(old):
+        _check_same_tables(tables, communicator)
+    if not tables:
+        return {"sent": 0, "moved": 0, "wire": 0}
+    if grow:
+        rebind_members(tables, communicator, old, new)
+        if len(new) > len(old):
+            adopt_partitions(tables, communicator, root=0)
+    targets = [member_target(t.partition, group, new) for t in tables]
+    return _move_all(tables, targets, communicator)
+
+
+def rebind_members(tables, communicator, old_members, new_members) -> None:
+    """Renumbers the owners of every table from their ranks among
+    `old_members` to their ranks among `new_members` (sorted task lists),
+    without moving rows; tables use `communicator` afterwards. Not a
+    collective. Every owner must be in `new_members`.
+
+    Raises:
+        ValueError: If a table has rows on a task that is not in
+            `new_members`.
+    """
+    old, new = sorted(old_members), sorted(new_members)
+    for table in _with_slots(tables):
+        gone = {
+            old[o] for o in table.partition.virtual.owners if old[o] not in new
+        }
+        if gone:
+            raise ValueError(
+                f"Table {table.path!r} has rows on tasks {sorted(gone)}, "
+                f"which are not among the new members {new}. Move them "
+                "first with `reshard_members`."
+            )
+    ranks = [new.index(t) if t in new else 0 for t in old]
+    rebind_tables(tables, communicator, ranks)
+
+
+def _check_same_tables(tables, communicator) -> None:
+    """Raises on every worker if some worker partitioned other tables
+    (one all-reduce), instead of leaving the others in a collective that
+    has no partner."""
+    paths = "\n".join(t.path for t in tables)
+    fingerprint = zlib.crc32(paths.encode()) + (len(tables) << 32)
+    both = tf.constant([fingerprint, -fingerprint], tf.int64)
+    (reduced,) = communicator.all_reduce([both], op="max", path="control")
+    high, low = reduced.numpy()
+    if high != -low:
+        raise ValueError(
+            "Workers partition different tables; this one partitions "
+            f"{[t.path for t in tables if t.role == 'table']}. A joiner "
+            "plans its variables before it knows the group (as one "
+            "worker): under --min-np/--max-np name the tables to partition "
+            "with HybridStrategy(variable_kinds={...: 'sparse'}), or keep "
+            "them dense."
+        )
+
+
+def member_target(partition, group, new_members):
+    """`partition` re-balanced onto the tasks `new_members`, moving least.
+
+    Pure: every worker computes the same. `partition`'s owners are ranks
+    in `group` (a sorted task list holding every owner and new member);
+    so are the returned partition's. The members keep their virtual shards
+    up to their new quota (`ShardAssignment.resized`, with the members in
+    their new rank order and the tasks of `group` that leave last).
+
+    Example: tasks `[0, 1, 2, 3]` without task 1, 1024 virtual shards:
+
+    ```python
+    part = RowPartition.create(4096, 4)
+    new = member_target(part, [0, 1, 2, 3], [0, 2, 3])
+    new.virtual.counts()   # [342, 0, 341, 341]: only task 1's shards moved
+    ```
+    """
+    new = sorted(new_members)
+    leavers = [t for t in group if t not in new]
+    logical = [
+        new.index(t) if t in new else len(new) + leavers.index(t) for t in group
+    ]
+    owners = tuple(logical[o] for o in partition.virtual.owners)
+    current = ShardAssignment(owners, max(max(owners) + 1, len(new)))
+    balanced = current.resized(len(new))
+    physical = tuple(group.index(new[o]) for o in balanced.owners)
+    return partition.with_assignment(
+        ShardAssignment(physical, max(physical) + 1)
+    )
+
+
+def _move_all(tables, targets, communicator) -> dict:
+    """Moves every table to its target; one all-to-all per (dtype, row
+    shape). Returns the byte counts of `reshard_members`."""
     for table in tables:
         table.communicator = communicator
-    sent = 0
+    totals = {"sent": 0, "moved": 0, "wire": 0}
     for group in _groups(tables):
-        sent += _move_group(
+        counts = _move_group(
             [tables[i] for i in group], [targets[i] for i in group]
         )
+        for key, value in counts.items():
+            totals[key] += value
     logging.info(
         "keras-hybrid: resharded %d tables and slots onto %d workers; "
-        "worker %d sent %d bytes.",
+        "worker %d sent %d bytes, all %d (%d on the wire).",
         len(tables),
         targets[0].num_shards if targets else 0,
         communicator.rank,
-        sent,
+        totals["sent"],
+        totals["moved"],
+        totals["wire"],
     )
-    return sent
+    return totals
 
 
 def rebind_tables(tables, communicator, ranks=None) -> None:
@@ -212,8 +358,9 @@ def _moves(old, new, size: int) -> _Moves:
     return _Moves(shards, rows)
 
 
-def _move_group(tables, targets) -> int:
-    """One all-to-all for tables of one dtype and row shape."""
+def _move_group(tables, targets) -> dict:
+    """One all-to-all for tables of one dtype and row shape; returns the
+    byte counts of `reshard_members`."""
     comm = tables[0].communicator
     rank, size = comm.rank, comm.size
     moves = [
@@ -222,6 +369,7 @@ def _move_group(tables, targets) -> int:
     ]
     matrix = sum(m.rows for m in moves)
     received = None
+    wire_rows = 0
     if matrix.any() and size > 1:
         parts = []
         for dst in range(size):
@@ -230,18 +378,25 @@ def _move_group(tables, targets) -> int:
                 if index.size:
                     parts.append(table.read_local_rows(tf.constant(index)))
         send = _concat(parts, tables[0])
+        cap = capacity.capacity_for(tf.constant(matrix.max()))
         plan = ExchangePlan(
             send_counts=tf.constant(matrix[rank], tf.int32),
             recv_counts=tf.constant(matrix[:, rank], tf.int32),
-            capacity=capacity.capacity_for(tf.constant(matrix.max())),
+            capacity=cap,
             flags=tf.zeros([size], tf.int32),
         )
+        # The TF engine pads each of a worker's size - 1 blocks to `cap`.
+        wire_rows = size * (size - 1) * int(cap)
         received, _ = comm.all_to_all(
             send, plan.send_counts, path=PATH, plan=plan
         )
     _place(tables, targets, moves, received, matrix)
     row_bytes = int(np.prod(tables[0].full_shape[1:])) * tables[0].dtype.size
-    return int(matrix[rank].sum()) * row_bytes
+    return {
+        "sent": int(matrix[rank].sum()) * row_bytes,
+        "moved": int(matrix.sum()) * row_bytes,
+        "wire": wire_rows * row_bytes,
+    }
 
 
 def _rows_of(partition, shards, pair) -> np.ndarray:

@@ -11,14 +11,21 @@ decides the same switch at the same step:
   group size, group key, the loss scale and each worker's slice of the
   global batch are read from variables;
 - if the plan adds joiners, rank 0 broadcasts the training position
-  (epoch, step, global step) and every weight and optimizer slot to the
-  joiners, in a group of its own (the other members go on to the next
-  step, where they wait for the joiners). A joiner first traces its train
-  step (ahead, in its first step, while the members train), then waits
-  for a plan that names it, receives the state, and then runs the
-  batches it skipped through a function that only draws them from the
-  iterator, so that its data continue in global-step order from the same
-  global batch as the others.
+  (epoch, step, global step) and every replicated weight and optimizer
+  slot to the joiners, in a group of its own (the other members go on,
+  and wait for the joiners in the next collective);
+- partitioned tables and their optimizer slots move by virtual shard
+  (`resharding.reshard_members`), over the new group for a grow (joiners
+  receive their rows there, not from rank 0) and over the old group for a
+  shrink (leavers hand their rows over before they exit); the train step
+  is then traced again, since it captured the tables' row counts and
+  lookup constants.
+
+A joiner first traces its train step (ahead, in its first step, while the
+members train), then waits for a plan that names it, receives the state
+and its table rows, and then runs the batches it skipped through a
+function that only draws them from the iterator, so that its data
+continue in global-step order from the same global batch as the others.
 """
 
 import collections
@@ -31,12 +38,15 @@ from absl import logging
 
 from keras_hybrid._compat import keras as keras_compat
 from keras_hybrid.launch import elastic_files
+from keras_hybrid.sparse import resharding
+from keras_hybrid.sparse.sharded_table import ShardedTable
 from keras_hybrid.strategy import cluster
 from keras_hybrid.strategy import global_read_variable
 from keras_hybrid.strategy.call_fence import active as active_fence
 
 _HEADER = 4  # epoch, next batch, global step, fenced calls so far
 _ADMISSION = "admission"  # a joiner's first step: trace, then wait
+_NO_TABLES = {"sent": 0, "moved": 0, "wire": 0, "count": 0, "seconds": 0.0}
 
 
 class ElasticResize(keras.callbacks.Callback):
@@ -62,6 +72,8 @@ class ElasticResize(keras.callbacks.Callback):
         self._last_end = None
         self._gaps = collections.deque(maxlen=50)
         self._pending = None  # a resize whose stall is not measured yet
+        # Trace and run time of the first step traced again after a resize.
+        self._first_step = {}
         self._local_reads = None
 
     def trains(self) -> bool:
@@ -71,7 +83,6 @@ class ElasticResize(keras.callbacks.Callback):
     # -- Keras hooks
 
     def on_train_begin(self, logs=None):
-        _refuse_partitioned_tables(self._strategy)
         if self._membership.joining:
             # The first step gets the iterator, which tracing needs.
             self._real_train_function = self.model.train_function
@@ -130,20 +141,19 @@ class ElasticResize(keras.callbacks.Callback):
         start = time.perf_counter()
         membership = self._membership
         old = list(membership.members)
-        if membership.task not in members:
-            logging.info(
-                "keras-hybrid elastic: task %d retires at global step %d "
-                "(generation %d, %s: %d -> %d workers)",
-                membership.task,
-                self._membership.global_step,
-                generation,
-                reason,
-                len(old),
-                len(members),
-            )
-            raise SystemExit(0)
         joiners = [t for t in members if t not in old]
+        left = [t for t in old if t not in members]
+        tables = _NO_TABLES
+        if left:
+            # The old group still holds every row: leavers hand theirs over.
+            tables = self._move_tables(old, members)
+        if membership.task not in members:
+            self._retire(generation, reason, len(old), len(members))
         self._adopt(generation, members)
+        if left and tables["count"]:
+            resharding.rebind_members(
+                resharding.tables_of(self._strategy), self._comm, old, members
+            )
         moved = 0
         if joiners:
             # Only the joiners need the state: rank 0 sends it to them.
@@ -151,6 +161,9 @@ class ElasticResize(keras.callbacks.Callback):
             if membership.task == 0:
                 with membership.state_group([0, *joiners], self._comm):
                     self._send_state()
+            tables = self._move_tables(old, members)
+        if self._retrace(tables["count"] > 0):
+            self.model.train_function = self._timed(self.model.train_function)
         self._pending = {
             "generation": generation,
             "global_step": self._membership.global_step,
@@ -159,37 +172,75 @@ class ElasticResize(keras.callbacks.Callback):
             "old_size": len(old),
             "new_size": len(members),
             "joined": joiners,
-            "left": [t for t in old if t not in members],
-            "bytes_moved": moved,
+            "left": left,
+            "bytes_moved": moved + tables["moved"],
+            "state_bytes": moved,
+            "table_bytes": tables["moved"],
+            "table_wire_bytes": tables["wire"],
+            "table_seconds": tables["seconds"],
             "switch_seconds": time.perf_counter() - start,
         }
         if membership.task == 0:
             membership.report_applied(self._pending)
+
+    def _retire(self, generation: int, reason: str, old: int, new: int) -> None:
+        logging.info(
+            "keras-hybrid elastic: task %d retires at global step %d "
+            "(generation %d, %s: %d -> %d workers)",
+            self._membership.task,
+            self._membership.global_step,
+            generation,
+            reason,
+            old,
+            new,
+        )
+        raise SystemExit(0)
+
+    def _move_tables(self, old: list, members: list) -> dict:
+        """Moves the rows of partitioned tables and their slots from `old`
+        to `members` (a collective over the larger group)."""
+        tables = resharding.tables_of(self._strategy)
+        if not tables and len(members) < len(old):
+            return _NO_TABLES  # every member has trained the same tables
+        # A grow checks that the joiners have the same tables (or none).
+        start = time.perf_counter()
+        counts = resharding.reshard_members(tables, self._comm, old, members)
+        return {
+            **counts,
+            "count": len(tables),
+            "seconds": time.perf_counter() - start,
+        }
 
     def _finish_resize(self, gap: float) -> None:
         """Completes the pending resize's record with its stall."""
         normal = float(np.median(self._gaps)) if self._gaps else 0.0
         event = {
             **self._pending,
+            **self._first_step,
             "gap_seconds": gap,
             "normal_step_seconds": normal,
             "stall_seconds": max(0.0, gap - normal),
             "time": time.time(),
         }
         self._pending = None
+        self._first_step = {}
         self._strategy.communicator.stats.record_resize(event)
         logging.info(
             "keras-hybrid elastic: resize at global step %d (%s): %d -> %d "
-            "workers, %d bytes moved, stall %.3f s (step gap %.3f s, "
-            "normal step %.3f s)",
+            "workers, %d bytes moved (%d of table rows), stall %.3f s "
+            "(step gap %.3f s, normal step %.3f s; switch %.3f s, train "
+            "step traced again in %.3f s)",
             event["global_step"],
             event["reason"],
             event["old_size"],
             event["new_size"],
             event["bytes_moved"],
+            event["table_bytes"],
             event["stall_seconds"],
             gap,
             normal,
+            event["switch_seconds"],
+            event.get("retrace_seconds", 0.0),
         )
 
     def _adopt(self, generation: int, members: list) -> None:
@@ -202,14 +253,47 @@ class ElasticResize(keras.callbacks.Callback):
         watchdog = cluster.watchdog()
         if watchdog is not None:
             watchdog.set_peers([t for t in members if t != membership.task])
+
+    def _timed(self, train_function):
+        """`train_function` whose first call records how long tracing it
+        again and then running it took (`retrace_seconds`,
+        `first_step_seconds`)."""
+        self._first_step = {}
+
+        def first_call(iterator):
+            start = time.perf_counter()
+            step = keras_compat.traced_step_of(train_function)
+            if step is not None:
+                step.get_concrete_function(iterator)
+            traced = time.perf_counter()
+            logs = train_function(iterator)
+            self._first_step = {
+                "retrace_seconds": traced - start,
+                "first_step_seconds": time.perf_counter() - traced,
+            }
+            self.model.train_function = train_function
+            return logs
+
+        return first_call
+
+    def _retrace(self, tables_moved: bool) -> bool:
+        """Drops the functions traced for the old size and layout; returns
+        whether the train function is new."""
         model = self.model
         # Functions traced for the old size (evaluate, predict) must be
         # traced again; a train step with collectives whose shapes follow
-        # the size (all-gathers of IndexedSlices) too.
+        # the size (all-gathers of IndexedSlices) too, and one that looks
+        # up partitioned tables (their row counts, the assignment's lookup
+        # constants and the all-to-all's number of blocks are traced in).
         model.test_function = None
         model.predict_function = None
-        if self._strategy.extended.traced_size_dependent_collectives:
+        if (
+            tables_moved
+            or self._strategy.extended.traced_size_dependent_collectives
+        ):
             model.make_train_function(force=True)
+            return True
+        return False
 
     def _send_state(self) -> None:
         """Broadcasts the position and every weight and slot from rank 0
@@ -236,7 +320,6 @@ class ElasticResize(keras.callbacks.Callback):
         plan = membership.wait_for_admission()
         start = time.perf_counter()
         self._adopt(plan["generation"], plan["members"])
-        self.model.train_function = self._skip
         comm = self._comm
         with membership.state_group([0, *plan["joiners"]], comm):
             header = comm.broadcast(
@@ -244,6 +327,11 @@ class ElasticResize(keras.callbacks.Callback):
             )
             epoch, batch, global_step, fenced = (int(v) for v in header)
             _broadcast_variables(comm, _state_variables(self.model))
+        old = [t for t in plan["members"] if t not in plan["joiners"]]
+        tables = self._move_tables(old, plan["members"])
+        if self._retrace(tables["count"] > 0):
+            self._real_train_function = self.model.train_function
+        self.model.train_function = self._skip
         fence = active_fence()
         if fence is not None:
             fence.count = fenced
@@ -312,7 +400,8 @@ class ElasticResize(keras.callbacks.Callback):
 
 
 def _state_variables(model) -> list:
-    """Weights and optimizer variables, each once, in creation order."""
+    """Replicated weights and optimizer variables, each once, in creation
+    order. Partitioned tables and their slots move with `resharding`."""
     seen, variables = set(), []
     optimizer = getattr(model, "optimizer", None)
     extra = list(optimizer.variables) if optimizer is not None else []
@@ -324,7 +413,7 @@ def _state_variables(model) -> list:
         if id(v) not in seen:
             seen.add(id(v))
             variables.append(v)
-    return variables
+    return [v for v in variables if not isinstance(v.value, ShardedTable)]
 
 
 def _state_bytes(model) -> int:
@@ -352,14 +441,3 @@ def _broadcast_variables(comm, variables) -> None:
         sizes = [int(np.prod(v.shape)) for v in group]
         for v, part in zip(group, tf.split(received, sizes), strict=True):
             v.assign(tf.reshape(part, v.shape))
-
-
-def _refuse_partitioned_tables(strategy) -> None:
-    tables = [v.path for v in strategy.plan.of_kind("sparse")]
-    if tables:
-        raise NotImplementedError(
-            "Elastic training moves replicated variables only for now; "
-            f"these tables are partitioned: {tables}. Keep them replicated "
-            "with HybridStrategy(variable_kinds={'.*': 'dense'}) under "
-            "--min-np/--max-np."
-        )

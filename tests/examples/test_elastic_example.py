@@ -22,3 +22,13 @@ class ElasticMainTest(ExampleMainTestCase):
         self.assertEqual(result["size"], 1)
         self.assertEqual(result["resizes"], [])
         self.assertIn("step 1: rank 0 of 1", log)
+
+    def test_main_with_a_table_trains(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            report = os.path.join(tmp, "report.json")
+            self.run_main(
+                f"--report={report}", "--vocab=50", "--embedding_dim=4"
+            )
+            with open(report) as f:
+                result = json.load(f)
+        self.assertEqual(len(result["step_ends"]), 4)

@@ -8,6 +8,12 @@ grow), then 3 once 4 workers trained a few steps. The final
 weights must equal one process trained on the same global batches (1e-5),
 every size must have been seen by the script's own callback, and both
 resizes must be recorded with their bytes and stall.
+
+`ElasticTableFitTest` runs the same with `--model=table`: a partitioned
+`Embedding` (Adam, so its slots move too) beside a dense part. Its rows
+move by virtual shard at each resize (joiners receive theirs in the
+exchange, the leaver hands its rows over), and the reference densifies
+the table's gradient (the strategy's semantics for Adam).
 """
 
 import json
@@ -19,13 +25,18 @@ import tempfile
 import threading
 import time
 
+import keras
 import numpy as np
+import tensorflow as tf
 
 from keras_hybrid.testing import TestCase
 from keras_hybrid.testing import models
 
 HERE = os.path.dirname(__file__)
 WORKER = os.path.join(HERE, "workers", "elastic_fit_worker.py")
+sys.path.insert(0, os.path.join(HERE, "workers"))
+import elastic_cases as cases  # noqa: E402
+
 TIMEOUT = 400
 ARGS = ("--epochs=2", "--batch_size=12", "--num_samples=480")
 
@@ -39,6 +50,8 @@ def _sizes(out_dir: str) -> list:
 
 
 class ElasticFitTest(TestCase):
+    MODEL = "mlp"
+
     def test_grow_then_shrink_equals_one_process(self):
         with tempfile.TemporaryDirectory() as tmp:
             out_dir = os.path.join(tmp, "elastic")
@@ -61,6 +74,7 @@ class ElasticFitTest(TestCase):
                     *ARGS,
                     "--step_sleep=0.1",
                     "--hold_at_step=10",
+                    f"--model={self.MODEL}",
                 ],
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
@@ -92,15 +106,14 @@ class ElasticFitTest(TestCase):
         ]
         self.assertEqual(changes, [2, 4, 3], output[-4000:])
         self.assertEqual(len(sizes), 80)  # 2 epochs of 40 global batches
-        reference = self._reference()
+        reference = self._reference(result)
         for got, want in zip(result["weights"], reference, strict=True):
             np.testing.assert_allclose(got, want, atol=1e-5)
         resizes = result["resizes"]
         self.assertEqual(
             [(r["old_size"], r["new_size"]) for r in resizes], [(2, 4), (4, 3)]
         )
-        self.assertGreater(resizes[0]["bytes_moved"], 0)
-        self.assertEqual(resizes[1]["bytes_moved"], 0)
+        self._check_bytes(*resizes)
         for r in resizes:
             self.assertEqual(r["reason"], "discovery")
             self.assertGreaterEqual(r["stall_seconds"], 0.0)
@@ -109,13 +122,19 @@ class ElasticFitTest(TestCase):
         self.assertEqual(len(result["stats_resizes"]), 2)
         self.assertIn("Elastic resizes:", output)
 
-    def _reference(self) -> list:
+    def _reference(self, result) -> list:
         """Plain Keras in this process on the same global batches."""
+        del result
         x, y = models.make_data(480)
         model = models.build_model("sequential", seed=100)
         models.compile_model(model, "adam")
         model.fit(x, y, batch_size=12, epochs=2, shuffle=False, verbose=0)
         return model.get_weights()
+
+    def _check_bytes(self, grow, shrink) -> None:
+        self.assertGreater(grow["bytes_moved"], 0)
+        self.assertEqual(shrink["bytes_moved"], 0)
+        self.assertEqual(grow["table_bytes"] + shrink["table_bytes"], 0)
 
     def _drive(self, proc, out_dir: str, slots: str, lines: list) -> None:
         """Rewrites the discovery output as training goes: 4 slots once
@@ -144,3 +163,43 @@ def _write(path: str, text: str) -> None:
     with open(path + ".tmp", "w") as f:
         f.write(text)
     os.replace(path + ".tmp", path)
+
+
+class ElasticTableFitTest(ElasticFitTest):
+    MODEL = "table"
+    # A row of the table and of Adam's m and v: 3 x 8 float32.
+    ROW_BYTES = 3 * 8 * 4
+
+    def _reference(self, result) -> list:
+        """A plain Keras loop on the same global batches, from the job's
+        initial weights, with the table's gradient made dense (summed per
+        id, as the strategy applies it for Adam)."""
+        self.assertIn("table/embeddings: rows per worker", result["plan"])
+        (ids, x), y = cases.make_data("table", 480)
+        model = cases.build_model("table", seed=100)
+        model.set_weights(result["initial"])
+        optimizer = models.make_optimizer("adam")
+        loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        variables = model.trainable_variables
+        for _ in range(2):
+            for start in range(0, 480, 12):
+                batch = slice(start, start + 12)
+                with tf.GradientTape() as tape:
+                    logits = model([ids[batch], x[batch]], training=True)
+                    loss = loss_fn(y[batch], logits)
+                grads = tape.gradient(loss, [v.value for v in variables])
+                grads = [tf.convert_to_tensor(g) for g in grads]
+                optimizer.apply(grads, variables)
+        return model.get_weights()
+
+    def _check_bytes(self, grow, shrink) -> None:
+        # 2 -> 4: each old member hands 125 of its 250 one-row virtual
+        # shards to a joiner (the least a balance can move); 4 -> 3: the
+        # leaver's 125 rows. Slots move with their rows.
+        self.assertEqual(grow["table_bytes"], 250 * self.ROW_BYTES)
+        self.assertEqual(shrink["table_bytes"], 125 * self.ROW_BYTES)
+        self.assertGreaterEqual(grow["table_wire_bytes"], grow["table_bytes"])
+        # Rank 0 sends the joiners the replicated state only: less than
+        # one copy of the table's weights each.
+        self.assertLess(grow["state_bytes"], 2 * cases.VOCAB * 8 * 4)
+        self.assertEqual(shrink["bytes_moved"], shrink["table_bytes"])

@@ -5,18 +5,23 @@ per global step into `progress.jsonl` (which the test watches to change the
 discovery output) and, on the chief, sleeps `step_sleep` seconds per step
 while the file `pace` exists and waits at step `hold_at_step` while
 `hold` exists, so that joiners have time to start. The chief (or the one
-process) saves the final weights. Ranks seed differently on purpose.
+process) saves the final weights. Ranks seed differently on purpose,
+except for `--model=table`: its partitioned table keeps each worker's own
+initial rows, so every rank seeds alike and the chief saves the initial
+weights for the reference.
 """
 
 import json
 import os
 import time
 
+import elastic_cases as cases  # noqa: I001  (sits beside this script)
 import keras
 from absl import app
 from absl import flags
 
 import keras_hybrid as kh
+from keras_hybrid.testing import SPARSE_TABLES
 from keras_hybrid.testing import models
 from keras_hybrid.testing.multiprocess import save_result
 
@@ -30,6 +35,9 @@ flags.DEFINE_integer(
     "hold_at_step", 0, "Chief waits at this step while out_dir/hold exists."
 )
 flags.DEFINE_string("optimizer", "adam", "sgd or adam.")
+flags.DEFINE_enum(
+    "model", "mlp", cases.MODELS, "mlp, or table (a partitioned Embedding)."
+)
 
 
 class SizeLog(keras.callbacks.Callback):
@@ -64,11 +72,17 @@ class SizeLog(keras.callbacks.Callback):
 
 def main(argv):
     del argv
-    strategy = kh.HybridStrategy(variable_kinds={".*": "dense"})
-    x, y = models.make_data(FLAGS.num_samples)
+    table = FLAGS.model == "table"
+    strategy = kh.HybridStrategy(
+        variable_kinds=SPARSE_TABLES if table else {".*": "dense"}
+    )
+    x, y = cases.make_data(FLAGS.model, FLAGS.num_samples)
+    seed = 100 if table else 100 + strategy.rank
     with strategy.scope():
-        model = models.build_model("sequential", seed=100 + strategy.rank)
+        model = cases.build_model(FLAGS.model, seed=seed)
         models.compile_model(model, FLAGS.optimizer)
+    # A collective among the first members; a joiner holds all its rows.
+    initial = model.get_weights() if table else None
     stats = kh.callbacks.CommunicationStats(every_n_steps=5)
     history = model.fit(
         x,
@@ -84,16 +98,20 @@ def main(argv):
             stats,
         ],
     )
+    # A collective with a partitioned table: every member reads.
+    weights = model.get_weights()
     if strategy.is_chief:
         save_result(
             FLAGS.out_dir,
             0,
             {
-                "weights": model.get_weights(),
+                "weights": weights,
                 "history": history.history,
                 "resizes": strategy.communicator.stats.resizes,
                 "stats_resizes": stats.summary["resizes"],
                 "size": strategy.size,
+                "initial": initial,
+                "plan": str(strategy.plan),
             },
         )
 

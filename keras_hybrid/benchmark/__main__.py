@@ -93,6 +93,14 @@ flags.DEFINE_integer(
     "per worker with --netem, else loopback.",
     lower_bound=0,
 )
+flags.DEFINE_float(
+    "tbf_queue_ms",
+    50.0,
+    "With --netem on a kernel without sch_netem (rate-only tbf links): "
+    "the longest a packet may wait in a link's token bucket before tbf "
+    "drops it (tbf `latency`), i.e. the size of each link's queue.",
+    lower_bound=0.001,
+)
 flags.DEFINE_string("output_json", "", "Write the results here.")
 flags.DEFINE_string("plot", "", "Write a PNG of the results here.")
 flags.DEFINE_integer(
@@ -233,7 +241,9 @@ def emulated_network(spec: netem.NetemSpec | None):
     if FLAGS.emulated_hosts:
         names = [f"host{i}" for i in range(FLAGS.emulated_hosts)]
         return EmulatedHosts(names, None if spec is None else spec.rate)
-    return netem.EmulatedNetwork(FLAGS.workers, spec)
+    return netem.EmulatedNetwork(
+        FLAGS.workers, spec, tbf_queue_ms=FLAGS.tbf_queue_ms
+    )
 
 
 def check_flags() -> tuple[list[modes.Mode], netem.NetemSpec | None]:

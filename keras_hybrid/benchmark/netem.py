@@ -108,6 +108,9 @@ class EmulatedNetwork:
             so that this (the root) namespace reaches every namespace, as
             an ssh client or a launcher outside them needs. Defaults to
             `False` (the namespaces reach only each other).
+        tbf_queue_ms: Float. With `tbf` (no netem), the longest a packet
+            may wait in a link's token bucket before it is dropped (tbf's
+            `latency`), which sets the queue's size. Defaults to 50.
 
     Raises:
         PermissionError: Without root.
@@ -124,14 +127,21 @@ class EmulatedNetwork:
         *,
         subnet: str = SUBNET,
         reach_from_host: bool = False,
+        tbf_queue_ms: float = 50.0,
     ) -> None:
         if not 1 <= num_workers <= MAX_WORKERS:
             raise ValueError(
                 f"`--netem` supports 1 to {MAX_WORKERS} workers. Received: "
                 f"{num_workers}"
             )
+        if tbf_queue_ms <= 0:
+            raise ValueError(
+                "`tbf_queue_ms` must be > 0 (ms a packet may wait in a "
+                f"link's token bucket). Received: {tbf_queue_ms}"
+            )
         self.num_workers = num_workers
         self.spec = spec
+        self.tbf_queue_ms = tbf_queue_ms
         self.tag = tag or f"{os.getpid() % 100000}"
         self.bridge = f"kh{self.tag}br"
         self.namespaces = [f"kh{self.tag}n{i}" for i in range(num_workers)]
@@ -237,7 +247,7 @@ class EmulatedNetwork:
             "burst",
             str(burst),
             "latency",
-            "50ms",
+            f"{self.tbf_queue_ms:g}ms",
         ]
 
     def _run(self, argv: list[str]) -> None:

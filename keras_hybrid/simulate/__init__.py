@@ -2,7 +2,9 @@
 
 `profile_model` measures a model in one process; `predict` and `sweep`
 turn the profile and a `ClusterSpec` into bytes and seconds per step for
-the hybrid, PS-only, all-reduce and all-gather modes. The command line is
+the hybrid, PS-only, all-reduce and all-gather modes; a `Design` switches
+the hybrid's exchange from today's to the options planned in issue 15
+(modeled, not built). The command line is
 `python -m keras_hybrid.simulate` (see docs/simulator.md).
 """
 
@@ -10,12 +12,14 @@ from keras_hybrid.simulate.cluster_spec import ClusterSpec
 from keras_hybrid.simulate.cost_model import Prediction
 from keras_hybrid.simulate.cost_model import predict
 from keras_hybrid.simulate.cost_model import sweep
+from keras_hybrid.simulate.design import Design
 from keras_hybrid.simulate.profile import Profile
 from keras_hybrid.simulate.profile import VariableStats
 from keras_hybrid.simulate.profiler import profile_model
 
 __all__ = [
     "ClusterSpec",
+    "Design",
     "Prediction",
     "Profile",
     "VariableStats",

@@ -36,6 +36,9 @@ from absl import logging
 from keras_hybrid.benchmark import config_flags
 from keras_hybrid.simulate import cluster_spec
 from keras_hybrid.simulate import cost_model
+from keras_hybrid.simulate import design as design_lib
+from keras_hybrid.simulate import hot_rows
+from keras_hybrid.simulate import parallax
 from keras_hybrid.simulate import report
 from keras_hybrid.simulate import resize
 from keras_hybrid.simulate import traffic
@@ -68,6 +71,15 @@ flags.DEFINE_integer(
     lower_bound=1,
 )
 flags.DEFINE_list("modes", list(traffic.MODES), "Modes to simulate.")
+flags.DEFINE_enum(
+    "ps_layout",
+    "per_worker",
+    list(cost_model.PS_LAYOUTS),
+    "Servers and worker processes of `ps_only`: per_worker (one shard and "
+    "one process per accelerator) or per_host (one server and one process "
+    "per host, gradients summed in the host: the parameter-server layout "
+    "of Parallax's published code).",
+)
 flags.DEFINE_list(
     "measured",
     [],
@@ -81,6 +93,58 @@ flags.DEFINE_list(
     "validation.",
 )
 flags.DEFINE_string("out_dir", "", "If set, write JSON and PNG here.")
+flags.DEFINE_enum(
+    "padding",
+    "max_pair",
+    list(design_lib.PADDINGS),
+    "Issue 15 item 1. max_pair (today): every all-to-all block padded to "
+    "the largest pair's ladder step; per_pair: each block to its own; "
+    "exact: no padding.",
+)
+flags.DEFINE_boolean(
+    "fused",
+    False,
+    "Issue 15 item 2 (not built): one count, id, pull and push exchange "
+    "per step for all tables and lookup calls (today: per table and call).",
+)
+flags.DEFINE_boolean(
+    "hierarchical",
+    False,
+    "Issue 15 item 3 (not built): ids deduped per host, hosts crossed once "
+    "per host pair and local rank, pushes summed per host; two-level dense "
+    "all-reduce (in every mode).",
+)
+flags.DEFINE_integer(
+    "hot_rows",
+    0,
+    "Issue 15 item 4 (not built): most frequent rows of each table "
+    "replicated on every worker (their gradients all-reduced). Ids are "
+    "taken as Zipf(--zipf) to split hot from cold.",
+    lower_bound=0,
+)
+flags.DEFINE_boolean(
+    "ablation",
+    False,
+    "Print, per worker count, today's exchange and the design options "
+    "added one by one (item 1 with --padding, or per_pair if it is "
+    "max_pair; "
+    "items 2 and 3; item 4 if --hot_rows > 0).",
+)
+flags.DEFINE_integer(
+    "shard_load",
+    0,
+    "If > 1: print, per table, the rows the busiest shard serves per step "
+    "over the mean on this many workers, drawn from Zipf(--zipf) ids, "
+    "without and with --hot_rows.",
+    lower_bound=0,
+)
+flags.DEFINE_enum(
+    "parallax",
+    "",
+    ["", *parallax.PROFILES],
+    "Simulate the Parallax paper's LM or NMT, built from model sizes "
+    "(keras_hybrid/simulate/parallax.py) instead of a profile.",
+)
 flags.DEFINE_string(
     "resize",
     "",
@@ -162,13 +226,22 @@ def main(argv) -> None:
         raise app.UsageError(str(error)) from error
     profile = _profile()
     batch = FLAGS.batch_per_worker
+    if FLAGS.parallax:
+        batch = profile.batch_sizes[0]
+    design = _design()
     predictions = []
     for spec in specs:
         logging.info("Simulating %d workers", spec.workers)
         for mode in modes:
             predictions.append(
                 cost_model.predict(
-                    profile, mode, spec, batch, bucket_bytes=FLAGS.bucket_bytes
+                    profile,
+                    mode,
+                    spec,
+                    batch,
+                    ps_layout=FLAGS.ps_layout,
+                    bucket_bytes=FLAGS.bucket_bytes,
+                    design=design,
                 )
             )
     _out(
@@ -176,14 +249,117 @@ def main(argv) -> None:
         f"{FLAGS.accelerators_per_host} workers per host, host link "
         f"{FLAGS.bandwidth} / {FLAGS.latency}, in-host link "
         f"{FLAGS.intra_bandwidth} / {FLAGS.intra_latency}.\n"
+        f"Hybrid exchange: {design.describe()}.\n"
+        + (
+            f"ps_only layout: {FLAGS.ps_layout} (bytes per host process).\n"
+            if FLAGS.ps_layout == "per_host" and "ps_only" in modes
+            else ""
+        )
     )
     _out("Throughput (samples/s) and speed-up of hybrid:")
     _out(report.comparison_table(predictions))
     _out("\nCommunication per step: ms, and MB sent per worker:")
     _out(report.cost_table(predictions))
+    if FLAGS.ablation:
+        _out(
+            "\nAblation (issue 15 items added one by one; modeled, not "
+            "built; ratios = communication ms of all-gather or all-reduce "
+            "over the hybrid's, each under the same options):"
+        )
+        _out(report.ablation_table(_ablation(profile, specs, batch)))
+    if FLAGS.shard_load > 1:
+        _out(_shard_load(profile, batch))
     checks = _validation(profile, batch)
     if FLAGS.out_dir:
         _write(profile, predictions, checks)
+
+
+def _design() -> design_lib.Design:
+    return design_lib.Design(
+        padding=FLAGS.padding,
+        fused=FLAGS.fused,
+        hierarchical=FLAGS.hierarchical,
+        hot_rows=FLAGS.hot_rows,
+        zipf=FLAGS.zipf,
+    )
+
+
+def _ablation_designs() -> list:
+    """Today's exchange, then items 1 to 4 added one by one."""
+    # Item 1 as the `exchange` branch builds it (pairwise sends, each
+    # block padded to its own ladder step), unless --padding says.
+    padding = "per_pair" if FLAGS.padding == "max_pair" else FLAGS.padding
+    steps = [("today", design_lib.Design(zipf=FLAGS.zipf))]
+    steps.append((f"+1 {padding}", design_lib.Design(padding, zipf=FLAGS.zipf)))
+    steps.append(
+        ("+2 fused", design_lib.Design(padding, True, zipf=FLAGS.zipf))
+    )
+    steps.append(
+        (
+            "+3 hierarchical",
+            design_lib.Design(padding, True, True, zipf=FLAGS.zipf),
+        )
+    )
+    if FLAGS.hot_rows:
+        hot = FLAGS.hot_rows
+        steps.append(
+            (
+                f"+4 hot {hot}",
+                design_lib.Design(padding, True, True, hot, FLAGS.zipf),
+            )
+        )
+        # Item 3 only where it pays: the same without it.
+        steps.append(
+            (
+                f"1,2,4 hot {hot}",
+                design_lib.Design(padding, True, False, hot, FLAGS.zipf),
+            )
+        )
+    return steps
+
+
+def _ablation(profile, specs, batch) -> list:
+    rows = []
+    for spec in specs:
+        for label, design in _ablation_designs():
+            found = {
+                mode: cost_model.predict(
+                    profile,
+                    mode,
+                    spec,
+                    batch,
+                    bucket_bytes=FLAGS.bucket_bytes,
+                    design=design,
+                )
+                for mode in ("hybrid", "allgather", "dense")
+            }
+            rows.append((spec.workers, label, found))
+    return rows
+
+
+def _shard_load(profile, batch) -> str:
+    """Busiest shard's rows served over the mean, per table (item 4)."""
+    n = FLAGS.shard_load
+    lines = [
+        f"\nRows served per step by the busiest of {n} shards over the mean "
+        f"(ids Zipf({FLAGS.zipf}), {batch} samples per worker, 8 draws):",
+        f"{'table':>24} {'lookups':>8} {'no hot rows':>12} "
+        f"{f'{FLAGS.hot_rows} hot rows':>14} {'rows/shard':>11}",
+    ]
+    for var in profile.of_kind("sparse"):
+        if var.rows < n:
+            continue
+        lookups = var.lookups(batch)
+        base = hot_rows.shard_load(var.rows, FLAGS.zipf, lookups, n)
+        hot = hot_rows.shard_load(
+            var.rows, FLAGS.zipf, lookups, n, hot=FLAGS.hot_rows
+        )
+        lines.append(
+            f"{var.path[-24:]:>24} {lookups:>8} "
+            f"{base['max_over_mean']:>12.3f} {hot['max_over_mean']:>14.3f} "
+            f"{base['mean_rows']:>5.0f}->{hot['mean_rows']:<5.0f}"
+        )
+    return "\n".join(lines)
 
 
 def _resize() -> None:
@@ -240,6 +416,8 @@ def _resize_tables() -> list:
 
 
 def _profile() -> Profile:
+    if FLAGS.parallax:
+        return parallax.PROFILES[FLAGS.parallax]()
     if FLAGS.profile:
         with open(FLAGS.profile) as f:
             return Profile.from_json(f.read())
@@ -277,6 +455,7 @@ def _validation(profile, batch) -> list:
             batch,
             baselines.get(measured["workers"]),
             FLAGS.bucket_bytes,
+            design=_design(),
         )
     _out("\nPredicted against measured (error = predicted / measured - 1):")
     _out(validate.table(checks))
@@ -298,6 +477,13 @@ def _write(profile, predictions, checks) -> None:
                 "intra_latency",
                 "batch_per_worker",
                 "bucket_bytes",
+                "padding",
+                "fused",
+                "hierarchical",
+                "hot_rows",
+                "zipf",
+                "parallax",
+                "ps_layout",
             )
         },
         "predictions": [p.to_dict() for p in predictions],

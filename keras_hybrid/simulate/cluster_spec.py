@@ -150,7 +150,12 @@ class ClusterSpec:
 
     def ring_link(self) -> tuple[float, float]:
         """(latency, bandwidth) of the slowest hop of a host-ordered ring:
-        the host interface as soon as there are two hosts."""
+        the host interface as soon as there are two hosts (its latency;
+        the lower of the two bandwidths if hosts also have several
+        workers, since every hop of a ring step moves the same bytes)."""
         if self.hosts > 1:
-            return self.inter_latency, self.inter_bandwidth
+            bandwidth = self.inter_bandwidth
+            if self.accelerators_per_host > 1:
+                bandwidth = min(bandwidth, self.intra_bandwidth)
+            return self.inter_latency, bandwidth
         return self.intra_latency, self.intra_bandwidth

@@ -16,6 +16,26 @@ compute + communication.
   shard; the busiest host interface carries its workers' pushes and pulls
   for variables held elsewhere plus what its shards serve to every other
   host. A large variable on one shard makes that host the hot spot.
+
+`ps_only` has two layouts (`PS_LAYOUTS`, `predict`'s `ps_layout`):
+
+- `"per_worker"`: one shard and one worker process per accelerator, as
+  the hybrid runs (every accelerator pushes and pulls on its own);
+- `"per_host"`: the layout of the parameter-server architecture in
+  Parallax's published code (github.com/snuspl/parallax,
+  `core/python/ps/`): one server and one worker process per host, the
+  host's accelerators replicated in-graph. Their gradients are summed in
+  the host before one push per host, and one pull per host feeds them
+  all ("local aggregation"); whole variables go to the least loaded of
+  the H servers by bytes (`GreedyLoadBalancingStrategy`, its code notes
+  that partitioning large variables is not done). Modeled as the flat
+  `ps_only` exchange among H one-process hosts, each with a batch of
+  `k` accelerators' samples, plus the in-host aggregation: dense
+  gradients reduced and values handed back at the ring bound
+  (`2 (k - 1)` rounds of `D / k` on the in-host link, a lower bound for
+  an in-graph sum on one device), and each accelerator's table rows
+  pulled from and pushed to the host's process over the in-host link
+  (full duplex, `k - 1` accelerators' rows through the aggregating one).
 """
 
 import dataclasses
@@ -37,6 +57,10 @@ class Prediction:
             `"total"`.
         comm_seconds: Float. Communication time per step.
         compute_seconds: Float. Compute time per step (from the profile).
+        cross_host_sparse_bytes: Float. Bytes of tables one host's
+            interface sends per step (`traffic.cross_host_sparse_bytes`).
+        latency_seconds: Float. The part of `comm_seconds` that is
+            latency (the same step on links with zero latency subtracted).
     """
 
     mode: str
@@ -45,6 +69,8 @@ class Prediction:
     bytes: dict
     comm_seconds: float
     compute_seconds: float
+    cross_host_sparse_bytes: float = 0.0
+    latency_seconds: float = 0.0
 
     @property
     def step_seconds(self) -> float:
@@ -64,6 +90,8 @@ class Prediction:
             "compute_ms": 1e3 * self.compute_seconds,
             "step_ms": 1e3 * self.step_seconds,
             "samples_per_sec": self.samples_per_sec,
+            "cross_host_sparse_bytes": self.cross_host_sparse_bytes,
+            "latency_ms": 1e3 * self.latency_seconds,
         }
 
 
@@ -81,6 +109,30 @@ def exchange_seconds(exchange, spec) -> float:
     if n == 1:
         return 0.0
     latency, bandwidth = spec.ring_link()
+    hosts = spec.hosts
+    if exchange.scope == "hierarchical":
+        # Reduce-scatter and all-gather among the host's k workers, ring
+        # all-reduce of a 1/k slice across hosts by each of the k local
+        # ranks at once (k flows share the interface). Used only where it
+        # pays (issue 15 item 3): else the flat ring.
+        d = exchange.wire
+        two_level = 2 * (k - 1) * (
+            spec.intra_latency + d / k / spec.intra_bandwidth
+        ) + 2 * (hosts - 1) * (
+            spec.inter_latency + d / hosts / spec.inter_bandwidth
+        )
+        return min(two_level, 2 * (n - 1) * (latency + d / n / bandwidth))
+    if exchange.kind == "all_to_all" and exchange.scope == "intra":
+        # Among the k workers of each host: k - 1 rounds.
+        return (k - 1) * spec.intra_latency + (
+            exchange.wire / spec.intra_bandwidth
+        )
+    if exchange.kind == "all_to_all" and exchange.scope == "inter":
+        # Among one worker per host: H - 1 rounds; the k local ranks'
+        # exchanges share the host's interface.
+        return (hosts - 1) * spec.inter_latency + (
+            k * exchange.wire / spec.inter_bandwidth
+        )
     if exchange.kind == "all_reduce":
         return 2 * (n - 1) * (latency + exchange.wire / n / bandwidth)
     if exchange.kind == "all_gather":
@@ -113,7 +165,17 @@ def _ps_transfer(exchange, spec) -> float:
     )
 
 
-def predict(profile, mode: str, spec, batch: int, **kwargs) -> Prediction:
+PS_LAYOUTS = ("per_worker", "per_host")
+
+
+def predict(
+    profile,
+    mode: str,
+    spec,
+    batch: int,
+    ps_layout: str = "per_worker",
+    **kwargs,
+) -> Prediction:
     """Predicts bytes and times of one step of `mode` on `spec`.
 
     Args:
@@ -121,25 +183,93 @@ def predict(profile, mode: str, spec, batch: int, **kwargs) -> Prediction:
         mode: String, one of `traffic.MODES`.
         spec: A `ClusterSpec`.
         batch: Int. Samples per worker and step.
-        **kwargs: Passed to `traffic.step_exchanges` (`bucket_bytes`).
+        ps_layout: String, one of `PS_LAYOUTS`: the servers and worker
+            processes of `ps_only` (see the module doc). Other modes
+            ignore it. Defaults to `"per_worker"`.
+        **kwargs: Passed to `traffic.step_exchanges` (`bucket_bytes`,
+            `design`).
+
+    Raises:
+        ValueError: If `ps_layout` is unknown.
     """
+    if ps_layout not in PS_LAYOUTS:
+        raise ValueError(
+            f"`ps_layout` must be one of {PS_LAYOUTS}. Received: "
+            f"ps_layout={ps_layout!r}"
+        )
+    k = spec.accelerators_per_host
+    if mode == "ps_only" and ps_layout == "per_host" and k > 1:
+        return _predict_ps_per_host(profile, spec, batch, **kwargs)
     exchanges = traffic.step_exchanges(
-        profile, mode, spec.workers, batch, **kwargs
+        profile,
+        mode,
+        spec.workers,
+        batch,
+        per_host=spec.accelerators_per_host,
+        **kwargs,
     )
+    no_latency = dataclasses.replace(spec, inter_latency=0, intra_latency=0)
+    comm = sum(exchange_seconds(e, spec) for e in exchanges)
     return Prediction(
         mode=mode,
         workers=spec.workers,
         batch=batch,
         bytes=traffic.bytes_per_path(exchanges),
-        comm_seconds=sum(exchange_seconds(e, spec) for e in exchanges),
+        comm_seconds=comm,
         compute_seconds=profile.compute_time(batch),
+        cross_host_sparse_bytes=traffic.cross_host_sparse_bytes(
+            exchanges, spec.workers, spec.accelerators_per_host
+        ),
+        latency_seconds=comm
+        - sum(exchange_seconds(e, no_latency) for e in exchanges),
     )
 
 
-def sweep(profile, spec, worker_counts, batch: int, modes=traffic.MODES):
+def _predict_ps_per_host(profile, spec, batch: int, **kwargs) -> Prediction:
+    """`ps_only` with one server and one process per host (module doc).
+    Bytes are per host process."""
+    k, hosts = spec.accelerators_per_host, spec.hosts
+    host_spec = dataclasses.replace(
+        spec, workers=hosts, accelerators_per_host=1
+    )
+    exchanges = traffic.step_exchanges(
+        profile, "ps_only", hosts, batch * k, per_host=1, **kwargs
+    )
+    comm = sum(exchange_seconds(e, host_spec) for e in exchanges)
+    no_latency = dataclasses.replace(host_spec, inter_latency=0)
+    latency = comm - sum(exchange_seconds(e, no_latency) for e in exchanges)
+    dense = sum(v.bytes for v in profile.of_kind("dense"))
+    rows = sum(
+        v.unique_ids(batch, call) * v.row_bytes
+        for v in profile.of_kind("sparse")
+        for call in range(v.calls)
+    )
+    local_latency = 2 * (k - 1) * spec.intra_latency
+    local = (
+        local_latency
+        + 2 * (k - 1) * dense / k / spec.intra_bandwidth
+        + (k - 1) * rows / spec.intra_bandwidth
+    )
+    return Prediction(
+        mode="ps_only",
+        workers=spec.workers,
+        batch=batch,
+        bytes=traffic.bytes_per_path(exchanges),
+        comm_seconds=comm + local,
+        compute_seconds=profile.compute_time(batch),
+        cross_host_sparse_bytes=traffic.cross_host_sparse_bytes(
+            exchanges, hosts, 1
+        ),
+        latency_seconds=latency + local_latency,
+    )
+
+
+def sweep(
+    profile, spec, worker_counts, batch: int, modes=traffic.MODES, **kwargs
+):
     """`predict` for every mode and worker count (hosts refilled)."""
     return [
-        predict(profile, mode, spec.with_workers(n), batch)
+        predict(profile, mode, spec.with_workers(n), batch, **kwargs)
         for n in worker_counts
         for mode in modes
     ]

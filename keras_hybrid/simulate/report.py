@@ -104,3 +104,45 @@ def plot(predictions, path: str, title: str = "") -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     pyplot.close(fig)
+
+
+def ablation_table(rows) -> str:
+    """`rows` of `(workers, label, {mode: Prediction})`: the hybrid's
+    communication ms (and its latency part), padding share of its sparse
+    bytes, cross-host sparse MB per host, and the baselines' ms."""
+    header = [
+        "workers",
+        "hybrid exchange",
+        "hybrid ms",
+        "latency ms",
+        "padding",
+        "x-host MB",
+        "all-gather ms",
+        "all-reduce ms",
+        "xall-gather",
+        "xall-reduce",
+    ]
+    out = []
+    for workers, label, found in rows:
+        hybrid = found["hybrid"]
+        sparse = sum(
+            hybrid.bytes[p]
+            for p in ("ids", "sparse_pull", "sparse_push", "padding")
+        )
+        share = hybrid.bytes["padding"] / sparse if sparse else 0.0
+        gather, dense = found["allgather"], found["dense"]
+        out.append(
+            [
+                str(workers),
+                label,
+                f"{1e3 * hybrid.comm_seconds:.2f}",
+                f"{1e3 * hybrid.latency_seconds:.2f}",
+                f"{100 * share:.1f}%",
+                f"{hybrid.cross_host_sparse_bytes / 1e6:.2f}",
+                f"{1e3 * gather.comm_seconds:.2f}",
+                f"{1e3 * dense.comm_seconds:.2f}",
+                f"{gather.comm_seconds / hybrid.comm_seconds:.2f}",
+                f"{dense.comm_seconds / hybrid.comm_seconds:.2f}",
+            ]
+        )
+    return _render(header, out)

@@ -33,6 +33,8 @@ import numpy as np
 import tensorflow as tf
 
 from keras_hybrid.comm import capacity
+from keras_hybrid.simulate import hot_rows
+from keras_hybrid.simulate.design import Design
 from keras_hybrid.sparse.row_partition import RowPartition
 
 MODES = ("hybrid", "ps_only", "dense", "allgather")
@@ -61,12 +63,19 @@ class Exchange:
             all-gather, all padded blocks of an all-to-all, the dense
             bytes of `"ps"`.
         shard_bytes: Tuple of floats. For `"ps"`: bytes stored per shard.
+        scope: String. `"flat"`: among all workers; for a hierarchical
+            exchange (`Design.hierarchical`), `"intra"`: among the workers
+            of each host, `"inter"`: among one worker per host (one such
+            group per local rank, sharing the host's interface); for an
+            all-reduce, `"hierarchical"`: reduce-scatter in the host, ring
+            across hosts, all-gather in the host.
     """
 
     kind: str
     bytes: dict
     wire: float
     shard_bytes: tuple = ()
+    scope: str = "flat"
 
 
 def ladder(counts) -> np.ndarray:
@@ -133,51 +142,234 @@ def exchange_bytes(counts: np.ndarray, row_bytes: int) -> dict:
     }
 
 
-def _draw_counts(unique: float, workers: int, rng) -> np.ndarray:
-    """`[draws, N, N]` count matrices for `unique` ids per worker."""
+def _draw_counts(unique: float, workers: int, rng, owners=None) -> np.ndarray:
+    """`[draws, N, owners]` count matrices for `unique` ids per worker
+    spread evenly over `owners` (default `N`) owners."""
+    owners = workers if owners is None else owners
     draws = max(4, min(_DRAWS, 1024 // workers))
     low = int(np.floor(unique))
     extra = rng.random((draws, workers)) < unique - low
     u = low + extra
-    return rng.multinomial(u.astype(np.int64), np.full(workers, 1 / workers))
+    return rng.multinomial(u.astype(np.int64), np.full(owners, 1 / owners))
 
 
 def hybrid_table(var, workers: int, batch: int, seed: int = 0) -> list:
-    """The exchanges of a partitioned table: four per lookup call."""
+    """The exchanges of a partitioned table as the package runs them today:
+    four all-to-alls per lookup call (counts, ids, pull, push)."""
+    return hybrid_tables([(var, seed)], workers, batch)
+
+
+def hybrid_tables(
+    tables, workers: int, batch: int, design=None, per_host: int = 1
+) -> list:
+    """The sparse exchanges of a step for partitioned tables.
+
+    Args:
+        tables: Sequence of `(var, seed)`: a table's `VariableStats` (or
+            anything with `calls`, `row_bytes`, `rows`, `lookups` and
+            `unique_ids`) and the seed of its draws.
+        workers: Int. Workers in the job.
+        batch: Int. Samples per worker and step.
+        design: A `Design` (default: today's exchange).
+        per_host: Int. Workers per host (used by `design.hierarchical`).
+    """
+    design = design or Design()
+    hosts = workers // per_host
+    hierarchical = design.hierarchical and per_host > 1 and hosts > 1
+    stages = []  # (lookup index, path, scope, sent, padded sent, padded recv)
+    controls = []
+    lookups = 0
+    for var, seed in tables:
+        for call in range(var.calls):
+            rng = np.random.default_rng([seed, call])
+            unique = var.unique_ids(batch, call) * _cold(
+                var, batch, call, design
+            )
+            if hierarchical:
+                host_batch = batch * per_host
+                host_unique = var.unique_ids(host_batch, call) * _cold(
+                    var, host_batch, call, design
+                )
+                found = _hierarchical_stages(
+                    unique, host_unique, workers, per_host, rng
+                )
+            else:
+                found = [("flat", _draw_counts(unique, workers, rng))]
+            for scope, counts in found:
+                for path in ("ids", "sparse_pull", "sparse_push"):
+                    unit = ID_BYTES if path == "ids" else var.row_bytes
+                    sent, padded, recv = _stage_bytes(
+                        counts,
+                        path == "sparse_pull",
+                        design.padding,
+                        _peer_mask(scope, workers, per_host),
+                    )
+                    stages.append(
+                        (
+                            lookups,
+                            path,
+                            scope,
+                            sent * unit,
+                            padded * unit,
+                            recv * unit,
+                        )
+                    )
+                peers = _peers(scope, workers, per_host)
+                controls.append((lookups, scope, peers))
+            lookups += 1
+    return _exchanges(stages, controls, lookups, design, hierarchical)
+
+
+def _cold(var, batch: int, call: int, design) -> float:
+    """Share of a call's unique ids that are not hot rows."""
+    if not design.hot_rows:
+        return 1.0
+    return hot_rows.cold_fraction(
+        var.rows, design.zipf, var.lookups(batch, call), design.hot_rows
+    )
+
+
+def _hierarchical_stages(unique, host_unique, workers, per_host, rng):
+    """Count matrices `[draws, N, N]` of the in-host and cross-host stages.
+
+    In-host: worker (h, r) hands each host peer (h, r') its ids owned by
+    local rank r' (on any host). Cross-host: (h, r) asks (h', r) for the
+    host's unique ids that (h', r) owns, each once per host.
+    """
+    k, hosts = per_host, workers // per_host
+    by_rank = _draw_counts(unique, workers, rng, owners=k)  # [D, N, k]
+    draws = by_rank.shape[0]
+    intra = np.zeros((draws, workers, workers), np.int64)
+    worker = np.arange(workers)
+    for r in range(k):
+        intra[:, worker, (worker // k) * k + r] = by_rank[:, :, r]
+    # [D, H, N]: host h's unique ids over the N owners.
+    low = int(np.floor(host_unique))
+    extra = rng.random((draws, hosts)) < host_unique - low
+    host = rng.multinomial(
+        (low + extra).astype(np.int64), np.full(workers, 1 / workers)
+    )
+    inter = np.zeros((draws, workers, workers), np.int64)
+    for h in range(hosts):
+        for r in range(k):
+            i = h * k + r
+            owners = np.arange(hosts) * k + r
+            inter[:, i, owners] = host[:, h, owners]
+    return [("intra", intra), ("inter", inter)]
+
+
+def _peers(scope: str, workers: int, per_host: int) -> int:
+    if scope == "intra":
+        return per_host - 1
+    if scope == "inter":
+        return workers // per_host - 1
+    return workers - 1
+
+
+def _stage_bytes(counts, pull: bool, padding: str, peer):
+    """Per worker `[draws, N]`: elements sent, padded elements sent and
+    padded elements received by one all-to-all of count matrices
+    `counts` (`[draws, N, N]`, `C[i, j]`: ids worker i asks worker j for).
+
+    Ids and pushes go from i to j; a pull sends the rows back, j to i.
+    Only entries where `peer` (`[N, N]`, 0 or 1) is 1 are sent: not self
+    entries, and in a hierarchical stage not workers outside the stage.
+    """
+    off = counts * peer
+    if padding == "max_pair":
+        # Every block of the all-to-all padded to the ladder step of the
+        # largest count of the step, self-owned entries included.
+        cap = ladder(counts.max(axis=(-2, -1)))
+        padded = peer * cap[:, None, None]
+    elif padding == "per_pair":
+        padded = ladder(off)
+    else:
+        padded = off
+    if pull:
+        off, padded = off.swapaxes(-1, -2), padded.swapaxes(-1, -2)
+    return off.sum(-1), padded.sum(-1), padded.sum(-2)
+
+
+def _peer_mask(scope: str, workers: int, per_host: int) -> np.ndarray:
+    """`[N, N]`: 1 where worker i sends worker j a block in this stage."""
+    worker = np.arange(workers)
+    host, rank = worker // per_host, worker % per_host
+    if scope == "intra":
+        mask = host[:, None] == host[None, :]
+    elif scope == "inter":
+        mask = rank[:, None] == rank[None, :]
+    else:
+        mask = np.ones((workers, workers), bool)
+    return (mask & (worker[:, None] != worker[None, :])).astype(np.int64)
+
+
+def _exchanges(stages, controls, lookups, design, hierarchical) -> list:
+    """`Exchange`s of the drawn stages: one per stage and lookup call, or
+    fused per path and scope when `design.fused`."""
+    scopes = ("intra", "inter") if hierarchical else ("flat",)
     out = []
-    for call in range(var.calls):
-        rng = np.random.default_rng([seed, call])
-        unique = var.unique_ids(batch, call)
-        out += _pull_push(var, _draw_counts(unique, workers, rng))
+    if design.fused:
+        for scope in scopes:
+            peers = next(p for _, s, p in controls if s == scope)
+            # One count per lookup call and peer, and a flag and largest
+            # count per peer.
+            control = peers * (COUNT_BYTES * lookups + 8)
+            out.append(
+                Exchange(
+                    "all_to_all", {"control": control}, control, scope=scope
+                )
+            )
+        order = _stage_order(hierarchical)
+        for path, scope in order:
+            group = [s for s in stages if s[1] == path and s[2] == scope]
+            if group:
+                out.append(_exchange(group, path, scope))
+        return out
+    for index in range(lookups):
+        for _, scope, peers in [c for c in controls if c[0] == index]:
+            control = peers * PLAN_BYTES_PER_PEER
+            out.append(
+                Exchange(
+                    "all_to_all", {"control": control}, control, scope=scope
+                )
+            )
+        for path, scope in _stage_order(hierarchical):
+            group = [
+                s
+                for s in stages
+                if s[0] == index and s[1] == path and s[2] == scope
+            ]
+            out.append(_exchange(group, path, scope))
     return out
 
 
-def _pull_push(var, counts) -> list:
-    """Exchanges of one lookup call, for drawn count matrices."""
-    workers = counts.shape[-1]
-    b = {
-        k: float(v.mean())
-        for k, v in exchange_bytes(counts, var.row_bytes).items()
-    }
-    slots = b.pop("slots")
-    pads = {
-        "ids": slots * ID_BYTES - b["ids"],
-        "sparse_pull": slots * var.row_bytes - b["sparse_pull"],
-        "sparse_push": slots * var.row_bytes - b["sparse_push"],
-    }
-    counts_exchange = Exchange(
-        "all_to_all",
-        {"control": (workers - 1) * PLAN_BYTES_PER_PEER},
-        (workers - 1) * PLAN_BYTES_PER_PEER,
-    )
-    return [counts_exchange] + [
-        Exchange(
-            "all_to_all",
-            {path: b[path], "padding": pads[path]},
-            slots * (ID_BYTES if path == "ids" else var.row_bytes),
-        )
-        for path in ("ids", "sparse_pull", "sparse_push")
+def _stage_order(hierarchical: bool) -> list:
+    if not hierarchical:
+        return [(p, "flat") for p in ("ids", "sparse_pull", "sparse_push")]
+    return [
+        ("ids", "intra"),
+        ("ids", "inter"),
+        ("sparse_pull", "inter"),
+        ("sparse_pull", "intra"),
+        ("sparse_push", "intra"),
+        ("sparse_push", "inter"),
     ]
+
+
+def _exchange(group, path, scope) -> Exchange:
+    """One all-to-all carrying `group`'s blocks (summed per worker)."""
+    sent = sum(g[3] for g in group).astype(float)
+    padded = sum(g[4] for g in group).astype(float)
+    recv = sum(g[5] for g in group).astype(float)
+    # The all-to-all ends when its busiest worker has sent and received
+    # its blocks (full-duplex links).
+    wire = float(np.maximum(padded, recv).max(axis=-1).mean())
+    return Exchange(
+        "all_to_all",
+        {path: float(sent.mean()), "padding": float((padded - sent).mean())},
+        wire,
+        scope=scope,
+    )
 
 
 def allgather_table(var, workers: int, batch: int) -> list:
@@ -221,12 +413,22 @@ def ps_dense(variables, workers: int) -> Exchange:
     return Exchange("ps", {"dense": sent}, total, loads)
 
 
+@dataclasses.dataclass(frozen=True)
+class _HotRows:
+    """The hot rows of one table, as a dense variable of the all-reduce."""
+
+    bytes: int
+    dtype_bytes: int
+
+
 def step_exchanges(
     profile,
     mode: str,
     workers: int,
     batch: int,
     bucket_bytes: int = DEFAULT_BUCKET_BYTES,
+    design=None,
+    per_host: int = 1,
 ) -> list:
     """Every exchange of one train step on `workers` workers.
 
@@ -236,6 +438,10 @@ def step_exchanges(
         workers: Int. Workers in the job.
         batch: Int. Samples per worker and step.
         bucket_bytes: Int. Fusion bucket of the dense all-reduce.
+        design: A `Design` of the hybrid's exchange (`hybrid` and
+            `ps_only` tables; its `hierarchical` also applies to every
+            mode's dense all-reduce). Default: today's.
+        per_host: Int. Workers per host (for `design.hierarchical`).
 
     Raises:
         ValueError: If `mode` is unknown or `workers`/`batch` < 1.
@@ -247,11 +453,13 @@ def step_exchanges(
             raise ValueError(f"`{name}` must be >= 1. Received: {value!r}")
     if workers == 1:
         return []
+    design = design or Design()
     dense = list(profile.of_kind("dense"))
     tables = profile.of_kind("sparse")
     out = []
     if mode == "dense":
         dense = list(profile.variables)
+    partitioned = []
     for seed, var in enumerate(tables):
         if mode == "dense":
             continue
@@ -259,11 +467,54 @@ def step_exchanges(
             # A table with fewer rows than shards stays replicated.
             out += allgather_table(var, workers, batch)
         else:
-            out += hybrid_table(var, workers, batch, seed)
+            partitioned.append((var, seed))
+    if partitioned:
+        out += hybrid_tables(partitioned, workers, batch, design, per_host)
+        hot = [min(design.hot_rows, v.rows) for v, _ in partitioned]
+        dense += [
+            _HotRows(h * v.row_bytes, v.dtype_bytes)
+            for h, (v, _) in zip(hot, partitioned, strict=True)
+            if h
+        ]
     if mode == "ps_only":
         return out + ([ps_dense(dense, workers)] if dense else [])
     buckets = dense_buckets(dense, bucket_bytes)
+    hosts = workers // per_host
+    if design.hierarchical and per_host > 1 and hosts > 1:
+        return out + [
+            hierarchical_all_reduce(b, per_host, hosts) for b in buckets
+        ]
     return out + [all_reduce(b, workers) for b in buckets]
+
+
+def hierarchical_all_reduce(nbytes: int, per_host: int, hosts: int) -> Exchange:
+    """Reduce-scatter among a host's k workers, ring all-reduce of each
+    1/k slice across the hosts, all-gather in the host: bytes per worker
+    `2 (k - 1) D / k + 2 (H - 1) D / (k H)`."""
+    k = per_host
+    sent = 2 * (k - 1) * nbytes / k + 2 * (hosts - 1) * nbytes / (k * hosts)
+    return Exchange(
+        "all_reduce", {"dense": sent}, float(nbytes), scope="hierarchical"
+    )
+
+
+def cross_host_sparse_bytes(exchanges, workers: int, per_host: int) -> float:
+    """Bytes of tables (ids, rows, padding) that one host's interface sends
+    per step: a flat exchange spreads a worker's bytes evenly over its
+    N - 1 peers, N - k of them on other hosts."""
+    if workers // per_host < 2:
+        return 0.0
+    sparse = ("ids", "sparse_pull", "sparse_push", "padding")
+    total = 0.0
+    for e in exchanges:
+        if e.kind not in ("all_to_all", "all_gather"):
+            continue
+        sent = sum(e.bytes.get(p, 0.0) for p in sparse)
+        if e.scope == "inter":
+            total += per_host * sent
+        elif e.scope == "flat":
+            total += per_host * sent * (workers - per_host) / (workers - 1)
+    return total
 
 
 def bytes_per_path(exchanges) -> dict:

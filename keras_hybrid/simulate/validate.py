@@ -18,11 +18,13 @@ Bytes compare everything but `control` (metrics and loss all-reduces,
 which the simulator leaves out).
 """
 
+import dataclasses
 import json
 
 from keras_hybrid.simulate import cluster_spec
 from keras_hybrid.simulate import cost_model
 from keras_hybrid.simulate import traffic
+from keras_hybrid.simulate.design import Design
 
 COMPARED_PATHS = ("dense", "sparse_pull", "sparse_push", "ids", "padding")
 
@@ -65,8 +67,26 @@ def _error(predicted: float, measured: float):
     return predicted / measured - 1 if measured else None
 
 
-def compare(profile, measured, batch, baseline=None, bucket_bytes=None):
+# Benchmark modes the simulator models with a fixed exchange: the
+# `exchange` branch's `hybrid_padded` is the hybrid with every all-to-all
+# block padded to the largest pair (the exchange before issue 15).
+_FIXED_PADDING = {"hybrid_padded": ("hybrid", "max_pair")}
+
+
+def compare(
+    profile, measured, batch, baseline=None, bucket_bytes=None, design=None
+):
     """One comparison per mode of `measured` that the simulator models.
+
+    Args:
+        profile: A `Profile`.
+        measured: A benchmark JSON (`load_benchmark`).
+        batch: Int. Samples per worker and step.
+        baseline: The same runs on loopback, or `None`.
+        bucket_bytes: Int, or `None` for the default.
+        design: The `Design` of the measured `hybrid` exchange (default:
+            `Design()`); a measured `hybrid_padded` is always compared
+            with `padding="max_pair"`.
 
     Returns:
         List of dicts: workers, mode, netem, predicted and measured bytes
@@ -77,12 +97,19 @@ def compare(profile, measured, batch, baseline=None, bucket_bytes=None):
     if baseline is not None:
         base = {r["mode"]: r for r in baseline["results"]}
     kwargs = {"bucket_bytes": bucket_bytes} if bucket_bytes else {}
+    design = design or Design()
     out = []
     for result in measured["results"]:
         mode = result["mode"]
-        if mode not in traffic.MODES:
+        model, used = mode, design
+        if mode in _FIXED_PADDING:
+            model, padding = _FIXED_PADDING[mode]
+            used = dataclasses.replace(design, padding=padding)
+        if model not in traffic.MODES:
             continue
-        pred = cost_model.predict(profile, mode, spec, batch, **kwargs)
+        pred = cost_model.predict(
+            profile, model, spec, batch, design=used, **kwargs
+        )
         pred_bytes = sum(pred.bytes[p] for p in COMPARED_PATHS)
         sent = result["bytes_per_step"]
         meas_bytes = sum(sent.get(p, 0) for p in COMPARED_PATHS)
@@ -112,13 +139,13 @@ def compare(profile, measured, batch, baseline=None, bucket_bytes=None):
 def table(checks) -> str:
     """The comparisons as a text table."""
     header = (
-        f"{'workers':>7} {'mode':>9} {'pred kB':>10} {'meas kB':>10} "
+        f"{'workers':>7} {'mode':>13} {'pred kB':>10} {'meas kB':>10} "
         f"{'error':>7} {'pred ms':>8} {'meas ms':>8} {'error':>7}"
     )
     lines = [header, "-" * len(header)]
     for c in checks:
         lines.append(
-            f"{c['workers']:>7} {c['mode']:>9} "
+            f"{c['workers']:>7} {c['mode']:>13} "
             f"{c['predicted_bytes'] / 1e3:>10.1f} "
             f"{c['measured_bytes'] / 1e3:>10.1f} {_pct(c['bytes_error'])} "
             f"{c['predicted_comm_ms']:>8.2f} {c['measured_comm_ms']:>8.2f} "

@@ -50,6 +50,10 @@ class ParseTest(unittest.TestCase):
             with self.assertRaisesRegex(ValueError, "BANDWIDTH:LATENCY"):
                 netem.parse(bad)
 
+    def test_tbf_queue_must_be_positive(self):
+        with self.assertRaisesRegex(ValueError, "tbf_queue_ms.*Received: 0"):
+            netem.EmulatedNetwork(2, netem.parse("1gbit:0"), tbf_queue_ms=0)
+
     def test_not_root_is_a_clear_error(self):
         with mock.patch.object(os, "geteuid", return_value=1000):
             with self.assertRaisesRegex(PermissionError, "needs root.*1000"):
@@ -78,6 +82,14 @@ class NamespaceTest(unittest.TestCase):
             self.assertIn("1Gbit", qdisc_of(net))
         self.assertFalse(set(net.namespaces) & namespaces())
         self.assertNotIn(net.bridge, links())
+
+    def test_tbf_queue_sets_the_bucket_latency(self):
+        net = netem.EmulatedNetwork(
+            2, netem.parse("1gbit:0"), tag="t4", tbf_queue_ms=400
+        )
+        with net:
+            if net.qdisc_kind == "tbf":
+                self.assertIn("lat 400ms", qdisc_of(net))
 
     def test_removed_after_an_exception(self):
         net = netem.EmulatedNetwork(3, netem.parse("1gbit:0"), tag="t2")

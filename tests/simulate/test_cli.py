@@ -137,3 +137,41 @@ class SimulateCliTest(TestCase):
             run = _simulate("--profile=unused.json", flag)
             self.assertNotEqual(run.returncode, 0, flag)
             self.assertIn(needle, run.stderr, flag)
+
+    def test_design_flags_ablation_and_shard_load(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "profile.json")
+            with open(path, "w") as f:
+                f.write(_toy_profile().to_json())
+            run = _simulate(
+                f"--profile={path}",
+                "--workers=16",
+                "--accelerators_per_host=4",
+                "--fused",
+                "--hierarchical",
+                "--hot_rows=64",
+                "--ablation",
+                "--shard_load=8",
+                "--zipf=1.2",
+            )
+        self.assertEqual(run.returncode, 0, run.stderr[-2000:])
+        self.assertIn("design, modeled not built", run.stdout)
+        self.assertNotIn("padding per_pair", run.stdout)  # not asked for
+        for label in ("today", "+1 per_pair", "+2 fused", "+3 hierarchical"):
+            self.assertIn(label, run.stdout)
+        self.assertIn("+4 hot 64", run.stdout)
+        self.assertIn("busiest of 8 shards", run.stdout)
+
+    def test_parallax_profiles_need_no_profiling(self):
+        run = _simulate(
+            "--parallax=nmt",
+            "--workers=48",
+            "--accelerators_per_host=6",
+            "--bandwidth=100gbit",
+            "--latency=5us",
+            "--ps_layout=per_host",
+        )
+        self.assertEqual(run.returncode, 0, run.stderr[-2000:])
+        self.assertIn("parallax-nmt, 128 samples per worker", run.stdout)
+        self.assertIn("ps_only layout: per_host", run.stdout)
+        self.assertNotIn("Profiling", run.stderr)

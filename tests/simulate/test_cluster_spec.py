@@ -36,6 +36,14 @@ class ClusterSpecTest(unittest.TestCase):
         self.assertEqual(one_host.accelerators_per_host, 4)
         self.assertEqual(one_host.ring_link(), (one_host.intra_latency, 9.0))
 
+    def test_ring_is_as_slow_as_its_slowest_hop(self):
+        # In-host hops slower than the host link: they bound the ring.
+        spec = ClusterSpec(64, 8, inter_bandwidth=9.0, intra_bandwidth=3.0)
+        self.assertEqual(spec.ring_link(), (spec.inter_latency, 3.0))
+        # One worker per host: there are no in-host hops.
+        spec = ClusterSpec(8, 1, inter_bandwidth=9.0, intra_bandwidth=3.0)
+        self.assertEqual(spec.ring_link(), (spec.inter_latency, 9.0))
+
     def test_rejects_bad_values(self):
         with self.assertRaisesRegex(ValueError, "must divide `workers`"):
             ClusterSpec(12, 8)

@@ -244,3 +244,67 @@ class TimeTest(unittest.TestCase):
     def test_rejects_an_unknown_mode(self):
         with self.assertRaisesRegex(ValueError, "`mode` must be one of"):
             cost_model.predict(_profile(), "horovod", ClusterSpec(2), 32)
+
+
+class PsLayoutTest(unittest.TestCase):
+    """`ps_only` with one server and one process per host."""
+
+    SPEC = ClusterSpec(
+        8, 4, inter_bandwidth=1e8, inter_latency=1e-4, intra_latency=1e-5
+    )
+
+    def test_per_host_is_flat_ps_among_hosts_plus_local_aggregation(self):
+        profile = _profile(dense_shapes=((1_000_000,), (64, 64)))
+        k, hosts, batch = 4, 2, 8
+        per_host = cost_model.predict(
+            profile, "ps_only", self.SPEC, batch, ps_layout="per_host"
+        )
+        host_spec = ClusterSpec(
+            hosts, 1, inter_bandwidth=1e8, inter_latency=1e-4
+        )
+        among_hosts = cost_model.predict(
+            profile, "ps_only", host_spec, k * batch
+        )
+        dense = 4 * (1_000_000 + 64 * 64)
+        rows = profile.variables[0].unique_ids(batch) * ROW_BYTES
+        local = (
+            2
+            * (k - 1)
+            * (self.SPEC.intra_latency + dense / k / self.SPEC.intra_bandwidth)
+            + (k - 1) * rows / self.SPEC.intra_bandwidth
+        )
+        self.assertAlmostEqual(
+            per_host.comm_seconds, among_hosts.comm_seconds + local
+        )
+        self.assertEqual(per_host.bytes, among_hosts.bytes)
+
+    def test_local_aggregation_removes_the_per_accelerator_hot_spot(self):
+        # A 4 MB variable on one shard: per accelerator, 7 others pull it
+        # (4 of them across hosts); per host, one other host does.
+        profile = _profile(dense_shapes=((1_000_000,),))
+        flat = cost_model.predict(profile, "ps_only", self.SPEC, 8)
+        per_host = cost_model.predict(
+            profile, "ps_only", self.SPEC, 8, ps_layout="per_host"
+        )
+        self.assertLess(2 * per_host.comm_seconds, flat.comm_seconds)
+
+    def test_one_accelerator_per_host_changes_nothing(self):
+        spec = ClusterSpec(4, 1)
+        a = cost_model.predict(_profile(), "ps_only", spec, 8)
+        b = cost_model.predict(
+            _profile(), "ps_only", spec, 8, ps_layout="per_host"
+        )
+        self.assertEqual(a, b)
+
+    def test_other_modes_ignore_the_layout(self):
+        a = cost_model.predict(_profile(), "hybrid", self.SPEC, 8)
+        b = cost_model.predict(
+            _profile(), "hybrid", self.SPEC, 8, ps_layout="per_host"
+        )
+        self.assertEqual(a, b)
+
+    def test_rejects_an_unknown_layout(self):
+        with self.assertRaisesRegex(ValueError, "`ps_layout` must be one"):
+            cost_model.predict(
+                _profile(), "ps_only", self.SPEC, 8, ps_layout="per_rack"
+            )

@@ -1,0 +1,116 @@
+"""`Design`: how the hybrid's sparse exchange works, today or as planned.
+
+Issue 15 plans four changes to the hybrid path. Each is an option here,
+and the defaults say what the code does today, so that predictions of
+today's code stay what they were:
+
+- item 1, `padding`: today `"max_pair"` (every block of an all-to-all
+  padded to the ladder step of the largest pair count); design
+  `"per_pair"` (each block to its own ladder step) or `"exact"`;
+- item 2, `fused`: today `False` (count, ids, pull and push all-to-alls
+  per table and lookup call); design `True` (one of each per step);
+- item 3, `hierarchical`: today `False` (flat all-to-alls over all
+  workers, flat ring all-reduce); design `True` (ids deduped per host,
+  host pairs crossed once per local rank, pushes summed per host,
+  two-level all-reduce);
+- item 4, `hot_rows`: today `0`; design: the most frequent rows of every
+  table replicated on every worker, their gradients in the dense
+  all-reduce.
+
+Built on main so far: none of the four (issue 15 items 1 to 4 are
+modeled, not built); `padding="max_pair"`, `fused=False`,
+`hierarchical=False`, `hot_rows=0` is the code as it runs. The
+`exchange` branch has built item 1 as `padding="per_pair"` (pairwise
+sends, outside elastic jobs): once it is merged, that default and
+`describe` should follow it.
+"""
+
+import dataclasses
+
+PADDINGS = ("max_pair", "per_pair", "exact")
+
+
+@dataclasses.dataclass(frozen=True)
+class Design:
+    """Options of the simulated hybrid exchange (issue 15 items 1 to 4).
+
+    Args:
+        padding: String, one of `PADDINGS`. How all-to-all blocks are
+            padded: `"max_pair"` (today: every block to the capacity
+            ladder step of the largest pair count of the step),
+            `"per_pair"` (each block to its own ladder step) or `"exact"`
+            (no padding).
+        fused: Bool. If `True`, one count exchange, one id exchange, one
+            pull and one push per step carry every table and lookup call
+            (each table's segment padded as `padding` says); if `False`
+            (today), each table and call has its own four all-to-alls.
+        hierarchical: Bool. If `True`, the k workers of a host dedupe
+            their ids: each all-to-all becomes an in-host stage among the
+            k workers and a cross-host stage among the workers of one
+            local rank (one per host), which carries the host's unique
+            ids once; pushes are summed per host before they cross. The
+            dense all-reduce becomes reduce-scatter in the host, ring
+            all-reduce across hosts, all-gather in the host.
+        hot_rows: Int >= 0. Rows of each partitioned table (the most
+            frequent ones) replicated on every worker: their lookups stay
+            local, and their gradients (`hot_rows` rows per table) join
+            the dense all-reduce.
+        zipf: Float > 0. Exponent `s` of the id frequencies,
+            `p(k) ~ 1 / (k + 1)**s` (the benchmark's `--zipf`), used only
+            to split unique ids into hot and cold when `hot_rows > 0`.
+
+    Raises:
+        ValueError: If `padding` is unknown, `hot_rows < 0` or
+            `zipf <= 0`.
+    """
+
+    padding: str = "max_pair"
+    fused: bool = False
+    hierarchical: bool = False
+    hot_rows: int = 0
+    zipf: float = 1.1
+
+    def __post_init__(self) -> None:
+        if self.padding not in PADDINGS:
+            raise ValueError(
+                f"`padding` must be one of {PADDINGS}. Received: "
+                f"padding={self.padding!r}"
+            )
+        if isinstance(self.hot_rows, bool) or not isinstance(
+            self.hot_rows, int
+        ):
+            raise TypeError(
+                f"`hot_rows` must be an int. Received: {self.hot_rows!r}"
+            )
+        if self.hot_rows < 0:
+            raise ValueError(
+                f"`hot_rows` must be >= 0. Received: {self.hot_rows}"
+            )
+        if not self.zipf > 0:
+            raise ValueError(f"`zipf` must be > 0. Received: {self.zipf!r}")
+
+    @property
+    def is_today(self) -> bool:
+        """Whether this is the exchange the package runs today."""
+        return self == Design(zipf=self.zipf)
+
+    def describe(self) -> str:
+        """One line naming the options that differ from today's code."""
+        parts = []
+        if self.padding != "max_pair":
+            parts.append(f"padding {self.padding} (item 1)")
+        if self.fused:
+            parts.append("one exchange per step (item 2)")
+        if self.hierarchical:
+            parts.append("hierarchical (item 3)")
+        if self.hot_rows:
+            parts.append(f"{self.hot_rows} hot rows, zipf {self.zipf} (item 4)")
+        if not parts:
+            return "today's exchange (as built)"
+        return "design, modeled not built: " + ", ".join(parts)
+
+    @classmethod
+    def planned(cls, hot_rows: int = 1024, zipf: float = 1.1) -> "Design":
+        """All four items of issue 15: exact sizes, one exchange per step,
+        hierarchical, `hot_rows` hot rows."""
+        return cls("exact", True, True, hot_rows, zipf)

@@ -141,6 +141,23 @@ def broadcast_recv(shape, **kwargs):
     return _collective_ops().broadcast_recv_v2(shape, **kwargs)
 
 
+def run_independently(op) -> bool:
+    """Makes the side-effect `op` run whenever the `tf.function` being
+    traced runs, though no output depends on it (a collective send).
+
+    TF's automatic control dependencies add stateful ops to a function's
+    control outputs, but leave out the asynchronous collectives
+    (`auto_control_deps.ASYNC_STATEFUL_OPS`, which has the broadcast send);
+    `run_independently` adds one. Returns False (and does nothing) outside
+    a graph that has no automatic control dependencies.
+    """
+    manager = getattr(op.graph, "experimental_acd_manager", None)
+    if manager is None:
+        return False
+    manager.run_independently(op)
+    return True
+
+
 # -- cluster (strategy/cluster.py, comm/peer_watchdog.py)
 
 

@@ -7,6 +7,7 @@ registry so that new engines plug in with one `register(Mode(...))`.
 | mode | tables | IndexedSlices of replicated variables |
 | --- | --- | --- |
 | `hybrid` | partitioned, pull/push | all-gathered (tiny tables only) |
+| `hybrid_padded` | as `hybrid`, blocks padded to the largest | as `hybrid` |
 | `allgather` | replicated | all-gathered: stock TensorFlow |
 | `dense` | replicated | densified and all-reduced |
 | `horovod` | replicated | all-gathered by Horovod, as `hvd` does |
@@ -40,6 +41,8 @@ class Mode:
             a message that says why not and how to fix it.
         skip_reason: String or `None`. If set, the mode is accepted but
             left out of the results with this reason.
+        communicator_settings: Tuple of `(attribute, value)` pairs set on
+            the strategy's communicator once it exists.
     """
 
     name: str
@@ -47,12 +50,16 @@ class Mode:
     strategy_kwargs: tuple = ()
     unavailable: Callable[[], str | None] = lambda: None
     skip_reason: str | None = None
+    communicator_settings: tuple = ()
 
     def make_strategy(self):
         """A `HybridStrategy` for this mode (cluster from the env)."""
         from keras_hybrid.strategy.hybrid_strategy import HybridStrategy
 
-        return HybridStrategy(**dict(self.strategy_kwargs))
+        strategy = HybridStrategy(**dict(self.strategy_kwargs))
+        for name, value in self.communicator_settings:
+            setattr(strategy.communicator, name, value)
+        return strategy
 
 
 _REGISTRY: dict[str, Mode] = {}
@@ -173,5 +180,14 @@ register(
             ("indexed_slices", "allgather"),
         ),
         unavailable=_horovod_missing,
+    )
+)
+register(
+    Mode(
+        "hybrid_padded",
+        "hybrid, every all-to-all block padded to the largest pair count "
+        "(one AllToAllV2: the exchange before issue 15)",
+        (("variable_kinds", TABLES_SPARSE),),
+        communicator_settings=(("exchange", "padded"),),
     )
 )

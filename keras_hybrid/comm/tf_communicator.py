@@ -13,15 +13,33 @@ from keras_hybrid.comm import instance_keys
 from keras_hybrid.comm.communicator import Communicator
 
 _GROUP_KEY = 1
+# Group keys of the 2-member groups of the pairwise all-to-all: above the
+# elastic groups' keys (launch/elastic_files.py).
+_PAIR_GROUP_BASE = 1 << 24
+# "pairwise": a send and a receive per peer, each block padded to its own
+# count's ladder step; "padded": one AllToAllV2 whose blocks are all padded
+# to the largest count of all pairs.
+EXCHANGES = ("pairwise", "padded")
 _MERGE_OPS = {"sum": "Add", "mean": "Add", "max": "Max"}
 
 
 class TFCommunicator(Communicator):
-    """`Communicator` on `CollectiveReduceV2`/`GatherV2`/`AllToAllV2`.
+    """`Communicator` on `CollectiveReduceV2`/`GatherV2`/`BcastSendV2`.
+
+    A variable-sized all-to-all (`exchange="pairwise"`, the default) is a
+    send and a receive per peer in the pair's own 2-member group
+    (`CollectiveBcastSendV2`/`RecvV2`), each block padded to the capacity
+    ladder's step of its own count, so padding is per pair, not the
+    largest count of all pairs; the counts travel in one fixed
+    `AllToAllV2` of three int32 per peer (`plan_exchange`, O(N) per
+    worker). V2 collectives remember the shape of each instance key, so
+    every direction of a pair has a block of keys, one per ladder step.
+    `exchange="padded"` (and an elastic job, whose group changes) sends
+    one `AllToAllV2` whose blocks are all padded to the largest count.
 
     Sizes are charged as a ring algorithm sends them: an all-reduce of D
     bytes sends 2 (N - 1) / N D, an all-gather of D local bytes (N - 1) D,
-    an all-to-all the rows bound for other workers.
+    an all-to-all the rows bound for other workers (one call each).
     """
 
     def __init__(self, rank, size, timeout_seconds, bucket_bytes) -> None:
@@ -30,6 +48,9 @@ class TFCommunicator(Communicator):
         # An elastic job's `ElasticMembership`: its group size and key are
         # tensors, so a traced step follows the current members.
         self.membership = None
+        # How a variable-sized all-to-all moves its blocks, one of
+        # `EXCHANGES`; an elastic job always pads.
+        self.exchange = "pairwise"
 
     # -- all-reduce ---------------------------------------------------------
 
@@ -93,13 +114,24 @@ class TFCommunicator(Communicator):
     def all_to_all(self, tensor, send_counts, path="control", plan=None):
         tensor = tf.convert_to_tensor(tensor)
         send_counts = tf.cast(tf.reshape(send_counts, [self.size]), tf.int32)
+        if self.exchange not in EXCHANGES:
+            raise ValueError(
+                f"`exchange` must be one of {EXCHANGES}. Received: "
+                f"exchange={self.exchange!r}"
+            )
         if self.size == 1:
             return tf.identity(tensor), send_counts
+        if plan is None:
+            plan = self.plan_exchange(send_counts)
+        if self.membership is not None or self.exchange == "padded":
+            return self._all_to_all_padded(tensor, send_counts, path, plan)
+        return self._all_to_all_pairwise(tensor, send_counts, path, plan)
+
+    def _all_to_all_padded(self, tensor, send_counts, path, plan):
+        """One `AllToAllV2`, every block padded to the plan's capacity."""
         base = self._keys.base_key(
             "all_to_all/" + instance_keys.describe([tensor], rows_vary=True)
         )
-        if plan is None:
-            plan = self.plan_exchange(send_counts)
         recv_counts = plan.recv_counts
         key, cap = self._keys.bucketed_key(base, plan.capacity)
         # AllToAllV2 sends slice j of axis 0 to worker j: one block of `cap`
@@ -120,6 +152,101 @@ class TFCommunicator(Communicator):
             (recv_rows, slots - recv_rows),
         )
         return _unpad(received, recv_counts, cap, self.size), recv_counts
+
+    def _all_to_all_pairwise(self, tensor, send_counts, path, plan):
+        """A send and a receive per peer, each block padded to its own
+        count's ladder step.
+
+        In a graph the sends and receives are asynchronous and unordered,
+        so they cannot deadlock; eagerly each blocks until its peer has
+        met it, so pairs meet in the rounds of a round-robin tournament,
+        the lower rank sending first.
+        """
+        recv_counts = plan.recv_counts
+        content = "all_to_all/" + instance_keys.describe(
+            [tensor], rows_vary=True
+        )
+        row_shape = tf.shape(tensor)[1:]
+        blocks = tf.split(tensor, send_counts, num=self.size)
+        received = list(blocks)  # The own block stays; the others arrive.
+        sends, send_caps, recv_caps = [], [], []
+
+        def send(peer):
+            base = self._keys.base_key(f"{content}/{self.rank}>{peer}")
+            key, cap = self._keys.bucketed_key(base, send_counts[peer])
+            padded = _pad_rows(blocks[peer], cap)
+            sends.append(self._pair_send(padded, peer, key))
+            send_caps.append(cap)
+
+        def receive(peer):
+            base = self._keys.base_key(f"{content}/{peer}>{self.rank}")
+            key, cap = self._keys.bucketed_key(base, recv_counts[peer])
+            # Not before this worker's own input exists: a step that fails
+            # before it (a bad id) leaves no receive waiting.
+            with tf.control_dependencies([tensor]):
+                shape = tf.concat([[cap], row_shape], 0)
+            padded = self._pair_recv(shape, tensor.dtype, peer, key)
+            received[peer] = padded[: recv_counts[peer]]
+            recv_caps.append(cap)
+
+        for peer in _pairing_order(self.rank, self.size):
+            if self.rank < peer:
+                send(peer)
+                receive(peer)
+            else:
+                receive(peer)
+                send(peer)
+        sent_rows = tf.reduce_sum(send_counts) - send_counts[self.rank]
+        recv_rows = tf.reduce_sum(recv_counts) - recv_counts[self.rank]
+        self._charge_rows(
+            path,
+            tensor,
+            (sent_rows, tf.add_n(send_caps) - sent_rows),
+            (recv_rows, tf.add_n(recv_caps) - recv_rows),
+        )
+        received = tf.concat(received, axis=0)
+        # A send's output feeds nothing. Control edges from the sends to the
+        # result do not keep them: Grappler merges the concat of two
+        # lookups' pushes (TF adds the IndexedSlices of one table by
+        # concatenating their values) into one concat and drops the
+        # control edge that hung on the inner concat's axis constant, so the
+        # sends were pruned and the peers' receives waited forever. In a
+        # traced function each send is therefore a must-run op of the
+        # function; eagerly it has run already.
+        if not tf.executing_eagerly() and not all(
+            tf_compat.run_independently(s.op) for s in sends
+        ):
+            with tf.control_dependencies(sends):
+                received = tf.identity(received)
+        return received, tf.identity(recv_counts)
+
+    def _pair_group(self, peer: int) -> int:
+        """Group key of the 2-member group of this worker and `peer`."""
+        low, high = min(self.rank, peer), max(self.rank, peer)
+        return _PAIR_GROUP_BASE + low * self.size + high
+
+    def _pair_send(self, tensor, peer, key):
+        return tf_compat.broadcast_send(
+            tensor,
+            group_size=2,
+            group_key=self._pair_group(peer),
+            instance_key=key,
+            timeout=self._op_timeout(),
+        )
+
+    def _pair_recv(self, shape, dtype, peer, key):
+        return tf_compat.broadcast_recv(
+            shape,
+            dtype=dtype,
+            group_size=2,
+            group_key=self._pair_group(peer),
+            instance_key=key,
+            timeout=self._op_timeout(),
+        )
+
+    def _op_timeout(self) -> float:
+        """See `_collective`: only eager calls get TF's per-op timeout."""
+        return self.timeout_seconds if tf.executing_eagerly() else 0
 
     def _all_to_all_fixed(self, tensor, path):
         tensor = tf.convert_to_tensor(tensor)
@@ -192,6 +319,26 @@ class TFCommunicator(Communicator):
             key,
             dtype=tensor.dtype,
         )
+
+
+def _pairing_order(rank: int, size: int) -> list[int]:
+    """This worker's peers in the order of a round-robin tournament.
+
+    In round r every worker meets at most one peer, and its peer meets it
+    in the same round (the circle method, with a bye when `size` is odd).
+    """
+    players = size + size % 2
+    order = []
+    for r in range(players - 1):
+        if rank == players - 1:
+            peer = r * (players // 2) % (players - 1)
+        else:
+            peer = (r - rank) % (players - 1)
+            if peer == rank:
+                peer = players - 1
+        if peer < size:
+            order.append(peer)
+    return order
 
 
 def _pad_rows(tensor: tf.Tensor, cap: tf.Tensor) -> tf.Tensor:

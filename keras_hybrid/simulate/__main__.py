@@ -167,8 +167,9 @@ flags.DEFINE_enum(
     "resize_engine",
     "tf",
     list(resize.ENGINES),
-    "`tf`: the all-to-all pads blocks to the largest pair (TF engine); "
-    "`exact`: exact splits (Horovod).",
+    "`tf`: the all-to-all pads blocks to the largest pair (TF engine, "
+    "elastic job); `tf_pairs`: each pair's block to its own ladder step "
+    "(TF engine otherwise); `exact`: exact splits (Horovod).",
 )
 
 

@@ -22,7 +22,9 @@ from keras_hybrid.simulate import cost_model
 from keras_hybrid.simulate.traffic import Exchange
 from keras_hybrid.sparse.row_partition import RowPartition
 
-ENGINES = ("tf", "exact")  # padded all-to-all (TF), exact splits (Horovod)
+# Padded all-to-all (TF engine in an elastic job), each pair's block padded
+# to its own ladder step (TF engine elsewhere), exact splits (Horovod).
+ENGINES = ("tf", "tf_pairs", "exact")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,8 +126,10 @@ def resize_traffic(tables, counts, engine: str = "tf") -> list[ResizeTraffic]:
         tables: Iterable of `ResizedTable`.
         counts: Sequence of ints (>= 2 entries). Worker counts in turn.
         engine: String, one of `ENGINES`: `"tf"` pads every all-to-all
-            block to the ladder capacity of the largest pair, `"exact"`
-            (Horovod) sends exact splits.
+            block to the ladder capacity of the largest pair (the TF
+            engine in an elastic job), `"tf_pairs"` pads each pair's
+            block to its own count's ladder step (the TF engine outside
+            one), `"exact"` (Horovod) sends exact splits.
 
     Returns:
         A list of `ResizeTraffic`, one per resize.
@@ -180,6 +184,13 @@ def _one_resize(tables, chains, step, size, engine) -> ResizeTraffic:
             slots = (size - 1) * cap
             padding += (slots - rows_out) * row_bytes
             wires.append(float(slots * row_bytes))
+        elif engine == "tf_pairs":
+            caps = capacity.capacity_for(tf.constant(matrix.astype(np.int64)))
+            caps = caps.numpy().astype(float)
+            np.fill_diagonal(caps, np.diagonal(matrix))
+            slots = caps.sum(axis=1)
+            padding += (slots - rows_out) * row_bytes
+            wires.append(float(slots.max() * row_bytes))
         else:
             busiest = np.maximum(rows_out, rows_in).max()
             wires.append(float(busiest * row_bytes))

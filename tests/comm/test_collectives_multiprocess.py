@@ -35,8 +35,14 @@ ALL_REDUCE_BYTES = {2: 168, 3: 222}
 NUM_BUCKETS = 5
 # all_gather, 2nd call: 16 r + 17 rows, max 33 (N=2) or 49 (N=3) rows.
 GATHER_CAPACITY = {2: 34, 3: 50}
-# all_to_all: max rows to one peer is 3 N - 2 (+ 30): 4, 7, 34, 37.
-ALL_TO_ALL_CAPACITY = {(2, 0): 4, (3, 0): 7, (2, 30): 34, (3, 30): 38}
+
+
+def pair_capacity(count: int) -> int:
+    """The capacity ladder (comm/capacity.py) below 64: exact up to 32,
+    then steps of 2. Each all-to-all block is padded to its own count's
+    step, not to the largest count of all pairs."""
+    assert count <= 64
+    return count if count <= 32 else 2 * -(-count // 2)
 
 
 @functools.cache
@@ -248,7 +254,16 @@ def check_all_to_all(engine, n, got, extra, rank):
         for src in range(n)
         if src != rank
     )
-    capacity = ALL_TO_ALL_CAPACITY[(n, extra)]
+    sent_slots = sum(
+        pair_capacity(comm_cases.send_count(rank, dst, extra))
+        for dst in range(n)
+        if dst != rank
+    )
+    received_slots = sum(
+        pair_capacity(comm_cases.send_count(src, rank, extra))
+        for src in range(n)
+        if src != rank
+    )
     row_bytes = 3 * 4
     if engine == "horovod":
         # `hvd.alltoall` agrees on counts itself: no padding, no control.
@@ -261,9 +276,9 @@ def check_all_to_all(engine, n, got, extra, rank):
         got["stats"],
         sparse_push=(sent * row_bytes, 1, received_rows * row_bytes),
         padding=(
-            ((n - 1) * capacity - sent) * row_bytes,
+            (sent_slots - sent) * row_bytes,
             0,
-            ((n - 1) * capacity - received_rows) * row_bytes,
+            (received_slots - received_rows) * row_bytes,
         ),
         # Three int32 to each peer (count, flag, largest count): O(N).
         control=((n - 1) * 12, 1),

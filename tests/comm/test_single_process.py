@@ -82,3 +82,8 @@ class SingleProcessTest(TestCase):
     def test_unknown_reduce_op_raises(self):
         with self.assertRaisesRegex(ValueError, "op='min'"):
             self.comm.all_reduce(self.tensors, op="min")
+
+    def test_unknown_exchange_raises(self):
+        self.comm.exchange = "ring"
+        with self.assertRaisesRegex(ValueError, "Received: exchange='ring'"):
+            self.comm.all_to_all(self.tensors[1], [2])

@@ -824,6 +824,33 @@ class CompatFunctionsTest(TestCase):
         self.assertEqual(result["old_variable"], [2.0, 3.0])
         self.assertEqual(result["seed"], 7)
 
+    def test_run_independently_keeps_an_unused_send(self):
+        kwargs = dict(group_size=1, group_key=_GROUP + 1, timeout=0)
+        ops = {}
+
+        @tf.function
+        def step(x):
+            # TF's automatic control dependencies leave an unused
+            # broadcast send out of the function's control outputs ...
+            ops["left"] = tf_compat.broadcast_send(
+                x, instance_key=5, **kwargs
+            ).op
+            ops["kept"] = tf_compat.broadcast_send(
+                x, instance_key=6, **kwargs
+            ).op
+            ops["marked"] = tf_compat.run_independently(ops["kept"])
+            return x + 1
+
+        graph = step.get_concrete_function(
+            tf.TensorSpec([1, 2], tf.float32)
+        ).graph
+        self.assertNotIn(ops["left"], graph.control_outputs)
+        # ... unless it is marked to run independently.
+        self.assertTrue(ops["marked"])
+        self.assertIn(ops["kept"], graph.control_outputs)
+        with tf.Graph().as_default():
+            self.assertFalse(tf_compat.run_independently(tf.constant(1.0).op))
+
     def test_convertible_variable_sends_whole_reads_to_to_tensor(self):
         class Doubled(tf_compat.ConvertibleVariable):
             def to_tensor(self, dtype=None, name=None, as_ref=False):

@@ -14,12 +14,13 @@ SEQ = 6
 BATCH = 32
 STEPS = 20
 SEED = 7
-MODELS = ("one_table", "two_tables")
+MODELS = ("one_table", "two_tables", "shared_table")
 OPTIMIZERS = ("sgd", "adam")
 # Paths of the variables each model trains, in `get_weights()` order.
 TABLES = {
     "one_table": ("table/embeddings",),
     "two_tables": ("table_a/embeddings", "table_b/embeddings"),
+    "shared_table": ("table/embeddings",),
 }
 DENSE = ("head/kernel", "head/bias")
 
@@ -38,7 +39,10 @@ def make_data(num_samples: int = STEPS * BATCH, seed: int = 0):
 def build_model(name: str) -> keras.Model:
     """`one_table`: Embedding(500, 8) -> mean -> Dense(3); `two_tables`:
     Embedding(500, 8) and Embedding(500, 4) of the same ids, concatenated,
-    -> mean -> Dense(3)."""
+    -> mean -> Dense(3); `shared_table`: one Embedding(500, 8) looked up
+    twice, with the ids and with `(7 ids + 3) % 500`, concatenated, -> mean
+    -> Dense(3). Two lookups of one table push two gradients in one
+    backward pass (the pairwise all-to-all once hung there)."""
     ids = keras.Input((SEQ,), dtype="int32", name="ids")
     if name == "one_table":
         x = keras.layers.Embedding(VOCAB, 8, name="table")(ids)
@@ -46,6 +50,10 @@ def build_model(name: str) -> keras.Model:
         a = keras.layers.Embedding(VOCAB, 8, name="table_a")(ids)
         b = keras.layers.Embedding(VOCAB, 4, name="table_b")(ids)
         x = keras.layers.Concatenate(name="concat")([a, b])
+    elif name == "shared_table":
+        table = keras.layers.Embedding(VOCAB, 8, name="table")
+        other = keras.ops.mod(ids * 7 + 3, VOCAB)
+        x = keras.layers.Concatenate(name="concat")([table(ids), table(other)])
     else:
         raise ValueError(f"Unknown model {name!r}; use one of {MODELS}.")
     x = keras.layers.GlobalAveragePooling1D(name="pool")(x)

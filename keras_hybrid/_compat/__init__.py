@@ -22,6 +22,9 @@ TensorFlow (`tf.py`, `one_process_extended.py`):
   `_read_variable_op`'s result given by `read_shape`;
 - `all_reduce`, `all_gather`, `all_to_all`, `broadcast_send`,
   `broadcast_recv`: `collective_ops`' V2 ops;
+- `run_independently`: a traced graph's `experimental_acd_manager`, which
+  keeps a collective send that no output depends on (the per-pair
+  all-to-all's sends) among the function's must-run ops;
 - `enable_collectives`: the eager context's `configure_collective_ops`,
   `enable_collective_ops` and the `ServerDef` proto;
 - `reset_collectives`: `context._reset_context` (a new eager context), then

@@ -4,9 +4,11 @@ Issue 15 plans four changes to the hybrid path. Each is an option here,
 and the defaults say what the code does today, so that predictions of
 today's code stay what they were:
 
-- item 1, `padding`: today `"max_pair"` (every block of an all-to-all
-  padded to the ladder step of the largest pair count); design
-  `"per_pair"` (each block to its own ladder step) or `"exact"`;
+- item 1, `padding`: today `"per_pair"` (each block of an all-to-all
+  padded to its own ladder step: the TF engine's pairwise exchange);
+  `"max_pair"` is the exchange before item 1 (every block padded to the
+  ladder step of the largest pair count), which elastic jobs and the
+  benchmark's `hybrid_padded` mode still run; `"exact"` sends no padding;
 - item 2, `fused`: today `False` (count, ids, pull and push all-to-alls
   per table and lookup call); design `True` (one of each per step);
 - item 3, `hierarchical`: today `False` (flat all-to-alls over all
@@ -17,12 +19,9 @@ today's code stay what they were:
   table replicated on every worker, their gradients in the dense
   all-reduce.
 
-Built on main so far: none of the four (issue 15 items 1 to 4 are
-modeled, not built); `padding="max_pair"`, `fused=False`,
-`hierarchical=False`, `hot_rows=0` is the code as it runs. The
-`exchange` branch has built item 1 as `padding="per_pair"` (pairwise
-sends, outside elastic jobs): once it is merged, that default and
-`describe` should follow it.
+Built so far: item 1 (`padding="per_pair"`); items 2 to 4 are modeled,
+not built. `padding="per_pair"`, `fused=False`, `hierarchical=False`,
+`hot_rows=0` is the code as it runs outside elastic jobs.
 """
 
 import dataclasses
@@ -36,10 +35,10 @@ class Design:
 
     Args:
         padding: String, one of `PADDINGS`. How all-to-all blocks are
-            padded: `"max_pair"` (today: every block to the capacity
-            ladder step of the largest pair count of the step),
-            `"per_pair"` (each block to its own ladder step) or `"exact"`
-            (no padding).
+            padded: `"per_pair"` (today: each block to its own capacity
+            ladder step), `"max_pair"` (every block to the ladder step of
+            the largest pair count of the step: before item 1, and in
+            elastic jobs) or `"exact"` (no padding).
         fused: Bool. If `True`, one count exchange, one id exchange, one
             pull and one push per step carry every table and lookup call
             (each table's segment padded as `padding` says); if `False`
@@ -64,7 +63,7 @@ class Design:
             `zipf <= 0`.
     """
 
-    padding: str = "max_pair"
+    padding: str = "per_pair"
     fused: bool = False
     hierarchical: bool = False
     hot_rows: int = 0
@@ -96,18 +95,25 @@ class Design:
 
     def describe(self) -> str:
         """One line naming the options that differ from today's code."""
-        parts = []
-        if self.padding != "max_pair":
-            parts.append(f"padding {self.padding} (item 1)")
+        built, planned = [], []
+        if self.padding == "max_pair":
+            built.append("max-pair padding (elastic jobs, hybrid_padded)")
+        elif self.padding == "exact":
+            planned.append("exact sizes (item 1)")
         if self.fused:
-            parts.append("one exchange per step (item 2)")
+            planned.append("one exchange per step (item 2)")
         if self.hierarchical:
-            parts.append("hierarchical (item 3)")
+            planned.append("hierarchical (item 3)")
         if self.hot_rows:
-            parts.append(f"{self.hot_rows} hot rows, zipf {self.zipf} (item 4)")
-        if not parts:
+            planned.append(
+                f"{self.hot_rows} hot rows, zipf {self.zipf} (item 4)"
+            )
+        if not built and not planned:
             return "today's exchange (as built)"
-        return "design, modeled not built: " + ", ".join(parts)
+        parts = list(built)
+        if planned:
+            parts.append("design, modeled not built: " + ", ".join(planned))
+        return "; ".join(parts)
 
     @classmethod
     def planned(cls, hot_rows: int = 1024, zipf: float = 1.1) -> "Design":

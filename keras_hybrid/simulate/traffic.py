@@ -120,23 +120,41 @@ def count_matrices(ids_per_worker, partition: RowPartition) -> np.ndarray:
     return counts
 
 
-def exchange_bytes(counts: np.ndarray, row_bytes: int) -> dict:
+def exchange_bytes(
+    counts: np.ndarray, row_bytes: int, padding: str = "per_pair"
+) -> dict:
     """Bytes per worker (arrays `[..., N]`) of one lookup's pull and push
-    for count matrices `counts` (`[..., N, N]`); `slots` are the padded
-    rows of each of its all-to-alls."""
+    for count matrices `counts` (`[..., N, N]`, `C[i, j]`: ids worker i
+    asks worker j for).
+
+    `padding` is `"per_pair"` (the TF engine's pairwise exchange: the
+    block i -> j padded to the ladder step of `C[i, j]`, and the pulled
+    block j -> i to the same) or `"max_pair"` (`AllToAllV2`: every block
+    padded to the ladder step of the largest count of the step). `slots`
+    are the padded rows worker i sends in its id and push all-to-alls.
+    """
     size = counts.shape[-1]
     own = np.diagonal(counts, axis1=-2, axis2=-1)
     out = counts.sum(axis=-1) - own
     served = counts.sum(axis=-2) - own
-    peak = counts.max(axis=(-2, -1))
-    slots = (size - 1) * ladder(peak)[..., None]
+    if padding == "max_pair":
+        peak = counts.max(axis=(-2, -1))
+        slots = served_slots = (size - 1) * ladder(peak)[..., None]
+    elif padding == "per_pair":
+        padded = ladder(counts) * (1 - np.eye(size, dtype=np.int64))
+        slots, served_slots = padded.sum(axis=-1), padded.sum(axis=-2)
+    else:
+        raise ValueError(
+            "`padding` must be 'per_pair' or 'max_pair'. Received: "
+            f"padding={padding!r}"
+        )
     control = (size - 1) * PLAN_BYTES_PER_PEER
     return {
         "ids": out * ID_BYTES,
         "sparse_pull": served * row_bytes,
         "sparse_push": out * row_bytes,
         "padding": (slots - out) * (ID_BYTES + row_bytes)
-        + (slots - served) * row_bytes,
+        + (served_slots - served) * row_bytes,
         "control": np.full(out.shape, control, np.int64),
         "slots": slots,
     }

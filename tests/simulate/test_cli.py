@@ -157,7 +157,7 @@ class SimulateCliTest(TestCase):
         self.assertEqual(run.returncode, 0, run.stderr[-2000:])
         self.assertIn("design, modeled not built", run.stdout)
         self.assertNotIn("padding per_pair", run.stdout)  # not asked for
-        for label in ("today", "+1 per_pair", "+2 fused", "+3 hierarchical"):
+        for label in ("max_pair", "today", "+2 fused", "+3 hierarchical"):
             self.assertIn(label, run.stdout)
         self.assertIn("+4 hot 64", run.stdout)
         self.assertIn("busiest of 8 shards", run.stdout)

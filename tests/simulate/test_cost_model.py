@@ -129,13 +129,18 @@ class BytesTest(unittest.TestCase):
 
     def test_control_of_a_lookup_is_o_of_n(self):
         counts = np.array([[7, 40, 3], [33, 0, 64], [50, 1, 2]])
-        got = traffic.exchange_bytes(counts, ROW_BYTES)
+        got = traffic.exchange_bytes(counts, ROW_BYTES, "max_pair")
         # Every block is padded to the ladder step of 64, the largest count.
         sent, served = 40 + 3, 33 + 50
         self.assertEqual(
             got["padding"][0],
             (128 - sent) * (8 + ROW_BYTES) + (128 - served) * ROW_BYTES,
         )
+        # Per pair (the default, as the TF engine sends): counts up to 32
+        # are exact, 33..64 go to steps of 2 (40 -> 40, 33 -> 34, 50 -> 50).
+        got = traffic.exchange_bytes(counts, ROW_BYTES)
+        self.assertEqual(got["padding"][0], (34 - 33) * ROW_BYTES)
+        self.assertEqual(got["slots"].tolist(), [43, 98, 51])
         # Three int32 per peer: count, flag and largest count.
         self.assertEqual(got["control"].tolist(), [24, 24, 24])
         for n in (4, 64, 256):

@@ -155,14 +155,12 @@ def count_matrices(ids, partition, size: int, global_batch: int):
     return counts
 
 
-def capacities(counts) -> np.ndarray:
-    """Rows per block of each step's all-to-alls: the capacity ladder's
-    step at or above the largest entry of the count matrix (self-owned
-    entries included). Zero on one worker, where nothing is exchanged."""
-    if counts.shape[1] == 1:
-        return np.zeros(counts.shape[0], np.int64)
-    peak = tf.constant(counts.max(axis=(1, 2)))
-    return capacity.capacity_for(peak).numpy().astype(np.int64)
+def pair_capacities(counts) -> np.ndarray:
+    """Rows of each pair's all-to-all block: the capacity ladder's step at
+    or above that pair's own count (`C[s, i, j]`, self-owned included,
+    though those are never sent)."""
+    caps = capacity.capacity_for(tf.constant(counts.reshape(-1)))
+    return caps.numpy().astype(np.int64).reshape(counts.shape)
 
 
 def expected_bytes(counts, row_bytes: int) -> dict:
@@ -170,24 +168,26 @@ def expected_bytes(counts, row_bytes: int) -> dict:
 
     A worker sends the ids it needs from others (`ids`), serves the rows
     others ask it for (`sparse_pull`) and pushes the gradient rows of its
-    remote ids (`sparse_push`). Each of these three all-to-alls pads every
-    block to the step's capacity.
+    remote ids (`sparse_push`). Each of these three all-to-alls pads each
+    pair's block to the ladder step of that pair's own count.
 
     Returns:
         Dict of `[steps, size]` arrays of bytes.
     """
-    size = counts.shape[1]
     own = np.diagonal(counts, axis1=1, axis2=2)
     out = counts.sum(axis=2) - own
     served = counts.sum(axis=1) - own
-    slots = (size - 1) * capacities(counts)[:, None]
+    caps = pair_capacities(counts)
+    own_caps = np.diagonal(caps, axis1=1, axis2=2)
+    out_slots = caps.sum(axis=2) - own_caps
+    served_slots = caps.sum(axis=1) - own_caps
     return {
         "sparse_pull": served * row_bytes,
         "sparse_push": out * row_bytes,
         "ids": out * ID_BYTES,
-        "padding_ids": (slots - out) * ID_BYTES,
-        "padding_pull": (slots - served) * row_bytes,
-        "padding_push": (slots - out) * row_bytes,
+        "padding_ids": (out_slots - out) * ID_BYTES,
+        "padding_pull": (served_slots - served) * row_bytes,
+        "padding_push": (out_slots - out) * row_bytes,
     }
 
 
@@ -252,7 +252,9 @@ def summarize(sent, counts, global_batch: int) -> dict:
         row["ratio_remote"] = _ratio(row["sparse"], row["bound_remote"])
     remote_counts = counts[:, ~np.eye(size, dtype=bool)]
     job.update(
-        capacity=float(capacities(counts).mean()),
+        capacity=float(pair_capacities(remote_counts).mean())
+        if size > 1
+        else 0.0,
         largest_count=float(counts.max(axis=(1, 2)).mean()),
         mean_remote_count=float(remote_counts.mean()) if size > 1 else 0.0,
     )
@@ -344,9 +346,10 @@ def report(fig: dict) -> str:
     if fig["workers"] > 1:
         blocks.append(
             _table(PADDING, workers)
-            + f"\nall-to-all blocks: {job['capacity']:.1f} rows (ladder) for "
-            f"a largest count of {job['largest_count']:.1f} and a mean "
-            f"remote count of {job['mean_remote_count']:.1f}"
+            + f"\nall-to-all blocks: {job['capacity']:.1f} rows per pair "
+            f"(ladder of each pair's count) for a mean remote count of "
+            f"{job['mean_remote_count']:.1f} (largest count "
+            f"{job['largest_count']:.1f})"
         )
     return "\n\n".join(blocks)
 

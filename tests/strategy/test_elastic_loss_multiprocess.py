@@ -6,8 +6,10 @@ middle of the first epoch between the commits of steps 20 and 30, rank 2
 lowers the discovery output to 2 slots and SIGKILLs itself. The two
 survivors must go on from the commit of step 20, replay the lost steps on
 the same global batches, and end with the weights of plain Keras in one
-process (1e-5). With `--min-np 2 --max-np 2`, the loss of rank 1 leaves
-fewer than `--min-np` workers and discovery never reports a second slot:
+process (1e-5). Keras shuffles the arrays (`shuffle=True`, the same seed
+on every rank and in the reference): the replay draws the same batches.
+With `--min-np 2 --max-np 2`, the loss of rank 1 leaves fewer than
+`--min-np` workers and discovery never reports a second slot:
 the launcher must fail with a clear error within `--elastic-timeout`.
 """
 
@@ -19,6 +21,7 @@ import sys
 import tempfile
 import time
 
+import keras
 import numpy as np
 
 from keras_hybrid.testing import TestCase
@@ -146,5 +149,7 @@ class ElasticLostWorkerTest(TestCase):
         x, y = models.make_data(480)
         model = models.build_model("sequential", seed=100)
         models.compile_model(model, "adam")
-        model.fit(x, y, batch_size=12, epochs=2, shuffle=False, verbose=0)
+        # Keras shuffles the arrays from this seed, as every rank does.
+        keras.utils.set_random_seed(7)
+        model.fit(x, y, batch_size=12, epochs=2, shuffle=True, verbose=0)
         return model.get_weights()

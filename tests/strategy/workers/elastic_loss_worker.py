@@ -81,13 +81,14 @@ def main(argv):
     with strategy.scope():
         model = models.build_model("sequential", seed=100 + strategy.rank)
         models.compile_model(model, "adam")
+    keras.utils.set_random_seed(7)
     stats = kh.callbacks.CommunicationStats(every_n_steps=5)
     model.fit(
         x,
         y,
         batch_size=FLAGS.batch_size,
         epochs=FLAGS.epochs,
-        shuffle=False,
+        shuffle=True,
         verbose=0,
         callbacks=[
             SizeLog(strategy, os.path.join(FLAGS.out_dir, "progress.jsonl")),

@@ -41,6 +41,7 @@ from keras_hybrid.launch import elastic_files
 from keras_hybrid.sparse import resharding
 from keras_hybrid.sparse.sharded_table import ShardedTable
 from keras_hybrid.strategy import cluster
+from keras_hybrid.strategy import elastic_commit
 from keras_hybrid.strategy import global_read_variable
 from keras_hybrid.strategy.call_fence import active as active_fence
 
@@ -402,18 +403,11 @@ class ElasticResize(keras.callbacks.Callback):
 def _state_variables(model) -> list:
     """Replicated weights and optimizer variables, each once, in creation
     order. Partitioned tables and their slots move with `resharding`."""
-    seen, variables = set(), []
-    optimizer = getattr(model, "optimizer", None)
-    extra = list(optimizer.variables) if optimizer is not None else []
-    for v in [*model.trainable_variables, *model.non_trainable_variables]:
-        if id(v) not in seen:
-            seen.add(id(v))
-            variables.append(v)
-    for v in extra:
-        if id(v) not in seen:
-            seen.add(id(v))
-            variables.append(v)
-    return [v for v in variables if not isinstance(v.value, ShardedTable)]
+    return [
+        v
+        for v in elastic_commit.state_variables(model)
+        if not isinstance(v.value, ShardedTable)
+    ]
 
 
 def _state_bytes(model) -> int:

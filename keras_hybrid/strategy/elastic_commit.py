@@ -180,7 +180,30 @@ def is_partitioned(variable) -> bool:
 
 def state_bytes(model) -> int:
     """Int. Bytes of `state_variables(model)`."""
+    return variables_bytes(state_variables(model))
+
+
+def variables_bytes(variables) -> int:
+    """Int. Bytes of `variables` (anything with `shape` and `dtype`)."""
     return sum(
-        int(np.prod(v.shape)) * tf.as_dtype(v.dtype).size
-        for v in state_variables(model)
+        int(np.prod(v.shape)) * tf.as_dtype(v.dtype).size for v in variables
     )
+
+
+def broadcast_values(comm, values: list) -> list:
+    """Rank 0's `values` (tensors or arrays) on every rank, as tensors, in
+    one fused broadcast per dtype. Other ranks pass values of the same
+    shapes and dtypes (their contents are not sent)."""
+    values = [tf.convert_to_tensor(v) for v in values]
+    by_dtype: dict = {}
+    for i, value in enumerate(values):
+        by_dtype.setdefault(value.dtype.name, []).append(i)
+    received = list(values)
+    for name in sorted(by_dtype):
+        group = by_dtype[name]
+        flat = tf.concat([tf.reshape(values[i], [-1]) for i in group], 0)
+        flat = comm.broadcast(flat, root=0, path="control")
+        sizes = [int(np.prod(values[i].shape)) for i in group]
+        for i, part in zip(group, tf.split(flat, sizes), strict=True):
+            received[i] = tf.reshape(part, values[i].shape)
+    return received

@@ -39,6 +39,7 @@ from keras_hybrid._compat import keras as keras_compat
 from keras_hybrid._compat import tf as tf_compat
 from keras_hybrid.launch import elastic_files
 from keras_hybrid.strategy import cluster
+from keras_hybrid.strategy.elastic_commit import broadcast_values
 from keras_hybrid.strategy.elastic_commit import is_partitioned
 from keras_hybrid.strategy.elastic_commit import state_bytes
 from keras_hybrid.strategy.elastic_commit import state_variables
@@ -354,11 +355,7 @@ class ElasticRecovery:
                 np.zeros(v.shape, v.dtype.as_numpy_dtype) for v in variables
             ]
         header = comm.broadcast(tf.constant(header, tf.int64), root=0)
-        received = []
-        for value in values:
-            received.append(
-                np.asarray(comm.broadcast(tf.constant(value), root=0))
-            )
+        received = [np.asarray(v) for v in broadcast_values(comm, values)]
         epoch, batch, fenced = (int(v) for v in np.asarray(header))
         return {
             "global_step": step,

@@ -39,7 +39,6 @@ from absl import logging
 from keras_hybrid._compat import keras as keras_compat
 from keras_hybrid.launch import elastic_files
 from keras_hybrid.sparse import resharding
-from keras_hybrid.sparse.sharded_table import ShardedTable
 from keras_hybrid.strategy import cluster
 from keras_hybrid.strategy import elastic_commit
 from keras_hybrid.strategy import global_read_variable
@@ -406,32 +405,20 @@ def _state_variables(model) -> list:
     return [
         v
         for v in elastic_commit.state_variables(model)
-        if not isinstance(v.value, ShardedTable)
+        if not elastic_commit.is_partitioned(v)
     ]
 
 
 def _state_bytes(model) -> int:
     """Bytes of the weights and optimizer variables a joiner receives."""
-    return sum(
-        int(np.prod(v.shape)) * tf.as_dtype(v.dtype).size
-        for v in _state_variables(model)
-    )
+    return elastic_commit.variables_bytes(_state_variables(model))
 
 
 def _broadcast_variables(comm, variables) -> None:
     """Broadcasts `variables` from rank 0, one fused tensor per dtype;
     receivers assign."""
-    by_dtype: dict = {}
-    for v in variables:
-        by_dtype.setdefault(tf.as_dtype(v.dtype).name, []).append(v)
-    for name in sorted(by_dtype):
-        group = by_dtype[name]
-        flat = tf.concat(
-            [tf.reshape(tf.convert_to_tensor(v), [-1]) for v in group], 0
-        )
-        received = comm.broadcast(flat, root=0, path="control")
-        if comm.rank == 0:
-            continue
-        sizes = [int(np.prod(v.shape)) for v in group]
-        for v, part in zip(group, tf.split(received, sizes), strict=True):
-            v.assign(tf.reshape(part, v.shape))
+    received = elastic_commit.broadcast_values(comm, variables)
+    if comm.rank == 0:
+        return
+    for v, value in zip(variables, received, strict=True):
+        v.assign(value)

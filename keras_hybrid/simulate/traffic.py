@@ -133,21 +133,15 @@ def exchange_bytes(
     padded to the ladder step of the largest count of the step). `slots`
     are the padded rows worker i sends in its id and push all-to-alls.
     """
-    size = counts.shape[-1]
-    own = np.diagonal(counts, axis1=-2, axis2=-1)
-    out = counts.sum(axis=-1) - own
-    served = counts.sum(axis=-2) - own
-    if padding == "max_pair":
-        peak = counts.max(axis=(-2, -1))
-        slots = served_slots = (size - 1) * ladder(peak)[..., None]
-    elif padding == "per_pair":
-        padded = ladder(counts) * (1 - np.eye(size, dtype=np.int64))
-        slots, served_slots = padded.sum(axis=-1), padded.sum(axis=-2)
-    else:
+    if padding not in ("per_pair", "max_pair"):
         raise ValueError(
             "`padding` must be 'per_pair' or 'max_pair'. Received: "
             f"padding={padding!r}"
         )
+    size = counts.shape[-1]
+    peer = _peer_mask("flat", size, 1)
+    out, slots, served_slots = _stage_bytes(counts, False, padding, peer)
+    served = (counts * peer).sum(axis=-2)
     control = (size - 1) * PLAN_BYTES_PER_PEER
     return {
         "ids": out * ID_BYTES,
@@ -285,9 +279,9 @@ def _peers(scope: str, workers: int, per_host: int) -> int:
 
 
 def _stage_bytes(counts, pull: bool, padding: str, peer):
-    """Per worker `[draws, N]`: elements sent, padded elements sent and
+    """Per worker `[..., N]`: elements sent, padded elements sent and
     padded elements received by one all-to-all of count matrices
-    `counts` (`[draws, N, N]`, `C[i, j]`: ids worker i asks worker j for).
+    `counts` (`[..., N, N]`, `C[i, j]`: ids worker i asks worker j for).
 
     Ids and pushes go from i to j; a pull sends the rows back, j to i.
     Only entries where `peer` (`[N, N]`, 0 or 1) is 1 are sent: not self
@@ -298,7 +292,7 @@ def _stage_bytes(counts, pull: bool, padding: str, peer):
         # Every block of the all-to-all padded to the ladder step of the
         # largest count of the step, self-owned entries included.
         cap = ladder(counts.max(axis=(-2, -1)))
-        padded = peer * cap[:, None, None]
+        padded = peer * cap[..., None, None]
     elif padding == "per_pair":
         padded = ladder(off)
     else:

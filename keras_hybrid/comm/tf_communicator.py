@@ -276,7 +276,7 @@ class TFCommunicator(Communicator):
             group_size=group_size,
             group_key=group_key,
             instance_key=key,
-            timeout=self.timeout_seconds if tf.executing_eagerly() else 0,
+            timeout=self._op_timeout(),
             **kwargs,
         )
 

@@ -24,6 +24,8 @@ from keras_hybrid.launch.worker_env import THREAD_VARIABLES
 
 TEST_ENGINES_ENV = "KERAS_HYBRID_TEST_ENGINES"
 LAUNCHERS = ("tf", "horovod")
+# Seconds a timed-out launcher gets to stop its workers before SIGKILL.
+_STOP_GRACE_SECONDS = 30
 # horovodrun tags each line of worker r as "[r]<stdout>:" or "[r]<stderr>:".
 _HOROVOD_TAG = re.compile(r"^\[(\d+)\]<std(?:out|err)>:", re.MULTILINE)
 
@@ -114,20 +116,7 @@ def run_workers(
         command = _horovodrun(num_workers) + worker
         full_env.update({name: str(threads) for name in THREAD_VARIABLES})
         full_env["PYTHONUNBUFFERED"] = "1"
-    try:
-        proc = subprocess.run(
-            command,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env=full_env,
-        )
-    except subprocess.TimeoutExpired as e:
-        raise AssertionError(
-            f"workers did not finish within {timeout}s (hang?)\n"
-            f"{(e.stdout or b'')[-4000:]!r}\n{(e.stderr or b'')[-4000:]!r}"
-        ) from e
-    stdout, stderr = proc.stdout, proc.stderr
+    returncode, stdout, stderr = _run_launcher(command, full_env, timeout)
     if engine == "horovod":
         stdout = _HOROVOD_TAG.sub(r"[\1] ", stdout)
         stderr = _HOROVOD_TAG.sub(r"[\1] ", stderr)
@@ -137,7 +126,38 @@ def run_workers(
         if os.path.exists(path):
             with open(path, "rb") as f:
                 results[rank] = pickle.load(f)
-    return WorkerRun(proc.returncode, stdout, stderr, results)
+    return WorkerRun(returncode, stdout, stderr, results)
+
+
+def _run_launcher(command, env, timeout: float) -> tuple:
+    """Runs the launcher; on timeout stops it *and its workers*.
+
+    `subprocess.run(timeout=...)` kills only the launcher, and the workers
+    (each in its own session) would keep loading the machine for the tests
+    that follow. The launcher forwards SIGTERM to its workers, so it gets
+    SIGTERM first and SIGKILL only if it has not exited after a grace.
+    """
+    proc = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+        try:
+            stdout, stderr = proc.communicate(timeout=_STOP_GRACE_SECONDS)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            stdout, stderr = proc.communicate()
+        raise AssertionError(
+            f"workers did not finish within {timeout}s (hang?); the "
+            f"launcher was stopped\n{stdout[-4000:]}\n{stderr[-4000:]}"
+        ) from None
+    return proc.returncode, stdout, stderr
 
 
 def _horovodrun(num_workers: int) -> list[str]:

@@ -1,0 +1,53 @@
+"""`run_workers` turns a hang into a failure and leaves no worker behind."""
+
+import os
+import subprocess
+import tempfile
+import textwrap
+import time
+import unittest
+
+from keras_hybrid.testing import multiprocess
+
+# A worker that writes its pid and then never finishes.
+_HANGING_WORKER = textwrap.dedent(
+    """
+    import os, sys, time
+    out = [a.split("=", 1)[1] for a in sys.argv if a.startswith("--out_dir=")]
+    rank = os.environ.get("KERAS_HYBRID_RANK", str(os.getpid()))
+    with open(os.path.join(out[0], f"pid{rank}"), "w") as f:
+        f.write(str(os.getpid()))
+    time.sleep(600)
+    """
+)
+
+
+def _alive(pid: int) -> bool:
+    state = subprocess.run(
+        ["ps", "-o", "stat=", "-p", str(pid)], capture_output=True, text=True
+    ).stdout.strip()
+    return bool(state) and not state.startswith("Z")
+
+
+class RunWorkersTimeoutTest(unittest.TestCase):
+    def test_timeout_stops_the_workers(self):
+        with tempfile.TemporaryDirectory() as out_dir:
+            script = os.path.join(out_dir, "hang.py")
+            with open(script, "w") as f:
+                f.write(_HANGING_WORKER)
+            with self.assertRaisesRegex(AssertionError, "did not finish"):
+                multiprocess.run_workers(script, 2, out_dir, timeout=8)
+            pids = [
+                int(open(os.path.join(out_dir, name)).read())
+                for name in os.listdir(out_dir)
+                if name.startswith("pid")
+            ]
+            self.assertEqual(len(pids), 2)
+            deadline = time.time() + 10
+            while any(map(_alive, pids)) and time.time() < deadline:
+                time.sleep(0.2)
+            self.assertEqual([p for p in pids if _alive(p)], [])
+
+
+if __name__ == "__main__":
+    unittest.main()

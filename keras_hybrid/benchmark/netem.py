@@ -28,6 +28,7 @@ with netem.EmulatedNetwork(4, spec) as net:
 """
 
 import dataclasses
+import itertools
 import os
 import re
 import signal
@@ -142,7 +143,11 @@ class EmulatedNetwork:
         self.num_workers = num_workers
         self.spec = spec
         self.tbf_queue_ms = tbf_queue_ms
-        self.tag = tag or f"{os.getpid() % 100000}"
+        # One tag per network, not per process: a network torn down a moment
+        # ago may still hold its names while the kernel frees its namespaces
+        # asynchronously, and a second network in the same run (calibration,
+        # then measurement) would collide with them.
+        self.tag = tag or f"{os.getpid() % 100000}{next(_instances) % 100}"
         self.bridge = f"kh{self.tag}br"
         self.namespaces = [f"kh{self.tag}n{i}" for i in range(num_workers)]
         self.host_links = [f"kh{self.tag}v{i}" for i in range(num_workers)]
@@ -260,6 +265,9 @@ class EmulatedNetwork:
 
     def _undo(self, argv: list[str]) -> None:
         self._created.append(argv)
+
+
+_instances = itertools.count()
 
 
 def _has_netem() -> bool:

@@ -60,6 +60,17 @@ class ParseTest(unittest.TestCase):
                 with netem.EmulatedNetwork(2, netem.parse("1gbit:0")):
                     pass
 
+    def test_each_network_has_its_own_names(self):
+        # A second network in one run (the benchmark's calibration, then its
+        # measurement) must not reuse names the kernel may still hold.
+        first = netem.EmulatedNetwork(2, None)
+        second = netem.EmulatedNetwork(2, None)
+        self.assertNotEqual(first.bridge, second.bridge)
+        self.assertTrue(set(first.host_links).isdisjoint(second.host_links))
+        longest = netem.EmulatedNetwork(netem.MAX_WORKERS, None)
+        # Linux interface names have at most 15 characters.
+        self.assertLessEqual(max(map(len, longest.host_links)), 15)
+
 
 @unittest.skipUnless(os.geteuid() == 0, "needs root")
 class NamespaceTest(unittest.TestCase):

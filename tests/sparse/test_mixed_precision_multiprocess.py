@@ -36,10 +36,12 @@ import mixed_precision_cases as cases  # noqa: E402
 pytestmark = pytest.mark.multiprocess
 
 # Max |N workers - one process| over all weights after 20 steps, by
-# (policy, optimizer); measured max over 2 and 3 workers: float16 SGD 1.4e-5,
-# Adam 2.5e-4; bfloat16 SGD 1.8e-3, Adam 3.5e-3 (docs/sparse.md).
+# (policy, optimizer); measured max over 2 and 3 workers: float16 SGD 1.9e-4
+# (the MLP's first bias, 0.2% of how far it moved: about one float16 ulp of
+# each step's update), Adam 2.5e-4; bfloat16 SGD 1.8e-3, Adam 3.5e-3
+# (docs/sparse.md).
 ATOL = {
-    ("mixed_float16", "sgd"): 1e-4,
+    ("mixed_float16", "sgd"): 1e-3,
     ("mixed_float16", "adam"): 1e-3,
     ("mixed_bfloat16", "sgd"): 1e-2,
     ("mixed_bfloat16", "adam"): 1e-2,

@@ -379,11 +379,14 @@ def _move_group(tables, targets) -> dict:
                     parts.append(table.read_local_rows(tf.constant(index)))
         send = _concat(parts, tables[0])
         cap = capacity.capacity_for(tf.constant(matrix.max()))
+        # Count vectors have the communicator's width (an elastic job's
+        # most workers); ranks beyond `size` get nothing.
+        extra = [0] * (comm.width - size)
         plan = ExchangePlan(
-            send_counts=tf.constant(matrix[rank], tf.int32),
-            recv_counts=tf.constant(matrix[:, rank], tf.int32),
+            send_counts=tf.constant([*matrix[rank], *extra], tf.int32),
+            recv_counts=tf.constant([*matrix[:, rank], *extra], tf.int32),
             capacity=cap,
-            flags=tf.zeros([size], tf.int32),
+            flags=tf.zeros([comm.width], tf.int32),
         )
         # The TF engine pads each of a worker's size - 1 blocks to `cap`.
         wire_rows = size * (size - 1) * int(cap)

@@ -242,8 +242,7 @@ def report_table_bytes(grow: dict, shrink: dict) -> None:
     """Prints the table's bytes at each resize against the least and the
     simulator's prediction (`resize_traffic` of the same table)."""
     table = resize.ResizedTable(FLAGS.vocab, (FLAGS.embedding_dim,), slots=2)
-    # An elastic job moves rows per pair (`TFCommunicator.pads`).
-    predicted = resize.resize_traffic([table], (2, 4, 3), engine="tf_pairs")
+    predicted = resize.resize_traffic([table], (2, 4, 3))
     for event, guess in zip((grow, shrink), predicted, strict=True):
         moved, wire = event["table_bytes"], event["table_wire_bytes"]
         print(
@@ -255,7 +254,7 @@ def report_table_bytes(grow: dict, shrink: dict) -> None:
             f"reshard {event['table_seconds']:.3f} s of the switch"
         )
     for counts in ((3, 4), (8, 7)):
-        (guess,) = resize.resize_traffic([table], counts, engine="tf_pairs")
+        (guess,) = resize.resize_traffic([table], counts)
         wire = guess.total + guess.padding.sum()
         print(
             f"simulated {counts[0]} -> {counts[1]}: moved "

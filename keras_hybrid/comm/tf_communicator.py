@@ -34,10 +34,8 @@ class TFCommunicator(Communicator):
     `AllToAllV2` of three int32 per peer (`plan_exchange`, O(N) per
     worker). V2 collectives remember the shape of each instance key, so
     every direction of a pair has a block of keys, one per ladder step.
-    `exchange="padded"` (and an elastic job's traced steps, whose group
-    changes) sends one `AllToAllV2` whose blocks are all padded to the
-    largest count. An elastic job's pair groups are keyed by task, so an
-    eager exchange (a resize's row moves) can go per pair.
+    `exchange="padded"` (and an elastic job, whose group changes) sends
+    one `AllToAllV2` whose blocks are all padded to the largest count.
 
     Sizes are charged as a ring algorithm sends them: an all-reduce of D
     bytes sends 2 (N - 1) / N D, an all-gather of D local bytes (N - 1) D,
@@ -125,18 +123,9 @@ class TFCommunicator(Communicator):
             return tf.identity(tensor), send_counts
         if plan is None:
             plan = self.plan_exchange(send_counts)
-        if self.pads(tf.executing_eagerly()):
+        if self.membership is not None or self.exchange == "padded":
             return self._all_to_all_padded(tensor, send_counts, path, plan)
         return self._all_to_all_pairwise(tensor, send_counts, path, plan)
-
-    def pads(self, eager: bool) -> bool:
-        """Whether an all-to-all (`eager`, or inside a traced step) is one
-        padded `AllToAllV2` rather than sends per pair. An elastic job pads
-        inside traced steps, whose group changes under them; its eager
-        exchanges (a resize's row moves) go per pair."""
-        return self.exchange == "padded" or (
-            self.membership is not None and not eager
-        )
 
     def _all_to_all_padded(self, tensor, send_counts, path, plan):
         """One `AllToAllV2`, every block padded to the plan's capacity.
@@ -180,8 +169,7 @@ class TFCommunicator(Communicator):
             [tensor], rows_vary=True
         )
         row_shape = tf.shape(tensor)[1:]
-        # Eager only in an elastic job, where `width` may exceed the size.
-        blocks = tf.split(tensor, send_counts[: self.size], num=self.size)
+        blocks = tf.split(tensor, send_counts, num=self.size)
         received = list(blocks)  # The own block stays; the others arrive.
         sends, send_caps, recv_caps = [], [], []
 
@@ -236,15 +224,8 @@ class TFCommunicator(Communicator):
 
     def _pair_group(self, peer: int) -> int:
         """Group key of the 2-member group of this worker and `peer`."""
-        me, other, stride = self.rank, peer, self.size
-        if self.membership is not None:
-            # By task: ranks name other processes after a resize, and a
-            # group key must always name the same two.
-            members = self.membership.members
-            me, other = members[me], members[other]
-            stride = self.membership.max_np
-        low, high = min(me, other), max(me, other)
-        return _PAIR_GROUP_BASE + low * stride + high
+        low, high = min(self.rank, peer), max(self.rank, peer)
+        return _PAIR_GROUP_BASE + low * self.size + high
 
     def _pair_send(self, tensor, peer, key):
         return tf_compat.broadcast_send(

@@ -22,9 +22,8 @@ from keras_hybrid.simulate import cost_model
 from keras_hybrid.simulate.traffic import Exchange
 from keras_hybrid.sparse.row_partition import RowPartition
 
-# Padded all-to-all (TF engine, exchange="padded"), each pair's block padded
-# to its own ladder step (TF engine, elastic row moves too), exact splits
-# (Horovod).
+# Padded all-to-all (TF engine in an elastic job), each pair's block padded
+# to its own ladder step (TF engine elsewhere), exact splits (Horovod).
 ENGINES = ("tf", "tf_pairs", "exact")
 
 
@@ -128,10 +127,9 @@ def resize_traffic(tables, counts, engine: str = "tf") -> list[ResizeTraffic]:
         counts: Sequence of ints (>= 2 entries). Worker counts in turn.
         engine: String, one of `ENGINES`: `"tf"` pads every all-to-all
             block to the ladder capacity of the largest pair (the TF
-            engine with `exchange="padded"`), `"tf_pairs"` pads each
-            pair's block to its own count's ladder step (the TF engine's
-            default, and how an elastic job moves rows), `"exact"`
-            (Horovod) sends exact splits.
+            engine in an elastic job), `"tf_pairs"` pads each pair's
+            block to its own count's ladder step (the TF engine outside
+            one), `"exact"` (Horovod) sends exact splits.
 
     Returns:
         A list of `ResizeTraffic`, one per resize.

@@ -7,10 +7,9 @@ table. Every worker knows both assignments, so it knows, without asking,
 what it sends and receives: the rows travel in one `all_to_all` per
 (dtype, row shape), charged to the `"reshard"` path of `CommStats`, and
 each `ShardedTable` takes its new rows in place (the same variable, so
-Keras layers, optimizers and the router keep their references). Setting
-a table's partition also sets the variables its traced lookups read
-(`PartitionLookup`), and traced steps read row counts when they run, so
-compiled steps stay valid (`docs/architecture.md`, "Resizing tables").
+Keras layers, optimizers and the router keep their references). Compiled
+steps captured the old row counts and lookup constants: the caller traces
+them again (`docs/architecture.md`, "Resizing tables").
 
 Nothing here knows how workers are started or how the group was formed:
 it runs on whatever `Communicator` it is given.
@@ -389,7 +388,8 @@ def _move_group(tables, targets) -> dict:
             capacity=cap,
             flags=tf.zeros([comm.width], tf.int32),
         )
-        wire_rows = _wire_rows(matrix, cap, comm)
+        # The TF engine pads each of a worker's size - 1 blocks to `cap`.
+        wire_rows = size * (size - 1) * int(cap)
         received, _ = comm.all_to_all(
             send, plan.send_counts, path=PATH, plan=plan
         )
@@ -400,18 +400,6 @@ def _move_group(tables, targets) -> dict:
         "moved": int(matrix.sum()) * row_bytes,
         "wire": wire_rows * row_bytes,
     }
-
-
-def _wire_rows(matrix: np.ndarray, cap, comm) -> int:
-    """Rows all workers put on the wire for the moves `matrix`: the TF
-    engine pads each block to the ladder step of its own pair's count when
-    it sends per pair, else every block to `cap` (the largest pair's)."""
-    size = matrix.shape[0]
-    pads = getattr(comm, "pads", None)
-    if pads is None or pads(tf.executing_eagerly()):
-        return size * (size - 1) * int(cap)
-    caps = capacity.capacity_for(tf.constant(matrix, tf.int64)).numpy()
-    return int(caps.sum() - np.trace(caps))
 
 
 def _rows_of(partition, shards, pair) -> np.ndarray:

@@ -7,9 +7,10 @@ table. Every worker knows both assignments, so it knows, without asking,
 what it sends and receives: the rows travel in one `all_to_all` per
 (dtype, row shape), charged to the `"reshard"` path of `CommStats`, and
 each `ShardedTable` takes its new rows in place (the same variable, so
-Keras layers, optimizers and the router keep their references). Compiled
-steps captured the old row counts and lookup constants: the caller traces
-them again (`docs/architecture.md`, "Resizing tables").
+Keras layers, optimizers and the router keep their references). Setting
+a table's partition also sets the variables its traced lookups read
+(`PartitionLookup`), and traced steps read row counts when they run, so
+compiled steps stay valid (`docs/architecture.md`, "Resizing tables").
 
 Nothing here knows how workers are started or how the group was formed:
 it runs on whatever `Communicator` it is given.

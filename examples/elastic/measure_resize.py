@@ -214,6 +214,30 @@ def measure_decision_overhead(tmp: str) -> dict:
     return steps
 
 
+def _median(values) -> float:
+    values = sorted(values)
+    return values[len(values) // 2] if values else float("nan")
+
+
+def report_step_times(elastic: dict) -> None:
+    """Prints the step gaps before and after each resize, so that a step
+    traced again after it (a stall of its own) would show."""
+    ends = elastic["step_ends"]
+    gaps = [b - a for a, b in zip(ends, ends[1:], strict=False)]
+    for event in elastic["resizes"]:
+        # `gaps[g - 1]` spans the switch after global step `g`.
+        at = event["global_step"] - 1
+        before = gaps[max(0, at - 10) : at]
+        after = gaps[at + 1 : at + 11]
+        print(
+            f"steps {event['old_size']} -> {event['new_size']}: median "
+            f"gap of the {len(before)} steps before {_median(before):.3f} "
+            f"s; the resize's gap {gaps[at]:.3f} s; the next 5: "
+            + " ".join(f"{g:.3f}" for g in after[:5])
+            + f" s; median of the {len(after)} after {_median(after):.3f} s"
+        )
+
+
 def report_table_bytes(grow: dict, shrink: dict) -> None:
     """Prints the table's bytes at each resize against the least and the
     simulator's prediction (`resize_traffic` of the same table)."""
@@ -256,19 +280,24 @@ def main(argv):
         ("grow", grow, restart / 6),
         ("shrink", shrink, 2.0),
     ):
+        retrace = event.get("retrace_seconds", 0.0)
+        rest = event["gap_seconds"] - event["switch_seconds"] - retrace
         print(
             f"{name} {event['old_size']} -> {event['new_size']}: stall "
             f"{event['stall_seconds']:.3f} s (gap {event['gap_seconds']:.3f} "
             f"s - normal step {event['normal_step_seconds']:.3f} s), "
             f"{event['bytes_moved']} bytes moved; target <= {target:.3f} s: "
             f"{'met' if event['stall_seconds'] <= target else 'MISSED'}; "
-            f"of it: switch {event['switch_seconds']:.3f} s, train step "
-            f"traced again {event.get('retrace_seconds', 0.0):.3f} s"
+            f"of it: switch {event['switch_seconds']:.3f} s (table move "
+            f"{event.get('table_seconds', 0.0):.3f} s), train step traced "
+            f"again {retrace:.3f} s, the rest (first step of the new "
+            f"group) {rest:.3f} s"
         )
     print(
         f"grow stall / cold restart = {grow['stall_seconds'] / restart:.4f}"
         " (target <= 0.1667)"
     )
+    report_step_times(elastic)
     if FLAGS.vocab:
         report_table_bytes(grow, shrink)
     if overhead is not None:

@@ -43,6 +43,19 @@ class Communicator(abc.ABC):
         self.bucket_bytes = bucket_bytes
         self.stats = CommStats()
 
+    @property
+    def width(self) -> int:
+        """Int. Length of the count vectors of `all_to_all` and
+        `plan_exchange`: the number of workers. An engine whose group can
+        change inside a traced step (an elastic job) uses the most workers
+        it can have; counts for ranks beyond `size` are zero."""
+        return self.size
+
+    def size_tensor(self) -> tf.Tensor:
+        """The number of workers as an int32 tensor; in a traced step, the
+        size when the step runs (an elastic group's current size)."""
+        return tf.constant(self.size, tf.int32)
+
     def all_reduce(
         self,
         tensors: list[tf.Tensor],
@@ -108,7 +121,7 @@ class Communicator(abc.ABC):
 
         Args:
             tensor: Rows grouped by destination rank.
-            send_counts: Int vector `[size]`.
+            send_counts: Int vector `[width]`.
             path: String. The `CommStats` path charged.
             plan: Optional `ExchangePlan` from `plan_exchange` whose
                 `send_counts` equal these. It saves the small control
@@ -133,7 +146,7 @@ class Communicator(abc.ABC):
         N x N count matrix, and every worker still learns the largest
         count of all pairs, which the capacity is taken from.
         """
-        send_counts = tf.cast(tf.reshape(send_counts, [self.size]), tf.int32)
+        send_counts = tf.cast(tf.reshape(send_counts, [self.width]), tf.int32)
         flag = tf.reshape(tf.cast(flag, tf.int32), [1])
         if self.size == 1:
             cap = capacity.capacity_for(tf.reduce_max(send_counts))
@@ -142,11 +155,11 @@ class Communicator(abc.ABC):
         rows = tf.stack(
             [
                 send_counts,
-                tf.tile(flag, [self.size]),
-                tf.tile(peak, [self.size]),
+                tf.tile(flag, [self.width]),
+                tf.tile(peak, [self.width]),
             ],
             axis=1,
-        )  # [size, 3]: row j goes to worker j.
+        )  # [width, 3]: row j goes to worker j.
         got = self._all_to_all_fixed(rows, "control")
         return ExchangePlan(
             send_counts,
@@ -159,19 +172,19 @@ class Communicator(abc.ABC):
         self, send_counts: tf.Tensor, path: str = "control"
     ) -> tf.Tensor:
         """Returns `recv_counts`: `recv_counts[j]` is what worker j sends
-        this worker, from every worker's `send_counts` (int `[size]`), in
+        this worker, from every worker's `send_counts` (int `[width]`), in
         one fixed-size all-to-all (O(N) bytes per worker)."""
-        send_counts = tf.cast(tf.reshape(send_counts, [self.size]), tf.int32)
+        send_counts = tf.cast(tf.reshape(send_counts, [self.width]), tf.int32)
         if self.size == 1:
             return tf.identity(send_counts)
         return self._all_to_all_fixed(send_counts, path)
 
     @abc.abstractmethod
     def _all_to_all_fixed(self, tensor: tf.Tensor, path: str) -> tf.Tensor:
-        """All-to-all of equal blocks: row j of `tensor` (`[size, ...]`, the
-        same shape on every worker) goes to worker j; returns the rows
-        received, row j from worker j. Charges the `size - 1` rows sent to
-        peers to `path`."""
+        """All-to-all of equal blocks: row j of `tensor` (`[width, ...]`,
+        the same shape on every worker) goes to worker j; returns the rows
+        received (`[width, ...]`), row j from worker j. Charges the
+        `size - 1` rows sent to peers to `path`."""
 
     def gather_fixed(
         self, tensor: tf.Tensor, path: str = "control"
@@ -204,11 +217,12 @@ class ExchangePlan:
     """Counts of one all-to-all as this worker sees them.
 
     Attributes:
-        send_counts: Int32 `[size]`: rows this worker sends to each worker.
-        recv_counts: Int32 `[size]`: rows it receives from each worker.
+        send_counts: Int32 `[width]`: rows this worker sends to each
+            worker (`Communicator.width`).
+        recv_counts: Int32 `[width]`: rows it receives from each worker.
         capacity: Int32 scalar on the capacity ladder, >= every count of
             every pair.
-        flags: Int32 `[size]`: the `flag` each worker passed.
+        flags: Int32 `[width]`: the `flag` each worker passed.
     """
 
     send_counts: tf.Tensor

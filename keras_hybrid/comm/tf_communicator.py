@@ -113,7 +113,7 @@ class TFCommunicator(Communicator):
 
     def all_to_all(self, tensor, send_counts, path="control", plan=None):
         tensor = tf.convert_to_tensor(tensor)
-        send_counts = tf.cast(tf.reshape(send_counts, [self.size]), tf.int32)
+        send_counts = tf.cast(tf.reshape(send_counts, [self.width]), tf.int32)
         if self.exchange not in EXCHANGES:
             raise ValueError(
                 f"`exchange` must be one of {EXCHANGES}. Received: "
@@ -128,30 +128,32 @@ class TFCommunicator(Communicator):
         return self._all_to_all_pairwise(tensor, send_counts, path, plan)
 
     def _all_to_all_padded(self, tensor, send_counts, path, plan):
-        """One `AllToAllV2`, every block padded to the plan's capacity."""
+        """One `AllToAllV2`, every block padded to the plan's capacity.
+
+        The number of blocks is the group size when the step runs (a
+        tensor in an elastic job), so a traced step follows a resize.
+        """
         base = self._keys.base_key(
             "all_to_all/" + instance_keys.describe([tensor], rows_vary=True)
         )
         recv_counts = plan.recv_counts
         key, cap = self._keys.bucketed_key(base, plan.capacity)
+        size, rank = self.size_tensor(), self._rank_tensor()
         # AllToAllV2 sends slice j of axis 0 to worker j: one block of `cap`
-        # rows per destination.
-        blocks = tf.split(tensor, send_counts, num=self.size)
-        padded = tf.stack([_pad_rows(b, cap) for b in blocks])
+        # rows per member.
+        padded = _to_blocks(tensor, send_counts[:size], cap)
         received = self._collective(tf_compat.all_to_all, padded, key)
-        received = tf.reshape(
-            received, tf.concat([[-1], tf.shape(tensor)[1:]], axis=0)
-        )
-        sent_rows = tf.reduce_sum(send_counts) - send_counts[self.rank]
-        recv_rows = tf.reduce_sum(recv_counts) - recv_counts[self.rank]
-        slots = (self.size - 1) * cap
+        received = _from_blocks(received, recv_counts[:size], cap)
+        sent_rows = tf.reduce_sum(send_counts) - send_counts[rank]
+        recv_rows = tf.reduce_sum(recv_counts) - recv_counts[rank]
+        slots = (size - 1) * cap
         self._charge_rows(
             path,
             tensor,
             (sent_rows, slots - sent_rows),
             (recv_rows, slots - recv_rows),
         )
-        return _unpad(received, recv_counts, cap, self.size), recv_counts
+        return received, recv_counts
 
     def _all_to_all_pairwise(self, tensor, send_counts, path, plan):
         """A send and a receive per peer, each block padded to its own
@@ -253,12 +255,40 @@ class TFCommunicator(Communicator):
         key = self._keys.base_key(
             "all_to_all_fixed/" + instance_keys.describe([tensor])
         )
-        received = self._collective(tf_compat.all_to_all, tensor, key)
-        self.stats.record(
-            path,
-            (self.size - 1) * byte_sizes.static_bytes(tensor) // self.size,
-        )
+        size = self.size_tensor()
+        if self.membership is None:
+            received = self._collective(tf_compat.all_to_all, tensor, key)
+        else:
+            # Rows for ranks beyond the group's current size stay home (an
+            # elastic job's `width` is its most workers).
+            received = self._collective(
+                tf_compat.all_to_all, tensor[:size], key
+            )
+            received = tf.pad(
+                received,
+                [[0, self.width - size]] + [[0, 0]] * (tensor.shape.rank - 1),
+            )
+            received.set_shape(tensor.shape)
+        row_bytes = byte_sizes.static_bytes(tensor) // self.width
+        self.stats.record(path, tf.cast(size - 1, tf.int64) * row_bytes)
         return received
+
+    @property
+    def width(self) -> int:
+        if self.membership is not None:
+            return self.membership.max_np
+        return self.size
+
+    def size_tensor(self) -> tf.Tensor:
+        if self.membership is not None:
+            return self.membership.group_tensors()[0]
+        return super().size_tensor()
+
+    def _rank_tensor(self):
+        """This worker's rank; in an elastic job read when the step runs."""
+        if self.membership is not None:
+            return tf.cast(self.membership.rank_and_size()[0], tf.int32)
+        return self.rank
 
     def _collective(self, op, tensor, key, **kwargs):
         """Runs a V2 collective `op` in this job's group.
@@ -348,6 +378,33 @@ def _pad_rows(tensor: tf.Tensor, cap: tf.Tensor) -> tf.Tensor:
         axis=0,
     )
     return tf.pad(tensor, paddings)
+
+
+def _to_blocks(tensor, counts, cap):
+    """`tensor`'s rows, grouped by destination (`counts[j]` rows for
+    worker j, `len(counts)` a tensor), as `[len(counts), cap, ...]`: one
+    block of `cap` rows per worker, zero-padded."""
+    num = tf.size(counts)
+    starts = tf.cumsum(counts, exclusive=True)
+    dest = tf.repeat(tf.range(num), counts)
+    target = (
+        dest * cap + tf.range(tf.shape(tensor)[0]) - tf.gather(starts, dest)
+    )
+    row_shape = tf.shape(tensor)[1:]
+    flat = tf.scatter_nd(
+        target[:, None], tensor, tf.concat([[num * cap], row_shape], axis=0)
+    )
+    # AllToAllV2 wants the group size as the first dimension.
+    return tf.reshape(flat, tf.concat([[num, cap], row_shape], axis=0))
+
+
+def _from_blocks(blocks, counts, cap):
+    """The first `counts[j]` rows of each block `j` of `cap` rows
+    (`blocks` is `[len(counts), cap, ...]`)."""
+    blocks = tf.reshape(blocks, tf.concat([[-1], tf.shape(blocks)[2:]], axis=0))
+    starts = tf.range(tf.size(counts)) * cap
+    index = tf.ragged.range(starts, starts + counts).flat_values
+    return tf.gather(blocks, index)
 
 
 def _unpad(blocks, counts, cap, size):

@@ -34,13 +34,13 @@ def pull(table, ids) -> tf.Tensor:
             f"Ids looked up in partitioned table {table.path!r} must be "
             f"integers. Received: ids.dtype={ids.dtype.name}"
         )
-    comm, part = table.communicator, table.partition
+    comm = table.communicator
     flat = tf.reshape(tf.cast(ids, tf.int64), [-1])
     unique, position = tf.unique(flat)
-    owner = part.shard_of_tensor(unique)
+    owner = table.shard_of_tensor(unique)
     order = tf.argsort(owner, stable=True)
     send_counts = tf.math.bincount(
-        owner, minlength=comm.size, maxlength=comm.size, dtype=tf.int32
+        owner, minlength=comm.width, maxlength=comm.width, dtype=tf.int32
     )
     bad = (unique < 0) | (unique >= table.full_shape[0])
     plan = comm.plan_exchange(
@@ -48,7 +48,7 @@ def pull(table, ids) -> tf.Tensor:
     )
     check = _check_ids(table, plan.flags, tf.boolean_mask(unique, bad))
     with tf.control_dependencies([check]):
-        local_ids = tf.gather(part.local_index(unique), order)
+        local_ids = tf.gather(table.local_index_tensor(unique), order)
     asked, _ = comm.all_to_all(local_ids, send_counts, path="ids", plan=plan)
     comm.stats.record_rows_served(tf.shape(asked)[0])
     rows = _read_rows(table, asked)

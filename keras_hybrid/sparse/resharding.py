@@ -7,9 +7,10 @@ table. Every worker knows both assignments, so it knows, without asking,
 what it sends and receives: the rows travel in one `all_to_all` per
 (dtype, row shape), charged to the `"reshard"` path of `CommStats`, and
 each `ShardedTable` takes its new rows in place (the same variable, so
-Keras layers, optimizers and the router keep their references). Compiled
-steps captured the old row counts and lookup constants: the caller traces
-them again (`docs/architecture.md`, "Resizing tables").
+Keras layers, optimizers and the router keep their references). Setting
+a table's partition also sets the variables its traced lookups read
+(`PartitionLookup`), and traced steps read row counts when they run, so
+compiled steps stay valid (`docs/architecture.md`, "Resizing tables").
 
 Nothing here knows how workers are started or how the group was formed:
 it runs on whatever `Communicator` it is given.
@@ -379,11 +380,14 @@ def _move_group(tables, targets) -> dict:
                     parts.append(table.read_local_rows(tf.constant(index)))
         send = _concat(parts, tables[0])
         cap = capacity.capacity_for(tf.constant(matrix.max()))
+        # Count vectors have the communicator's width (an elastic job's
+        # most workers); ranks beyond `size` get nothing.
+        extra = [0] * (comm.width - size)
         plan = ExchangePlan(
-            send_counts=tf.constant(matrix[rank], tf.int32),
-            recv_counts=tf.constant(matrix[:, rank], tf.int32),
+            send_counts=tf.constant([*matrix[rank], *extra], tf.int32),
+            recv_counts=tf.constant([*matrix[:, rank], *extra], tf.int32),
             capacity=cap,
-            flags=tf.zeros([size], tf.int32),
+            flags=tf.zeros([comm.width], tf.int32),
         )
         # The TF engine pads each of a worker's size - 1 blocks to `cap`.
         wire_rows = size * (size - 1) * int(cap)

@@ -70,7 +70,8 @@ def _shard_penalty(table, regularizer, comm):
 
         def grad(upstream, variables=None):
             del variables
-            scale = tf.cast(comm.size, d_rows.dtype) * upstream
+            # The size when the step runs (an elastic group's current one).
+            scale = tf.cast(comm.size_tensor(), d_rows.dtype) * upstream
             ids = tf.range(tf.shape(d_rows)[0], dtype=tf.int64)
             pushed = table_gradients.make(table, scale * d_rows, ids)
             return tf.zeros_like(anchor), [pushed]

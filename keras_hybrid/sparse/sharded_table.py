@@ -20,8 +20,11 @@ answered without communication; in Keras' symbolic scope (output specs,
 never run) likewise; an eager whole read that is not a shape query asks
 the router to make the table dense there and then.
 
-Whole reads arrive at `to_tensor` (`_compat.tf.ConvertibleVariable`);
-every read gets the shard's current row count from `read_shape`.
+Whole reads arrive at `to_tensor` (`_compat.tf.ConvertibleVariable`).
+Eager reads get the shard's current row count from `read_shape`; inside a
+traced step the row count is unknown, and the lookup reads the partition
+from variables (`PartitionLookup`), so a resize (`sparse.resharding`)
+does not make a traced step stale.
 """
 
 import weakref
@@ -35,6 +38,7 @@ from keras_hybrid.plan import use_discovery
 from keras_hybrid.sparse import lookup
 from keras_hybrid.sparse.local_reads import in_local_reads
 from keras_hybrid.sparse.local_reads import local_reads
+from keras_hybrid.sparse.partition_lookup import PartitionLookup
 from keras_hybrid.strategy import call_fence
 
 ROLES = ("table", "slot")
@@ -66,6 +70,10 @@ class ShardedTable(tf_compat.ConvertibleVariable):
         super().__init__(**kwargs)
         self.path = path
         self.full_shape = tuple(full_shape)
+        # What a traced lookup reads: gathers only read tables, not slots.
+        self._lookup = None
+        if role == "table":
+            self._lookup = PartitionLookup(partition, path)
         self.partition = partition
         self.communicator = communicator
         self.role = role
@@ -87,6 +95,35 @@ class ShardedTable(tf_compat.ConvertibleVariable):
         return [s for s in (r() for r in self._slot_refs) if s is not None]
 
     @property
+    def partition(self):
+        """`RowPartition` of the table; setting it (a resize) also sets
+        the variables that traced lookups read."""
+        return getattr(self, "_partition", None)
+
+    @partition.setter
+    def partition(self, partition) -> None:
+        if getattr(self, "_lookup", None) is not None:
+            self._lookup.update(partition)
+        self._partition = partition
+
+    def shard_of_tensor(self, ids: tf.Tensor) -> tf.Tensor:
+        """Shard owning each id (int32), read from the current partition
+        at run time, so traced steps survive a resize."""
+        return self._lookup.shard_of(ids)
+
+    def local_index_tensor(self, ids: tf.Tensor) -> tf.Tensor:
+        """Row of each id in its owner's storage (int64), read from the
+        current partition at run time."""
+        return self._lookup.local_index(ids)
+
+    def local_shape_tensor(self) -> tf.Tensor:
+        """This shard's shape as an int64 tensor, read at run time."""
+        rows = tf.raw_ops.VariableShape(input=self.handle, out_type=tf.int64)
+        return tf.concat(
+            [rows[:1], tf.constant(self.full_shape[1:], tf.int64)], axis=0
+        )
+
+    @property
     def shard(self) -> int:
         return self.communicator.rank
 
@@ -101,18 +138,23 @@ class ShardedTable(tf_compat.ConvertibleVariable):
 
     # The resource variable is created with an unknown first dimension, so
     # that a resize (`sparse.resharding`) can give the same variable another
-    # number of rows; its shape and its reads still say the current rows,
-    # so traced steps keep static shapes (retraced after a resize).
+    # number of rows. Eagerly its shape and reads say the current rows;
+    # inside a traced step the rows stay unknown, so the step is right for
+    # any later row count (a resize does not trace it again).
 
     @property
     def shape(self) -> tf.TensorShape:
-        if getattr(self, "partition", None) is None:  # during __init__
+        if self.partition is None:  # during __init__
             return super().shape
+        if not tf.executing_eagerly():
+            return tf.TensorShape([None, *self.full_shape[1:]])
         return tf.TensorShape(self.local_shape)
 
     def read_shape(self):
-        if getattr(self, "partition", None) is None:  # during __init__
+        if self.partition is None:  # during __init__
             return None
+        if not tf.executing_eagerly():
+            return (None, *self.full_shape[1:])
         return self.local_shape
 
     # -- reads

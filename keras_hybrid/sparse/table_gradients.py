@@ -35,7 +35,8 @@ _registry: dict[int, _Entry] = {}
 
 def make(table, values: tf.Tensor, local_ids: tf.Tensor) -> tf.IndexedSlices:
     """The owner's gradient of `table`: rows `values` at `local_ids`."""
-    dense_shape = tf.constant(table.local_shape, dtype=tf.int64)
+    # Read at run time: the shard's row count changes with a resize.
+    dense_shape = table.local_shape_tensor()
     _register(dense_shape, table)
     return tf.IndexedSlices(values, local_ids, dense_shape)
 

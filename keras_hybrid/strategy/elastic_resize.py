@@ -17,9 +17,10 @@ decides the same switch at the same step:
 - partitioned tables and their optimizer slots move by virtual shard
   (`resharding.reshard_members`), over the new group for a grow (joiners
   receive their rows there, not from rank 0) and over the old group for a
-  shrink (leavers hand their rows over before they exit); the train step
-  is then traced again, since it captured the tables' row counts and
-  lookup constants.
+  shrink (leavers hand their rows over before they exit). The traced step
+  reads each table's assignment from variables and its row count at run
+  time, and the all-to-all's number of blocks from the group size, so it
+  runs on unchanged too (`_retrace` says when it does not).
 
 A joiner first traces its train step (ahead, in its first step, while the
 members train), then waits for a plan that names it, receives the state
@@ -162,7 +163,7 @@ class ElasticResize(keras.callbacks.Callback):
                 with membership.state_group([0, *joiners], self._comm):
                     self._send_state()
             tables = self._move_tables(old, members)
-        if self._retrace(tables["count"] > 0):
+        if self._retrace(len(old), len(members)):
             self.model.train_function = self._timed(self.model.train_function)
         self._pending = {
             "generation": generation,
@@ -276,19 +277,21 @@ class ElasticResize(keras.callbacks.Callback):
 
         return first_call
 
-    def _retrace(self, tables_moved: bool) -> bool:
+    def _retrace(self, old_size: int, new_size: int) -> bool:
         """Drops the functions traced for the old size and layout; returns
         whether the train function is new."""
         model = self.model
         # Functions traced for the old size (evaluate, predict) must be
-        # traced again; a train step with collectives whose shapes follow
-        # the size (all-gathers of IndexedSlices) too, and one that looks
-        # up partitioned tables (their row counts, the assignment's lookup
-        # constants and the all-to-all's number of blocks are traced in).
+        # traced again. A train step need not: group size and key, rank,
+        # loss scale, the all-to-all's blocks and the tables' partitions
+        # and row counts are read when it runs. It must if it holds
+        # collectives whose shapes follow the size (all-gathers of
+        # IndexedSlices), or if one side is one worker, whose traced step
+        # skips collectives altogether.
         model.test_function = None
         model.predict_function = None
         if (
-            tables_moved
+            min(old_size, new_size) == 1
             or self._strategy.extended.traced_size_dependent_collectives
         ):
             model.make_train_function(force=True)
@@ -328,8 +331,10 @@ class ElasticResize(keras.callbacks.Callback):
             epoch, batch, global_step, fenced = (int(v) for v in header)
             _broadcast_variables(comm, _state_variables(self.model))
         old = [t for t in plan["members"] if t not in plan["joiners"]]
-        tables = self._move_tables(old, plan["members"])
-        if self._retrace(tables["count"] > 0):
+        self._move_tables(old, plan["members"])
+        # Traced ahead for any size (`_pretrace`), so kept unless a member
+        # would trace again too.
+        if self._retrace(len(old), len(plan["members"])):
             self._real_train_function = self.model.train_function
         self.model.train_function = self._skip
         fence = active_fence()

@@ -10,6 +10,7 @@ import tensorflow as tf
 from keras_hybrid.comm import PATHS
 from keras_hybrid.comm import engines
 from keras_hybrid.comm import make_communicator
+from keras_hybrid.comm import tf_communicator
 from keras_hybrid.testing import TestCase
 
 
@@ -87,3 +88,19 @@ class SingleProcessTest(TestCase):
         self.comm.exchange = "ring"
         with self.assertRaisesRegex(ValueError, "Received: exchange='ring'"):
             self.comm.all_to_all(self.tensors[1], [2])
+
+
+class PaddedBlocksTest(TestCase):
+    """The padded all-to-all's blocks, whose number is a tensor (the
+    elastic group's size when the step runs)."""
+
+    def test_blocks_pad_each_destination_and_unpad(self):
+        rows = tf.constant([[1.0], [2.0], [3.0], [4.0], [5.0]])
+        counts = tf.constant([2, 0, 3])
+        blocks = tf_communicator._to_blocks(rows, counts, tf.constant(3))
+        self.assertEqual(blocks.shape.as_list(), [3, 3, 1])
+        np.testing.assert_array_equal(
+            blocks.numpy()[..., 0], [[1, 2, 0], [0, 0, 0], [3, 4, 5]]
+        )
+        back = tf_communicator._from_blocks(blocks, counts, tf.constant(3))
+        np.testing.assert_array_equal(back.numpy(), rows.numpy())

@@ -183,3 +183,22 @@ class StaysSparseInProcessTest(OneProcessTestCase):
         full, _, _ = graph_scan.inspect([graph], V, V // 2)
         types = {op["type"] for op in full}
         self.assertIn("UnsortedSegmentSum", types)
+
+    def test_the_graph_check_finds_a_shard_sized_dense_gradient(self):
+        # Inside a traced step a shard's rows are unknown: a tensor built
+        # to the shard's size takes its rows from the shard's
+        # VariableShape, and the walker lists it with the shard's reads.
+        shard = tf.Variable(tf.zeros([V // 2, D]), shape=[None, D])
+
+        @tf.function
+        def densify(ids):
+            rows = tf.raw_ops.VariableShape(input=shard.handle)
+            grad = tf.IndexedSlices(tf.ones([3, D]), ids, rows)
+            return tf.convert_to_tensor(grad) + shard.read_value()
+
+        ids = tf.constant([1, 2, 3])
+        graph = densify.get_concrete_function(ids).graph
+        _, local, _ = graph_scan.inspect([graph], V, V // 2)
+        used = {op["type"] for op in local if op["used"]}
+        self.assertIn("UnsortedSegmentSum", used)
+        self.assertIn("ReadVariableOp", used)

@@ -14,6 +14,9 @@ class _Table:
     local_shape = (3, 2)
     full_shape = (6, 2)
 
+    def local_shape_tensor(self):
+        return tf.constant(self.local_shape, tf.int64)
+
 
 class TableGradientsTest(TestCase):
     def test_pushed_gradient_names_its_table(self):

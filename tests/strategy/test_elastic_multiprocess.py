@@ -118,6 +118,10 @@ class ElasticFitTest(TestCase):
             self.assertEqual(r["reason"], "discovery")
             self.assertGreaterEqual(r["stall_seconds"], 0.0)
         self.assertIn("retires at global step", output)
+        # One train step, traced once, ran through both resizes: group,
+        # rank, loss scale and (with a table) its partition are variables.
+        self.assertEqual(result["traces"], [1])
+        self.assertNotIn("retrace_seconds", resizes[0])
         # CommunicationStats (every 5 steps, a collective) reports them too.
         self.assertEqual(len(result["stats_resizes"]), 2)
         self.assertIn("Elastic resizes:", output)

@@ -81,8 +81,25 @@ def describe(graph, op, shape):
     }
 
 
+def _from_variable_shape(tensor, depth: int = 6) -> bool:
+    """Whether `tensor` is computed from a `VariableShape` op: a shard's
+    row count read when the step runs (traced steps see it as unknown)."""
+    op = tensor.op
+    if op.type == "VariableShape":
+        return True
+    if depth == 0:
+        return False
+    return any(_from_variable_shape(t, depth - 1) for t in op.inputs)
+
+
 def inspect(graphs, num_rows, local_rows):
-    """Ops with a full-table dimension, and ops with the shard's rows."""
+    """Ops with a full-table dimension, and ops with the shard's rows.
+
+    Inside a traced step a shard's row count is unknown: its reads are
+    `ReadVariableOp`s with an unknown first dimension (only shards have
+    one), and a tensor built to its size takes its shape from the shard's
+    `VariableShape`.
+    """
     full, local = [], []
     num_ops = 0
     for graph in graphs:
@@ -94,13 +111,18 @@ def inspect(graphs, num_rows, local_rows):
                 first = out.shape[0]
                 if first == num_rows:
                     full.append(describe(graph, op, out.shape.as_list()))
-                elif first == local_rows:
+                elif first == local_rows or (
+                    first is None and op.type == "ReadVariableOp"
+                ):
                     local.append(describe(graph, op, out.shape.as_list()))
             index = _SHAPE_INPUT.get(op.type)
             if index is not None and index < len(op.inputs):
-                value = tf.get_static_value(op.inputs[index])
+                shape_input = op.inputs[index]
+                value = tf.get_static_value(shape_input)
                 if value is not None and np.size(value) >= 1:
                     first = np.ravel(value)[0]
                     if int(first) >= num_rows:
                         full.append(describe(graph, op, f"shape input {value}"))
+                elif value is None and _from_variable_shape(shape_input):
+                    local.append(describe(graph, op, "shard's run-time rows"))
     return full, local, num_ops

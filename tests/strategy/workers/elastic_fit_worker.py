@@ -21,6 +21,7 @@ from absl import app
 from absl import flags
 
 import keras_hybrid as kh
+from keras_hybrid._compat import keras as keras_compat
 from keras_hybrid.testing import SPARSE_TABLES
 from keras_hybrid.testing import models
 from keras_hybrid.testing.multiprocess import save_result
@@ -48,11 +49,16 @@ class SizeLog(keras.callbacks.Callback):
         self.strategy = strategy
         self.path = path
         self.step = 0
+        # Each traced train step the chief ran, and how often it was traced.
+        self.steps = {}
 
     def on_train_batch_end(self, batch, logs=None):
         self.step += 1
         if not self.strategy.is_chief:
             return
+        traced = keras_compat.traced_step_of(self.model.train_function)
+        if traced is not None:
+            self.steps[id(traced)] = traced.experimental_get_tracing_count()
         with open(self.path, "a") as f:
             f.write(
                 json.dumps({"step": self.step, "size": self.strategy.size})
@@ -84,6 +90,7 @@ def main(argv):
     # A collective among the first members; a joiner holds all its rows.
     initial = model.get_weights() if table else None
     stats = kh.callbacks.CommunicationStats(every_n_steps=5)
+    size_log = SizeLog(strategy, os.path.join(FLAGS.out_dir, "progress.jsonl"))
     history = model.fit(
         x,
         y,
@@ -92,7 +99,7 @@ def main(argv):
         shuffle=False,
         verbose=0,
         callbacks=[
-            SizeLog(strategy, os.path.join(FLAGS.out_dir, "progress.jsonl")),
+            size_log,
             # Collectives in callbacks: a joiner must not run them for the
             # batches it skips.
             stats,
@@ -112,6 +119,7 @@ def main(argv):
                 "size": strategy.size,
                 "initial": initial,
                 "plan": str(strategy.plan),
+                "traces": sorted(size_log.steps.values()),
             },
         )
 

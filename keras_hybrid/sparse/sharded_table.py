@@ -32,7 +32,9 @@ import tensorflow as tf
 from keras_hybrid._compat import keras as keras_compat
 from keras_hybrid._compat import tf as tf_compat
 from keras_hybrid.plan import use_discovery
+from keras_hybrid.sparse import fused_exchange
 from keras_hybrid.sparse import lookup
+from keras_hybrid.sparse import prefetch
 from keras_hybrid.sparse.local_reads import in_local_reads
 from keras_hybrid.sparse.local_reads import local_reads
 from keras_hybrid.strategy import call_fence
@@ -130,6 +132,13 @@ class ShardedTable(tf_compat.ConvertibleVariable):
             return self._local_stand_in(indices)
         if keras_compat.in_symbolic_scope():
             return self._local_stand_in(indices)
+        if prefetch.active():
+            stand_in = self._local_stand_in(indices)
+            prefetch.record(self, tf.convert_to_tensor(indices), stand_in)
+            return stand_in
+        rows = fused_exchange.take(self, indices)
+        if rows is not None:
+            return rows
         return lookup.pull(self, indices)
 
     def _local_stand_in(self, indices):
@@ -157,12 +166,14 @@ class ShardedTable(tf_compat.ConvertibleVariable):
             and not tf_compat.in_shape_query()
         ):
             return tf.convert_to_tensor(self.on_whole_read(self), dtype)
-        local = self.stored_tensor(dtype=dtype, name=name)
         # Zero rows, and an unknown row count for shape inference: a use
         # that would check rows against something else is still traced, so
         # `check_whole_reads` can name the table instead of a shape error.
+        # Not a slice of a read: after a sparse update a table is in
+        # copy-on-read mode, and every read would copy the whole shard.
+        empty = tf.zeros([0, *self.full_shape[1:]], dtype or self.dtype)
         stand_in = tf.compat.v1.placeholder_with_default(
-            local[:0], [None, *self.full_shape[1:]]
+            empty, [None, *self.full_shape[1:]]
         )
         if not tf.executing_eagerly():
             graph = tf.compat.v1.get_default_graph()

@@ -120,6 +120,11 @@ def discover(fn, args, kwargs) -> PrefetchPlan:
         with _active.scope(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             wrapped = tf.compat.v1.wrap_function(scratch_step, specs)
+    except Exception as error:  # noqa: BLE001 - the real trace will tell
+        # E.g. Python control flow on tensors, which `wrap_function` does
+        # not convert: the step itself still runs, one exchange per lookup.
+        _log_once(f"the scratch trace failed ({error!r:.200})", "*")
+        return PrefetchPlan([])
     finally:
         _recordings.pop()
     return _plan(rec, wrapped, len(specs), where)

@@ -263,9 +263,10 @@ def main(argv) -> None:
     _out(report.cost_table(predictions))
     if FLAGS.ablation:
         _out(
-            "\nAblation (issue 15 items added one by one; modeled, not "
-            "built; ratios = communication ms of all-gather or all-reduce "
-            "over the hybrid's, each under the same options):"
+            "\nAblation (issue 15 items added one by one; items 1 and 2 "
+            "are built, 3 and 4 modeled, not built; ratios = communication "
+            "ms of all-gather or all-reduce over the hybrid's, each under "
+            "the same options):"
         )
         _out(report.ablation_table(_ablation(profile, specs, batch)))
     if FLAGS.shard_load > 1:

@@ -90,6 +90,16 @@ class _Step:
             return None
         ahead = self._ids[key]
         ids = tf.cast(tf.convert_to_tensor(ids), tf.int64)
+        if not ids.shape.is_compatible_with(ahead.shape):
+            logging.info(
+                "keras-hybrid: lookup %d of %r has ids of shape %s, not "
+                "%s as found ahead; it exchanges on its own.",
+                index,
+                table.path,
+                ids.shape,
+                ahead.shape,
+            )
+            return None
         check = tf.debugging.assert_equal(
             ids,
             tf.cast(ahead, tf.int64),

@@ -166,14 +166,14 @@ class ShardedTable(tf_compat.ConvertibleVariable):
             and not tf_compat.in_shape_query()
         ):
             return tf.convert_to_tensor(self.on_whole_read(self), dtype)
+        local = self.stored_tensor(dtype=dtype, name=name)
         # Zero rows, and an unknown row count for shape inference: a use
         # that would check rows against something else is still traced, so
         # `check_whole_reads` can name the table instead of a shape error.
-        # Not a slice of a read: after a sparse update a table is in
-        # copy-on-read mode, and every read would copy the whole shard.
-        empty = tf.zeros([0, *self.full_shape[1:]], dtype or self.dtype)
+        # A slice of a read, so that gradients reach the table and Keras
+        # does not stop first with "No gradients provided".
         stand_in = tf.compat.v1.placeholder_with_default(
-            empty, [None, *self.full_shape[1:]]
+            local[:0], [None, *self.full_shape[1:]]
         )
         if not tf.executing_eagerly():
             graph = tf.compat.v1.get_default_graph()

@@ -87,19 +87,3 @@ class SingleProcessTest(TestCase):
         self.comm.exchange = "ring"
         with self.assertRaisesRegex(ValueError, "Received: exchange='ring'"):
             self.comm.all_to_all(self.tensors[1], [2])
-
-
-class PackedPlanTest(TestCase):
-    def test_one_worker_plans_every_weighting_of_the_parts(self):
-        comm = make_communicator("tf", 0, 1, 10.0, 1024)
-        plans, parts = comm.plan_packed_exchange(
-            tf.constant([[3, 5]]),
-            6,
-            [tf.constant([1, 1]), tf.constant([2, 0]), tf.constant([0, 7])],
-        )
-        np.testing.assert_array_equal(parts, [[3, 5]])
-        self.assertEqual([int(p.send_counts[0]) for p in plans], [8, 6, 35])
-        self.assertEqual([int(p.recv_counts[0]) for p in plans], [8, 6, 35])
-        # Capacities are ladder steps: exact up to 32, then 16 per octave.
-        self.assertEqual([int(p.capacity) for p in plans], [8, 6, 36])
-        self.assertEqual(int(plans[0].flags[0]), 6)

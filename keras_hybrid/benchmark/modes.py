@@ -8,6 +8,7 @@ registry so that new engines plug in with one `register(Mode(...))`.
 | --- | --- | --- |
 | `hybrid` | partitioned, pull/push | all-gathered (tiny tables only) |
 | `hybrid_padded` | as `hybrid`, blocks padded to the largest | as `hybrid` |
+| `hybrid_per_call` | as `hybrid`, one exchange per lookup | as `hybrid` |
 | `allgather` | replicated | all-gathered: stock TensorFlow |
 | `dense` | replicated | densified and all-reduced |
 | `horovod` | replicated | all-gathered by Horovod, as `hvd` does |
@@ -43,6 +44,8 @@ class Mode:
             left out of the results with this reason.
         communicator_settings: Tuple of `(attribute, value)` pairs set on
             the strategy's communicator once it exists.
+        extended_settings: Tuple of `(attribute, value)` pairs set on the
+            strategy's `extended` once it exists.
     """
 
     name: str
@@ -51,6 +54,7 @@ class Mode:
     unavailable: Callable[[], str | None] = lambda: None
     skip_reason: str | None = None
     communicator_settings: tuple = ()
+    extended_settings: tuple = ()
 
     def make_strategy(self):
         """A `HybridStrategy` for this mode (cluster from the env)."""
@@ -59,6 +63,8 @@ class Mode:
         strategy = HybridStrategy(**dict(self.strategy_kwargs))
         for name, value in self.communicator_settings:
             setattr(strategy.communicator, name, value)
+        for name, value in self.extended_settings:
+            setattr(strategy.extended, name, value)
         return strategy
 
 
@@ -189,5 +195,14 @@ register(
         "(one AllToAllV2: the exchange before issue 15)",
         (("variable_kinds", TABLES_SPARSE),),
         communicator_settings=(("exchange", "padded"),),
+    )
+)
+register(
+    Mode(
+        "hybrid_per_call",
+        "hybrid, one exchange per table and lookup call (4 collectives "
+        "each) instead of one fused exchange per step",
+        (("variable_kinds", TABLES_SPARSE),),
+        extended_settings=(("fuse_lookups", False),),
     )
 )

@@ -12,6 +12,9 @@ A result (one entry of the CLI's `results` list):
 - `lower_bound_bytes_per_step`: the traffic model's bound (mean over
   workers), see `traffic_bound`;
 - `padding_share`, `shard_imbalance`: as in `CommunicationStats`;
+- `calls_per_step`: collectives one worker issues per step, by path
+  (rank 0; `control` includes metric reductions), and `sparse`, the sum
+  of `ids`, `sparse_pull` and `sparse_push`;
 - `interface_bytes_per_step`: what the workers' `eth0` interfaces sent
   per step (mean over workers; headers included), or `None` when workers
   share an interface or run on loopback.
@@ -81,6 +84,10 @@ def summarize(mode: str, ranks: list[dict]) -> dict:
         if all(interface)
         else None
     )
+    calls = ranks[0].get("calls_per_step")
+    if calls is not None:
+        sparse = sum(calls[p] for p in ("ids", "sparse_pull", "sparse_push"))
+        result["calls_per_step"] = {**calls, "sparse": sparse}
     if "overhead" in ranks[0]:
         result["callback_overhead"] = ranks[0]["overhead"]
     return result
@@ -118,6 +125,8 @@ def table(results: list[dict]) -> str:
         "bound_kB",
         "x_bound",
         "iface/sent",
+        "sparse_colls",
+        "ctrl_colls",
     )
     rows = [header]
     for r in results:
@@ -133,9 +142,18 @@ def table(results: list[dict]) -> str:
                 f"{bound / 1e3:.1f}",
                 f"{total / bound:.2f}" if bound else "-",
                 _interface_ratio(r),
+                *_calls(r),
             )
         )
     return align_rows(rows)
+
+
+def _calls(result: dict) -> tuple:
+    """Sparse (ids, pull, push) and control collectives per step."""
+    calls = result.get("calls_per_step")
+    if not calls:
+        return ("-", "-")
+    return (f"{calls['sparse']:.1f}", f"{calls['control']:.1f}")
 
 
 def _interface_ratio(result: dict) -> str:

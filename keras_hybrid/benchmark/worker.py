@@ -119,6 +119,7 @@ def main(argv):
     model.fit(warmup, verbose=0, shuffle=False)
     logging.info("%s: warm-up done, measuring %d steps", label, FLAGS.steps)
     interface_before = interface_counters()
+    calls_before = strategy.communicator.stats.snapshot()
     timer = StepTimer()
     stats = CommunicationStats(log_table_on_chief=strategy.is_chief)
     progress = StepProgress(label)
@@ -129,6 +130,7 @@ def main(argv):
         callbacks=[timer, stats, progress],
     )
     interface_after = interface_counters()
+    calls = strategy.communicator.stats.delta(calls_before)
     result = {
         "rank": strategy.rank,
         "size": strategy.size,
@@ -138,6 +140,11 @@ def main(argv):
         "comm": {
             "columns": stats.summary["columns"],
             "per_rank": stats.summary["per_rank"].tolist(),
+        },
+        # Collectives issued per step, by path; `control` includes the
+        # step's metric reductions and the callback's one report.
+        "calls_per_step": {
+            path: calls[path]["calls"] / FLAGS.steps for path in calls
         },
         "lower_bound_bytes": traffic_bound.lower_bound_bytes(
             FLAGS.workload,

@@ -168,6 +168,65 @@ class Communicator(abc.ABC):
             got[:, 1],
         )
 
+    def plan_packed_exchange(
+        self,
+        part_counts: tf.Tensor,
+        flag: tf.Tensor | int,
+        weights: list,
+    ) -> tuple:
+        """`plan_exchange` for an all-to-all that packs several parts (for
+        example the ids of several tables) into each block, and for
+        exchanges whose rows are the parts' rows weighted (for example
+        their elements), all in one control collective.
+
+        Each worker sends every peer its `P` part counts, its flag and,
+        for each weighting, the largest count it sends anyone:
+        `P + 1 + len(weights)` int32 per peer (O(N P) per worker).
+
+        Args:
+            part_counts: Int `[size, P]`: rows of each part sent to each
+                worker.
+            flag: Int scalar shared with every worker (see `flags`).
+            weights: List of int `[P]` vectors; plan `k` counts
+                `part_counts @ weights[k]`.
+
+        Returns:
+            `(plans, recv_part_counts)`: one `ExchangePlan` per weighting,
+            and the int32 `[size, P]` part counts received from each
+            worker.
+        """
+        counts = tf.cast(part_counts, tf.int32)
+        num_parts = counts.shape[1]
+        mats = tf.cast(tf.stack(weights, axis=1), tf.int32)  # [P, K]
+        sent = tf.matmul(counts, mats)  # [size, K]
+        flag = tf.reshape(tf.cast(flag, tf.int32), [1, 1])
+        peaks = tf.reduce_max(sent, axis=0, keepdims=True)  # [1, K]
+        rows = tf.concat(
+            [
+                counts,
+                tf.tile(flag, [self.size, 1]),
+                tf.tile(peaks, [self.size, 1]),
+            ],
+            axis=1,
+        )  # row j goes to worker j.
+        if self.size == 1:
+            got = rows
+        else:
+            got = self._all_to_all_fixed(rows, "control")
+        recv_parts = got[:, :num_parts]
+        received = tf.matmul(recv_parts, mats)
+        flags = got[:, num_parts]
+        plans = [
+            ExchangePlan(
+                sent[:, k],
+                received[:, k],
+                capacity.capacity_for(tf.reduce_max(got[:, num_parts + 1 + k])),
+                flags,
+            )
+            for k in range(len(weights))
+        ]
+        return plans, recv_parts
+
     def exchange_counts(
         self, send_counts: tf.Tensor, path: str = "control"
     ) -> tf.Tensor:

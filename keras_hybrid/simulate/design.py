@@ -9,8 +9,11 @@ today's code stay what they were:
   `"max_pair"` is the exchange before item 1 (every block padded to the
   ladder step of the largest pair count), which elastic jobs and the
   benchmark's `hybrid_padded` mode still run; `"exact"` sends no padding;
-- item 2, `fused`: today `False` (count, ids, pull and push all-to-alls
-  per table and lookup call); design `True` (one of each per step);
+- item 2, `fused`: today `True` (one count, id, pull and push exchange
+  per step for all tables and lookup calls, `sparse.fused_exchange`);
+  `False` is the exchange per table and lookup call, which elastic jobs,
+  lookups whose ids depend on another lookup's rows and the benchmark's
+  `hybrid_per_call` mode still run;
 - item 3, `hierarchical`: today `False` (flat all-to-alls over all
   workers, flat ring all-reduce); design `True` (ids deduped per host,
   host pairs crossed once per local rank, pushes summed per host,
@@ -19,9 +22,10 @@ today's code stay what they were:
   table replicated on every worker, their gradients in the dense
   all-reduce.
 
-Built so far: item 1 (`padding="per_pair"`); items 2 to 4 are modeled,
-not built. `padding="per_pair"`, `fused=False`, `hierarchical=False`,
-`hot_rows=0` is the code as it runs outside elastic jobs.
+Built so far: items 1 (`padding="per_pair"`) and 2 (`fused=True`); items
+3 and 4 are modeled, not built. `padding="per_pair"`, `fused=True`,
+`hierarchical=False`, `hot_rows=0` is the code as it runs outside
+elastic jobs.
 """
 
 import dataclasses
@@ -39,10 +43,11 @@ class Design:
             ladder step), `"max_pair"` (every block to the ladder step of
             the largest pair count of the step: before item 1, and in
             elastic jobs) or `"exact"` (no padding).
-        fused: Bool. If `True`, one count exchange, one id exchange, one
-            pull and one push per step carry every table and lookup call
-            (each table's segment padded as `padding` says); if `False`
-            (today), each table and call has its own four all-to-alls.
+        fused: Bool. If `True` (today), one count exchange, one id
+            exchange, one pull and one push per step carry every table
+            and lookup call (each table's segment padded as `padding`
+            says); if `False`, each table and call has its own four
+            all-to-alls (elastic jobs, `hybrid_per_call`).
         hierarchical: Bool. If `True`, the k workers of a host dedupe
             their ids: each all-to-all becomes an in-host stage among the
             k workers and a cross-host stage among the workers of one
@@ -64,7 +69,7 @@ class Design:
     """
 
     padding: str = "per_pair"
-    fused: bool = False
+    fused: bool = True
     hierarchical: bool = False
     hot_rows: int = 0
     zipf: float = 1.1
@@ -100,8 +105,8 @@ class Design:
             built.append("max-pair padding (elastic jobs, hybrid_padded)")
         elif self.padding == "exact":
             planned.append("exact sizes (item 1)")
-        if self.fused:
-            planned.append("one exchange per step (item 2)")
+        if not self.fused:
+            built.append("one exchange per lookup (elastic, hybrid_per_call)")
         if self.hierarchical:
             planned.append("hierarchical (item 3)")
         if self.hot_rows:

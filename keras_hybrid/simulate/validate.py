@@ -67,10 +67,14 @@ def _error(predicted: float, measured: float):
     return predicted / measured - 1 if measured else None
 
 
-# Benchmark modes the simulator models with a fixed exchange: the
-# `exchange` branch's `hybrid_padded` is the hybrid with every all-to-all
-# block padded to the largest pair (the exchange before issue 15).
-_FIXED_PADDING = {"hybrid_padded": ("hybrid", "max_pair")}
+# Benchmark modes the simulator models with a fixed exchange option:
+# `hybrid_padded` is the hybrid with every all-to-all block padded to the
+# largest pair (the exchange before issue 15), `hybrid_per_call` the
+# hybrid with one exchange per table and lookup call (before item 2).
+_FIXED_OPTIONS = {
+    "hybrid_padded": ("hybrid", {"padding": "max_pair"}),
+    "hybrid_per_call": ("hybrid", {"fused": False}),
+}
 
 
 def compare(
@@ -86,7 +90,8 @@ def compare(
         bucket_bytes: Int, or `None` for the default.
         design: The `Design` of the measured `hybrid` exchange (default:
             `Design()`); a measured `hybrid_padded` is always compared
-            with `padding="max_pair"`.
+            with `padding="max_pair"`, a `hybrid_per_call` with
+            `fused=False`.
 
     Returns:
         List of dicts: workers, mode, netem, predicted and measured bytes
@@ -102,9 +107,9 @@ def compare(
     for result in measured["results"]:
         mode = result["mode"]
         model, used = mode, design
-        if mode in _FIXED_PADDING:
-            model, padding = _FIXED_PADDING[mode]
-            used = dataclasses.replace(design, padding=padding)
+        if mode in _FIXED_OPTIONS:
+            model, options = _FIXED_OPTIONS[mode]
+            used = dataclasses.replace(design, **options)
         if model not in traffic.MODES:
             continue
         pred = cost_model.predict(

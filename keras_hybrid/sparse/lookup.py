@@ -46,13 +46,13 @@ def pull(table, ids) -> tf.Tensor:
     plan = comm.plan_exchange(
         send_counts, tf.cast(tf.reduce_any(bad), tf.int32)
     )
-    check = _check_ids(table, plan.flags, tf.boolean_mask(unique, bad))
+    check = check_ids(table, plan.flags, tf.boolean_mask(unique, bad))
     with tf.control_dependencies([check]):
         local_ids = tf.gather(table.local_index_tensor(unique), order)
     asked, _ = comm.all_to_all(local_ids, send_counts, path="ids", plan=plan)
     comm.stats.record_rows_served(tf.shape(asked)[0])
-    rows = _read_rows(table, asked)
-    back = _send_back(comm, rows, plan.reversed())
+    rows = read_rows(table, asked)
+    back = send_back(comm, rows, plan.reversed())
     unique_rows = tf.gather(back, tf.math.invert_permutation(order))
     out = tf.gather(unique_rows, position)
     row_shape = list(table.full_shape[1:])
@@ -61,7 +61,7 @@ def pull(table, ids) -> tf.Tensor:
     return out
 
 
-def _check_ids(table, flags, bad_ids):
+def check_ids(table, flags, bad_ids):
     """An assertion that fails on every worker if any had a bad id."""
     comm = table.communicator
     num_rows = table.full_shape[0]
@@ -86,7 +86,7 @@ def _check_ids(table, flags, bad_ids):
     return tf.debugging.Assert(ok, [message])
 
 
-def _read_rows(table, local_ids):
+def read_rows(table, local_ids):
     """Owner-side gather whose gradient is the shard's (marked) gradient."""
 
     @tf.custom_gradient
@@ -106,7 +106,7 @@ def _read_rows(table, local_ids):
         return read(local_ids)
 
 
-def _send_back(comm, rows, plan):
+def send_back(comm, rows, plan):
     """Sends rows back to where their ids came from; pushes gradients."""
 
     @tf.custom_gradient

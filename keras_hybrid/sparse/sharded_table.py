@@ -35,7 +35,9 @@ import tensorflow as tf
 from keras_hybrid._compat import keras as keras_compat
 from keras_hybrid._compat import tf as tf_compat
 from keras_hybrid.plan import use_discovery
+from keras_hybrid.sparse import fused_exchange
 from keras_hybrid.sparse import lookup
+from keras_hybrid.sparse import prefetch
 from keras_hybrid.sparse.local_reads import in_local_reads
 from keras_hybrid.sparse.local_reads import local_reads
 from keras_hybrid.sparse.partition_lookup import PartitionLookup
@@ -172,6 +174,13 @@ class ShardedTable(tf_compat.ConvertibleVariable):
             return self._local_stand_in(indices)
         if keras_compat.in_symbolic_scope():
             return self._local_stand_in(indices)
+        if prefetch.active():
+            stand_in = self._local_stand_in(indices)
+            prefetch.record(self, tf.convert_to_tensor(indices), stand_in)
+            return stand_in
+        rows = fused_exchange.take(self, indices)
+        if rows is not None:
+            return rows
         return lookup.pull(self, indices)
 
     def _local_stand_in(self, indices):
@@ -203,6 +212,8 @@ class ShardedTable(tf_compat.ConvertibleVariable):
         # Zero rows, and an unknown row count for shape inference: a use
         # that would check rows against something else is still traced, so
         # `check_whole_reads` can name the table instead of a shape error.
+        # A slice of a read, so that gradients reach the table and Keras
+        # does not stop first with "No gradients provided".
         stand_in = tf.compat.v1.placeholder_with_default(
             local[:0], [None, *self.full_shape[1:]]
         )

@@ -15,6 +15,8 @@ Keras' TF optimizer sends every gradient through the replica context's
 `all_reduce`, which reaches `reduce_values` here through `merge_call`.
 """
 
+import contextlib
+
 import keras
 import tensorflow as tf
 from absl import logging
@@ -22,6 +24,8 @@ from absl import logging
 from keras_hybrid._compat.one_process_extended import OneProcessExtended
 from keras_hybrid.plan import cost_rule
 from keras_hybrid.plan import use_discovery
+from keras_hybrid.sparse import fused_exchange
+from keras_hybrid.sparse import prefetch
 from keras_hybrid.sparse import sharded_table
 from keras_hybrid.sparse import table_gradients
 from keras_hybrid.strategy import global_metrics
@@ -63,6 +67,9 @@ class HybridExtended(OneProcessExtended):
         self._indexed_slices = indexed_slices
         self._link = link or cost_rule.Link()
         self._warned_indexed_slices = False
+        # Whether traced steps fuse the exchanges of their lookups
+        # (`sparse.fused_exchange`); `False` gives one exchange per lookup.
+        self.fuse_lookups = True
         self.router = VariableRouter(communicator, variable_kinds, self._link)
 
     @property
@@ -102,7 +109,10 @@ class HybridExtended(OneProcessExtended):
                 _check_optimizer(model.optimizer, model.trainable_variables)
             self.router.warn_unused_overrides()
             args = self._elastic_slice(args)
-            with global_read_variable.local_reads():
+            with (
+                global_read_variable.local_reads(),
+                self._fused_lookups(fn, args, kwargs),
+            ):
                 outputs = fn(*args, **kwargs)
             if not tf.executing_eagerly():
                 sharded_table.check_whole_reads(
@@ -116,6 +126,29 @@ class HybridExtended(OneProcessExtended):
                 outputs, self._communicator
             )
             return outputs
+
+    def _fused_lookups(self, fn, args, kwargs):
+        """A scope in which the traced step's lookups share one exchange
+        (`sparse.fused_exchange`), when their ids can be found ahead
+        (`sparse.prefetch`). Eager steps, elastic jobs (whose padded
+        exchange follows the members) and `fuse_lookups = False` keep one
+        exchange per lookup."""
+        comm = self._communicator
+        if (
+            not self.fuse_lookups
+            or tf.executing_eagerly()
+            or comm.size == 1
+            or getattr(comm, "membership", None) is not None
+            or prefetch.active()
+            or not self.router.sharded_tables()
+        ):
+            return contextlib.nullcontext()
+        with global_read_variable.local_reads():
+            plan = prefetch.discover(fn, args, kwargs)
+        if plan.ids_fn is None:
+            return contextlib.nullcontext()
+        ids = plan.ids_fn(args, kwargs)
+        return fused_exchange.step(plan, ids, comm)
 
     def _place_by_use(self, fn, args, kwargs) -> None:
         """Decides provisional tables from how `fn` reads them, before it
@@ -147,7 +180,7 @@ class HybridExtended(OneProcessExtended):
                 "HybridStrategy reduces with SUM or MEAN. Received: "
                 f"reduce_op={reduce_op}"
             )
-        if use_discovery.active():
+        if use_discovery.active() or prefetch.active():
             return list(values)  # a scratch trace: never run
         values = [
             tf.convert_to_tensor(v) if self._sync_of(v) == "allreduce" else v

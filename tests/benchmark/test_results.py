@@ -57,6 +57,15 @@ class SummarizeTest(unittest.TestCase):
         self.assertAlmostEqual(got["shard_imbalance"], 3 / 2)
         self.assertIn("hybrid", results.table([got]))
 
+    def test_collectives_per_step(self):
+        self.assertNotIn("calls_per_step", results.summarize("h", self.ranks))
+        calls = {"ids": 1.0, "sparse_pull": 2.0, "sparse_push": 2.0}
+        self.ranks[0]["calls_per_step"] = {**calls, "control": 4.5}
+        got = results.summarize("hybrid", self.ranks)
+        self.assertEqual(got["calls_per_step"]["sparse"], 5.0)
+        line = results.table([got]).splitlines()[-1]
+        self.assertEqual(line.split()[-2:], ["5.0", "4.5"])
+
     def test_read_ranks_names_a_missing_rank(self):
         out = tempfile.mkdtemp()
         with open(os.path.join(out, "rank0.json"), "w") as f:

@@ -54,7 +54,9 @@ def _sparse(prediction):
 class DesignTest(unittest.TestCase):
     def test_defaults_are_todays_exchange(self):
         self.assertTrue(Design().is_today)
-        self.assertFalse(Design(fused=True).is_today)
+        self.assertTrue(Design(fused=True).is_today)
+        self.assertFalse(Design(fused=False).is_today)
+        self.assertIn("per lookup", Design(fused=False).describe())
         self.assertIn("as built", Design().describe())
         self.assertIn("not built", Design.planned().describe())
 
@@ -132,7 +134,7 @@ class FusedTest(unittest.TestCase):
     def test_same_payload_fewer_exchanges_less_latency(self):
         profile = _profile(_table("a", calls=2), _table("b"))
         spec = ClusterSpec(32, 8, inter_latency=5e-6)
-        apart = Design("exact")
+        apart = Design("exact", fused=False)
         fused = Design("exact", fused=True)
         ex_apart = traffic.step_exchanges(
             profile, "hybrid", 32, 32, design=apart

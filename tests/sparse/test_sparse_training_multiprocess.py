@@ -1,11 +1,13 @@
 """Training with partitioned embedding tables on 1, 2 and 4 real workers.
 
 Each worker count is launched once (`workers/equivalence_worker.py`) and
-trains every config: two models (one table; two tables looking up the same
-ids) x {SGD(0.1), Adam(0.01)}, 20 steps of global batch 32 with
-Zipf-skewed ids, plus `HybridOptimizer` with gradient accumulation on 1
-and 2 workers. The tests compare the saved weights with each other and
-with plain Keras in this process.
+trains every config: the models of `workers/sparse_cases.py` (one table;
+two tables of the same ids; a table looked up twice; a Sequential; two
+tables of different widths and dtypes; a lookup whose ids depend on
+another lookup's rows) x {SGD(0.1), Adam(0.01)}, 20 steps of global
+batch 32 with Zipf-skewed ids, plus `HybridOptimizer` with gradient
+accumulation on 1 and 2 workers. The tests compare the saved weights
+with each other and with plain Keras in this process.
 """
 
 import functools
@@ -51,7 +53,9 @@ def launch(engine: str, num_workers: int) -> dict:
         num_workers,
         out_dir,
         args=(f"--configs={json.dumps(configs)}",),
-        timeout=240,
+        # 13 configs, each traced twice (the step, and the scratch trace
+        # that finds its lookups' ids), on a shared 2-core machine.
+        timeout=480,
         engine=engine,
     ).check()
     assert sorted(run.results) == list(range(num_workers))
@@ -229,7 +233,7 @@ def test_plan_marks_tables_sparse_and_head_dense(engine, num_workers):
         for model_name, opt_name in CONFIGS:
             got = result[cases.key(model_name, opt_name)]
             want = {p: "sparse" for p in cases.TABLES[model_name]}
-            want.update({p: "dense" for p in cases.DENSE})
+            want.update({p: "dense" for p in cases.dense_paths(model_name)})
             assert got["kinds"] == want, f"rank {rank}\n{got['plan']}"
 
 
@@ -254,7 +258,7 @@ def test_each_rank_stores_only_its_rows(engine, num_workers):
             assert sum(rows) == cases.VOCAB, (key, path, rows)
         for rank in range(num_workers):
             result = results[rank][key]
-            for path in cases.DENSE:
+            for path in cases.dense_paths(model_name):
                 assert result["shards"][path]["type"] != "ShardedTable"
             # Adam's m and v of a table are partitioned with it.
             slots = result["slots"]
@@ -321,3 +325,26 @@ def test_sparse_gradients_sum_scales_table_gradients_by_workers(
         got = result[cases.key("one_table", "sgd_sum")]["final"]
         assert_weights_close(got, want, msg=f"rank {rank}")
         assert max_difference(got, mean) > 1e-3
+
+
+# Sparse collectives per train step with the fused exchange: one id
+# all-to-all, and one pull and one push per dtype, for all tables and
+# calls; a lookup whose ids depend on another's rows adds its own three.
+FUSED_CALLS = {
+    "one_table": (1, 1, 1),
+    "two_tables": (1, 1, 1),
+    "shared_table": (1, 1, 1),
+    "sequential": (1, 1, 1),
+    "widths_dtypes": (1, 2, 2),
+    "chained": (2, 2, 2),
+}
+
+
+@by_engine
+@pytest.mark.parametrize("num_workers", [2, 4])
+def test_one_exchange_per_step_for_all_lookups(engine, num_workers):
+    for rank, result in launch(engine, num_workers).items():
+        for model_name, opt_name in CONFIGS:
+            calls = result[cases.key(model_name, opt_name)]["sparse_calls"]
+            got = tuple(calls[p] for p in ("ids", "sparse_pull", "sparse_push"))
+            assert got == FUSED_CALLS[model_name], (model_name, rank, got)

@@ -62,9 +62,11 @@ def train_one(strategy, model_name, opt_name, accumulation):
         model.compile(optimizer=optimizer, loss=cases.make_loss())
     initial = model.get_weights()
     x, y = cases.make_data()
+    before = strategy.communicator.stats.snapshot()
     history = model.fit(
         x, y, batch_size=cases.BATCH, epochs=1, shuffle=False, verbose=0
     )
+    moved = strategy.communicator.stats.delta(before)
     final = model.get_weights()
     paths = [v.path for v in model.trainable_variables]
     plan = strategy.plan
@@ -72,6 +74,11 @@ def train_one(strategy, model_name, opt_name, accumulation):
         "initial": initial,
         "final": final,
         "loss": history.history["loss"],
+        # Collectives of the sparse paths per train step.
+        "sparse_calls": {
+            p: moved[p]["calls"] / cases.STEPS
+            for p in ("ids", "sparse_pull", "sparse_push")
+        },
         "paths": paths,
         "kinds": {path: plan[path].kind for path in paths},
         "plan": str(plan),

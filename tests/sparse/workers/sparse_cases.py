@@ -14,15 +14,33 @@ SEQ = 6
 BATCH = 32
 STEPS = 20
 SEED = 7
-MODELS = ("one_table", "two_tables", "shared_table")
+MODELS = (
+    "one_table",
+    "two_tables",
+    "shared_table",
+    "sequential",
+    "widths_dtypes",
+    "chained",
+)
 OPTIMIZERS = ("sgd", "adam")
 # Paths of the variables each model trains, in `get_weights()` order.
 TABLES = {
     "one_table": ("table/embeddings",),
     "two_tables": ("table_a/embeddings", "table_b/embeddings"),
     "shared_table": ("table/embeddings",),
+    "sequential": ("sequential/table/embeddings",),
+    "widths_dtypes": ("table_a/embeddings", "table_b/embeddings"),
+    "chained": ("table_a/embeddings", "table_b/embeddings"),
 }
 DENSE = ("head/kernel", "head/bias")
+
+
+def dense_paths(model: str) -> tuple:
+    """Paths of the dense head of `model` (a Sequential prefixes its
+    name)."""
+    if model == "sequential":
+        return tuple(f"sequential/{p}" for p in DENSE)
+    return DENSE
 
 
 def make_data(num_samples: int = STEPS * BATCH, seed: int = 0):
@@ -42,7 +60,21 @@ def build_model(name: str) -> keras.Model:
     -> mean -> Dense(3); `shared_table`: one Embedding(500, 8) looked up
     twice, with the ids and with `(7 ids + 3) % 500`, concatenated, -> mean
     -> Dense(3). Two lookups of one table push two gradients in one
-    backward pass (the pairwise all-to-all once hung there)."""
+    backward pass (the pairwise all-to-all once hung there).
+    `sequential`: `one_table` as a `keras.Sequential`; `widths_dtypes`:
+    Embedding(500, 8) and a float64 Embedding(500, 3) of other ids, one
+    fused exchange for two widths and dtypes; `chained`: the second
+    table's ids depend on the first lookup's rows (its own exchange)."""
+    if name == "sequential":
+        return keras.Sequential(
+            [
+                keras.Input((SEQ,), dtype="int32", name="ids"),
+                keras.layers.Embedding(VOCAB, 8, name="table"),
+                keras.layers.GlobalAveragePooling1D(name="pool"),
+                keras.layers.Dense(3, name="head"),
+            ],
+            name="sequential",
+        )
     ids = keras.Input((SEQ,), dtype="int32", name="ids")
     if name == "one_table":
         x = keras.layers.Embedding(VOCAB, 8, name="table")(ids)
@@ -54,6 +86,23 @@ def build_model(name: str) -> keras.Model:
         table = keras.layers.Embedding(VOCAB, 8, name="table")
         other = keras.ops.mod(ids * 7 + 3, VOCAB)
         x = keras.layers.Concatenate(name="concat")([table(ids), table(other)])
+    elif name == "widths_dtypes":
+        a = keras.layers.Embedding(VOCAB, 8, name="table_a")(ids)
+        b = keras.layers.Embedding(VOCAB, 3, name="table_b", dtype="float64")(
+            keras.ops.mod(ids * 11 + 5, VOCAB)
+        )
+        b = keras.ops.cast(b, "float32")
+        x = keras.layers.Concatenate(name="concat")([a, b])
+    elif name == "chained":
+        a = keras.layers.Embedding(VOCAB, 8, name="table_a")(ids)
+        # The second lookup's ids depend on the first lookup's rows, so
+        # they cannot be known before the step: it exchanges on its own.
+        follow = keras.ops.mod(
+            ids + 37 * keras.ops.cast(keras.ops.argmax(a, axis=-1), "int32"),
+            VOCAB,
+        )
+        b = keras.layers.Embedding(VOCAB, 4, name="table_b")(follow)
+        x = keras.layers.Concatenate(name="concat")([a, b])
     else:
         raise ValueError(f"Unknown model {name!r}; use one of {MODELS}.")
     x = keras.layers.GlobalAveragePooling1D(name="pool")(x)

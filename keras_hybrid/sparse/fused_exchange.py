@@ -213,7 +213,7 @@ class _Sent:
             [tf.fill([s], i) for i, s in enumerate(self.sizes)], axis=0
         )
         owner = tf.concat(
-            [t.partition.shard_of_tensor(u) for t, u in pairs],
+            [t.shard_of_tensor(u) for t, u in pairs],
             axis=0,
         )
         key = owner * n + table_of
@@ -224,7 +224,7 @@ class _Sent:
         )
         self.part_counts = tf.reshape(counts, [size, n])
         local = tf.concat(
-            [t.partition.local_index(u) for t, u in pairs],
+            [t.local_index_tensor(u) for t, u in pairs],
             axis=0,
         )
         self.local_ids = tf.gather(local, self.order)

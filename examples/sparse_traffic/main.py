@@ -157,9 +157,9 @@ def count_matrices(ids, partition, size: int, global_batch: int):
 
 def pair_capacities(counts) -> np.ndarray:
     """Rows of each pair's all-to-all block: the capacity ladder's step at
-    or above that pair's own count (`C[s, i, j]`, self-owned included,
-    though those are never sent)."""
-    caps = capacity.capacity_for(tf.constant(counts.reshape(-1)))
+    or above that pair's own count, at least one (`C[s, i, j]`,
+    self-owned included, though those are never sent)."""
+    caps = capacity.pair_capacity_for(tf.constant(counts.reshape(-1)))
     return caps.numpy().astype(np.int64).reshape(counts.shape)
 
 

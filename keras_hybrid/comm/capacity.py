@@ -56,6 +56,19 @@ def bucket_capacity(index: tf.Tensor) -> tf.Tensor:
     return tf.cast(tf.where(index <= _EXACT, index, capacity), tf.int32)
 
 
+def pair_capacity(index: tf.Tensor) -> tf.Tensor:
+    """Rows of a pairwise block whose count is in bucket `index`: the
+    bucket's capacity, but at least one row. An empty tensor sent through
+    `CollectiveBcastSendV2`/`RecvV2` crashes TF 2.21 with SIGSEGV, so a pair
+    with nothing to send sends one row of padding (int32)."""
+    return tf.maximum(bucket_capacity(index), 1)
+
+
+def pair_capacity_for(count: tf.Tensor) -> tf.Tensor:
+    """`pair_capacity` of the bucket that holds `count`."""
+    return pair_capacity(bucket_index(count))
+
+
 def capacity_for(count: tf.Tensor) -> tf.Tensor:
     """Returns the smallest capacity on the ladder that holds `count`."""
     return bucket_capacity(bucket_index(count))

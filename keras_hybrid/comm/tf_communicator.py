@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from keras_hybrid._compat import tf as tf_compat
 from keras_hybrid.comm import byte_sizes
+from keras_hybrid.comm import capacity
 from keras_hybrid.comm import instance_keys
 from keras_hybrid.comm.communicator import Communicator
 
@@ -175,14 +176,14 @@ class TFCommunicator(Communicator):
 
         def send(peer):
             base = self._keys.base_key(f"{content}/{self.rank}>{peer}")
-            key, cap = self._keys.bucketed_key(base, send_counts[peer])
+            key, cap = self._pair_key(base, send_counts[peer])
             padded = _pad_rows(blocks[peer], cap)
             sends.append(self._pair_send(padded, peer, key))
             send_caps.append(cap)
 
         def receive(peer):
             base = self._keys.base_key(f"{content}/{peer}>{self.rank}")
-            key, cap = self._keys.bucketed_key(base, recv_counts[peer])
+            key, cap = self._pair_key(base, recv_counts[peer])
             # Not before this worker's own input exists: a step that fails
             # before it (a bad id) leaves no receive waiting.
             with tf.control_dependencies([tensor]):
@@ -221,6 +222,13 @@ class TFCommunicator(Communicator):
             with tf.control_dependencies(sends):
                 received = tf.identity(received)
         return received, tf.identity(recv_counts)
+
+    def _pair_key(self, base: int, count) -> tuple:
+        """`(instance key, rows)` of one pair's block, never empty
+        (`capacity.pair_capacity`); each bucket keeps its own key, so a
+        key always carries one shape."""
+        index = capacity.bucket_index(count)
+        return base + index, capacity.pair_capacity(index)
 
     def _pair_group(self, peer: int) -> int:
         """Group key of the 2-member group of this worker and `peer`."""

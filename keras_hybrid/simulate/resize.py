@@ -185,7 +185,9 @@ def _one_resize(tables, chains, step, size, engine) -> ResizeTraffic:
             padding += (slots - rows_out) * row_bytes
             wires.append(float(slots * row_bytes))
         elif engine == "tf_pairs":
-            caps = capacity.capacity_for(tf.constant(matrix.astype(np.int64)))
+            caps = capacity.pair_capacity_for(
+                tf.constant(matrix.astype(np.int64))
+            )
             caps = caps.numpy().astype(float)
             np.fill_diagonal(caps, np.diagonal(matrix))
             slots = caps.sum(axis=1)

@@ -78,10 +78,13 @@ class Exchange:
     scope: str = "flat"
 
 
-def ladder(counts) -> np.ndarray:
-    """Capacities of `comm.capacity` for an array of counts (int64)."""
+def ladder(counts, pairwise: bool = False) -> np.ndarray:
+    """Capacities of `comm.capacity` for an array of counts (int64); with
+    `pairwise`, of a pairwise block (`capacity.pair_capacity_for`: never
+    empty)."""
     counts = np.asarray(counts, np.int64)
-    cap = capacity.capacity_for(tf.constant(counts.reshape(-1)))
+    rule = capacity.pair_capacity_for if pairwise else capacity.capacity_for
+    cap = rule(tf.constant(counts.reshape(-1)))
     return cap.numpy().astype(np.int64).reshape(counts.shape)
 
 
@@ -294,7 +297,7 @@ def _stage_bytes(counts, pull: bool, padding: str, peer):
         cap = ladder(counts.max(axis=(-2, -1)))
         padded = peer * cap[..., None, None]
     elif padding == "per_pair":
-        padded = ladder(off)
+        padded = peer * ladder(off, pairwise=True)
     else:
         padded = off
     if pull:

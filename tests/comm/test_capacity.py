@@ -88,6 +88,14 @@ class CapacityLadderTest(TestCase):
         caps = capacity.bucket_capacity(tf.range(top + 1)).numpy()
         self.assertTrue((np.diff(caps) > 0).all(), "two buckets share a size")
 
+    def test_pairwise_blocks_are_never_empty(self):
+        # Empty pairwise broadcasts crashed TF 2.21 (SIGSEGV, recommender on
+        # 4 workers); above zero the pairwise rows are the ladder's.
+        counts = tf.constant([0, 1, 2, 32, 33, 65])
+        np.testing.assert_array_equal(
+            capacity.pair_capacity_for(counts).numpy(), [1, 1, 2, 32, 34, 68]
+        )
+
     def test_works_inside_tf_function(self):
         fn = tf.function(capacity.capacity_for)
         self.assertEqual(int(fn(tf.constant(65))), 68)

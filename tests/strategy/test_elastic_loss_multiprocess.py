@@ -8,6 +8,10 @@ survivors must go on from the commit of step 20, replay the lost steps on
 the same global batches, and end with the weights of plain Keras in one
 process (1e-5). Keras shuffles the arrays (`shuffle=True`, the same seed
 on every rank and in the reference): the replay draws the same batches.
+`ElasticLostWorkerTableTest` does the same with a partitioned `Embedding`
+(Adam): the lost worker's rows and slots come back from its buddy copy
+(rank 2's from rank 0, rank 1's from rank 2), and in a third run the lost
+slot comes back and a joiner is admitted (3 -> 2 -> 3).
 With `--min-np 2 --max-np 2`, the loss of rank 1 leaves fewer than
 `--min-np` workers and discovery never reports a second slot:
 the launcher must fail with a clear error within `--elastic-timeout`.
@@ -29,6 +33,9 @@ from keras_hybrid.testing import models
 
 HERE = os.path.dirname(__file__)
 WORKER = os.path.join(HERE, "workers", "elastic_loss_worker.py")
+sys.path.insert(0, os.path.join(HERE, "workers"))
+import elastic_cases as cases  # noqa: E402
+
 TIMEOUT = 400
 
 
@@ -153,3 +160,60 @@ class ElasticLostWorkerTest(TestCase):
         keras.utils.set_random_seed(7)
         model.fit(x, y, batch_size=12, epochs=2, shuffle=True, verbose=0)
         return model.get_weights()
+
+
+class ElasticLostWorkerTableTest(TestCase):
+    """A lost worker's table rows and slots survive in its buddy copy."""
+
+    def _run_table(self, kill_rank: int, extra: tuple = ()):
+        with tempfile.TemporaryDirectory() as tmp:
+            proc, out_dir, _ = _run(
+                tmp,
+                "localhost:3",
+                [
+                    *("--min-np", "2", "--max-np", "3"),
+                    *("--commit-interval", "10"),
+                ],
+                [
+                    "--model=table",
+                    f"--kill_rank={kill_rank}",
+                    "--kill_size=3",
+                    "--kill_at_step=25",
+                    "--step_sleep=0.05",
+                    "--timeout_seconds=60",
+                    *extra,
+                ],
+            )
+            output = proc.stdout
+            self.assertEqual(proc.returncode, 0, output[-6000:])
+            with open(os.path.join(out_dir, "rank0.pkl"), "rb") as f:
+                result = pickle.load(f)
+            rows = _progress(out_dir)
+        self.assertIn("table/embeddings: rows per worker", result["plan"])
+        reference = cases.table_reference(result["initial"])
+        for got, want in zip(result["weights"], reference, strict=True):
+            np.testing.assert_allclose(got, want, atol=1e-5)
+        event = result["resizes"][0]
+        self.assertEqual(event["reason"], "lost_worker")
+        self.assertEqual(event["left"], [kill_rank])
+        self.assertEqual(event["global_step"], 20)
+        # The buddy took the lost third of the 500 one-row virtual shards;
+        # the re-balance hands half of them on, with Adam's m and v.
+        row_bytes = 3 * 8 * 4
+        self.assertGreater(event["table_bytes"], 0)
+        self.assertLessEqual(event["table_bytes"], 84 * row_bytes)
+        sizes = [r["size"] for r in rows]
+        return [s for i, s in enumerate(sizes) if i == 0 or sizes[i - 1] != s]
+
+    def test_last_rank_lost_its_rows_come_from_rank_0(self):
+        self.assertEqual(self._run_table(kill_rank=2), [3, 2])
+
+    def test_middle_rank_lost_its_rows_come_from_the_next(self):
+        self.assertEqual(self._run_table(kill_rank=1), [3, 2])
+
+    def test_grows_back_after_a_loss(self):
+        changes = self._run_table(
+            kill_rank=2,
+            extra=("--slots_later=localhost:3", "--grow_after=5"),
+        )
+        self.assertEqual(changes, [3, 2, 3])

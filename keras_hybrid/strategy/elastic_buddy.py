@@ -1,0 +1,260 @@
+"""Buddy copies: a commit of partitioned tables that survives a lost worker.
+
+Every member keeps, at each commit (`ElasticCommit`), its own rows of every
+partitioned table and optimizer slot in host memory (numpy), and a *buddy
+copy* of the rows of the member before it in ring order (rank `r` holds
+rank `r - 1`'s; rank 0 holds the last one's). The copies travel in one
+all-to-all per (dtype, row shape) over the `Communicator`, each member
+sending its whole shard to the next. Whole shards, not the rows changed
+since the last commit: Adam's and most optimizers' slots decay every row
+at every step.
+
+After a lost worker (`ElasticRecovery`), each survivor restores its own
+rows of the agreed commit, and the member after each lost one takes the
+lost one's virtual shards from its buddy copy. The tables are then
+re-balanced over the survivors with the minimal-movement path of
+`resharding.reshard_members`. A commit cannot bring back a lost worker
+whose buddy was lost too (two neighbours in ring order, since the commit).
+
+No private hook is touched here (new storage goes through `_compat`).
+"""
+
+import dataclasses
+
+import numpy as np
+import tensorflow as tf
+
+from keras_hybrid._compat import keras as keras_compat
+from keras_hybrid._compat import tf as tf_compat
+from keras_hybrid.comm import capacity
+from keras_hybrid.comm.communicator import ExchangePlan
+from keras_hybrid.sparse import resharding
+from keras_hybrid.sparse.shard_assignment import ShardAssignment
+from keras_hybrid.sparse.sharded_table import ShardedTable
+
+PATH = "commit"
+
+
+@dataclasses.dataclass(frozen=True)
+class TableCopy:
+    """One table's (or slot's) part of a commit on one member.
+
+    Attributes:
+        path: String. The table's path (`ShardedTable.path`).
+        partition: `RowPartition` at the commit; owners are ranks among
+            the commit's members.
+        own: NumPy array. This member's rows (local order).
+        buddy: NumPy array. The rows of the member before it in ring
+            order (that member's local order).
+    """
+
+    path: str
+    partition: object
+    own: np.ndarray
+    buddy: np.ndarray
+
+
+def take(tables, communicator, members) -> dict | None:
+    """Copies `tables` (with their slots) and the buddy rows (a collective
+    over `members`, at a step boundary).
+
+    Args:
+        tables: `ShardedTable`s and slots (`resharding.tables_of`).
+        communicator: The `Communicator` of `members`.
+        members: List of ints. The current member tasks, sorted; a rank is
+            an index in it.
+
+    Returns:
+        `{"members": [...], "tables": [TableCopy, ...], "bytes": int}`
+        (bytes this member sent), or None without tables.
+    """
+    tables = list(tables)
+    if not tables:
+        return None
+    rank = communicator.rank
+    buddies: dict = {}
+    sent = 0
+    for group in _groups(tables):
+        received = _send_to_next([tables[i] for i in group], communicator)
+        for i, rows in zip(group, received, strict=True):
+            buddies[i] = rows
+        sent += sum(_local_bytes(tables[i], rank) for i in group)
+    copies = [
+        TableCopy(
+            path=t.path,
+            partition=t.partition,
+            own=t.stored_tensor().numpy(),
+            buddy=buddies[i],
+        )
+        for i, t in enumerate(tables)
+    ]
+    return {"members": list(members), "tables": copies, "bytes": sent}
+
+
+def _groups(tables) -> list[list[int]]:
+    """Indices of tables sharing a dtype and row shape, in order."""
+    groups: dict = {}
+    for i, table in enumerate(tables):
+        key = (table.dtype, tuple(table.full_shape[1:]))
+        groups.setdefault(key, []).append(i)
+    return list(groups.values())
+
+
+def _local_bytes(table, shard: int) -> int:
+    row = int(np.prod(table.full_shape[1:])) * table.dtype.size
+    return table.partition.rows_on_shard(shard) * row
+
+
+def _send_to_next(tables, communicator) -> list:
+    """Sends this member's rows of `tables` to the next rank; returns the
+    previous rank's rows of each table, as numpy arrays."""
+    size, rank = communicator.size, communicator.rank
+    prev, nxt = (rank - 1) % size, (rank + 1) % size
+    shard_rows = [
+        sum(t.partition.rows_on_shard(s) for t in tables) for s in range(size)
+    ]
+    send_counts = np.zeros(size, np.int32)
+    recv_counts = np.zeros(size, np.int32)
+    send_counts[nxt] = shard_rows[rank]
+    recv_counts[prev] = shard_rows[prev]
+    send = tf.concat([t.stored_tensor() for t in tables], axis=0)
+    plan = ExchangePlan(
+        send_counts=tf.constant(send_counts),
+        recv_counts=tf.constant(recv_counts),
+        capacity=capacity.capacity_for(tf.constant(max(shard_rows), tf.int64)),
+        flags=tf.zeros([size], tf.int32),
+    )
+    received, _ = communicator.all_to_all(
+        send, plan.send_counts, path=PATH, plan=plan
+    )
+    counts = [t.partition.rows_on_shard(prev) for t in tables]
+    return [part.numpy() for part in tf.split(received, counts)]
+
+
+def check_survivable(copy: dict | None, survivors) -> None:
+    """Raises unless every lost member of the commit `copy` has a
+    surviving buddy (the next member in ring order).
+
+    Deterministic: every survivor holding the commit raises alike.
+
+    Raises:
+        NotImplementedError: If a lost member's buddy was lost too.
+    """
+    if copy is None:
+        return
+    members = copy["members"]
+    gone = [t for t in members if t not in survivors]
+    unrecoverable = [t for t in gone if _holder(members, t) not in survivors]
+    if unrecoverable:
+        tables = sorted({c.path for c in copy["tables"]})
+        raise NotImplementedError(
+            "keras-hybrid elastic: the rows of partitioned tables on tasks "
+            f"{unrecoverable} are lost: their buddy copies were on tasks "
+            f"{[_holder(members, t) for t in unrecoverable]}, lost as well "
+            f"since the last commit (members then: {members}, survivors: "
+            f"{sorted(survivors)}). A commit survives the loss of any one "
+            "worker, or of several that are not neighbours in task order. "
+            f"Partitioned: {tables}. Keep tables replicated with "
+            "HybridStrategy(variable_kinds={'.*': 'dense'}), or restart "
+            "from a checkpoint."
+        )
+
+
+def _holder(members: list, task: int) -> int:
+    """The task holding `task`'s buddy copy: the next member."""
+    return members[(members.index(task) + 1) % len(members)]
+
+
+def restored_rows(copy: TableCopy, members, survivors, task):
+    """The partition over `survivors` (ranks are indices in the sorted
+    list) in which each lost member's virtual shards belong to its buddy,
+    and this survivor's rows under it (local order).
+
+    Pure. `members` are the commit's tasks; `task` is this survivor.
+    """
+    survivors = sorted(survivors)
+    old = copy.partition
+    owners = []
+    for v_owner in old.virtual.owners:
+        owner = members[v_owner]
+        if owner not in survivors:
+            owner = _holder(members, owner)
+        owners.append(survivors.index(owner))
+    partition = old.with_assignment(
+        ShardAssignment(tuple(owners), len(survivors))
+    )
+    rank = survivors.index(task)
+    pieces = []
+    for v in partition.virtual.shards_of(rank):
+        source = copy.own if members[old.virtual.owners[v]] == task else None
+        if source is None:
+            source = copy.buddy
+        first = old.virtual_offsets[v]
+        pieces.append(source[first : first + old.virtual_rows[v]])
+    empty = np.zeros((0, *copy.own.shape[1:]), copy.own.dtype)
+    rows = np.concatenate(pieces) if pieces else empty
+    return partition, rows
+
+
+def restore(strategy, variables, copy: dict, survivors, task) -> dict:
+    """Gives the partitioned `variables` (Keras variables whose storage is
+    a `ShardedTable`) new storage holding the commit `copy`, then
+    re-balances them over `survivors` (a collective over them).
+
+    Returns:
+        The byte counts of `resharding.reshard_members`.
+
+    Raises:
+        ValueError: If a table is not in the commit (the model changed).
+    """
+    check_survivable(copy, survivors)
+    by_path = {c.path: c for c in copy["tables"]}
+    comm = strategy.communicator
+    router = strategy.extended.router
+    replaced = {}
+    for variable in variables:
+        old = variable.value
+        if old.path not in by_path:
+            raise ValueError(
+                f"The commit holds no rows of partitioned table {old.path!r}"
+                ". A model must not create variables during elastic training."
+            )
+        partition, rows = restored_rows(
+            by_path[old.path], copy["members"], survivors, task
+        )
+        new = _new_storage(strategy, variable, old, partition, rows)
+        replaced[id(old)] = (old, new)
+        router.replace_table(old, new)
+    for old, new in replaced.values():
+        for slot in old.live_slots():
+            if id(slot) in replaced:
+                new.add_slot(replaced[id(slot)][1])
+    tables = resharding.tables_of(strategy)
+    members = sorted(survivors)
+    return resharding.reshard_members(tables, comm, members, members)
+
+
+def _new_storage(strategy, variable, old, partition, rows) -> ShardedTable:
+    """A `ShardedTable` like `old`, in the current context, holding `rows`
+    under `partition`; made the storage of Keras `variable`."""
+    with tf.init_scope():
+        new = ShardedTable(
+            path=old.path,
+            full_shape=old.full_shape,
+            partition=partition,
+            communicator=strategy.communicator,
+            role=old.role,
+            initial_value=rows,
+            shape=tf.TensorShape([None, *old.full_shape[1:]]),
+            trainable=old.trainable,
+            name=old.name.split(":")[0],
+            dtype=old.dtype,
+            distribute_strategy=strategy,
+        )
+    new.row_constraint = old.row_constraint
+    new.on_whole_read = old.on_whole_read
+    tf_compat.keep_variable_key(new, old)
+    keras_compat.set_variable_storage(variable, new)
+    if old.role == "table":
+        variable.sparse_read = new.sparse_read
+    return new

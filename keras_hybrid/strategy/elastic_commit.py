@@ -99,7 +99,7 @@ class ElasticCommit(keras.callbacks.Callback):
         logging.info(
             "keras-hybrid elastic: task %d committed %d times (last %d "
             "kept), median %.5f s each, every %d steps; median step %.4f s: "
-            "commits cost %.2f%% of step time",
+            "commits cost %.2f%% of step time; %d bytes of buddy rows sent",
             self._membership.task,
             len(self.commit_seconds),
             len(self.commits),
@@ -107,6 +107,7 @@ class ElasticCommit(keras.callbacks.Callback):
             self.interval,
             step,
             100.0 * share,
+            self.commit_bytes,
         )
 
     def _due(self) -> bool:

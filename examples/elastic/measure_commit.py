@@ -196,6 +196,7 @@ def measure_recovery(tmp: str) -> dict:
         "died_at_step": FLAGS.die_at_step,
         "resumed_from_global_step": event["global_step"],
         "replayed_steps": FLAGS.die_at_step - event["global_step"],
+        "table_bytes_rebalanced": event.get("table_bytes", 0),
         "failure_seen_after_seconds": event["detect_seconds"],
         "recovery_seconds": event["switch_seconds"],
         "fit_restart_and_first_step_seconds": event["gap_seconds"]

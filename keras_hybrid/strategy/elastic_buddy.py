@@ -72,19 +72,17 @@ def take(tables, communicator, members) -> dict | None:
     if not tables:
         return None
     rank = communicator.rank
+    own: dict = {}
     buddies: dict = {}
     sent = 0
     for group in _groups(tables):
-        received = _send_to_next([tables[i] for i in group], communicator)
-        for i, rows in zip(group, received, strict=True):
-            buddies[i] = rows
+        mine, received = _send_to_next([tables[i] for i in group], communicator)
+        for k, i in enumerate(group):
+            own[i], buddies[i] = mine[k], received[k]
         sent += sum(_local_bytes(tables[i], rank) for i in group)
     copies = [
         TableCopy(
-            path=t.path,
-            partition=t.partition,
-            own=t.stored_tensor().numpy(),
-            buddy=buddies[i],
+            path=t.path, partition=t.partition, own=own[i], buddy=buddies[i]
         )
         for i, t in enumerate(tables)
     ]
@@ -105,9 +103,10 @@ def _local_bytes(table, shard: int) -> int:
     return table.partition.rows_on_shard(shard) * row
 
 
-def _send_to_next(tables, communicator) -> list:
-    """Sends this member's rows of `tables` to the next rank; returns the
-    previous rank's rows of each table, as numpy arrays."""
+def _send_to_next(tables, communicator) -> tuple:
+    """Sends this member's rows of `tables` to the next rank; returns this
+    member's and the previous rank's rows of each table, as numpy arrays
+    (views of one snapshot each: every variable is read once)."""
     size, rank = communicator.size, communicator.rank
     prev, nxt = (rank - 1) % size, (rank + 1) % size
     shard_rows = [
@@ -127,8 +126,14 @@ def _send_to_next(tables, communicator) -> list:
     received, _ = communicator.all_to_all(
         send, plan.send_counts, path=PATH, plan=plan
     )
-    counts = [t.partition.rows_on_shard(prev) for t in tables]
-    return [part.numpy() for part in tf.split(received, counts)]
+    return _split(send, tables, rank), _split(received, tables, prev)
+
+
+def _split(rows, tables, shard: int) -> list:
+    """`rows` (a tensor of `tables`' rows on `shard`, one after the other)
+    as one numpy array per table."""
+    counts = np.cumsum([t.partition.rows_on_shard(shard) for t in tables])
+    return np.split(rows.numpy(), counts[:-1])
 
 
 def check_survivable(copy: dict | None, survivors) -> None:

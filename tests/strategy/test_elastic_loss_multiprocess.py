@@ -10,8 +10,8 @@ process (1e-5). Keras shuffles the arrays (`shuffle=True`, the same seed
 on every rank and in the reference): the replay draws the same batches.
 `ElasticLostWorkerTableTest` does the same with a partitioned `Embedding`
 (Adam): the lost worker's rows and slots come back from its buddy copy
-(rank 2's from rank 0, rank 1's from rank 2), and in a third run the lost
-slot comes back and a joiner is admitted (3 -> 2 -> 3).
+(rank 1's from rank 2; rank 2's from rank 0, in a run where the lost slot
+then comes back and a joiner is admitted: 3 -> 2 -> 3).
 With `--min-np 2 --max-np 2`, the loss of rank 1 leaves fewer than
 `--min-np` workers and discovery never reports a second slot:
 the launcher must fail with a clear error within `--elastic-timeout`.
@@ -197,21 +197,20 @@ class ElasticLostWorkerTableTest(TestCase):
         self.assertEqual(event["reason"], "lost_worker")
         self.assertEqual(event["left"], [kill_rank])
         self.assertEqual(event["global_step"], 20)
-        # The buddy took the lost third of the 500 one-row virtual shards;
-        # the re-balance hands half of them on, with Adam's m and v.
+        # 500 one-row virtual shards, 167/167/166 on the tasks: the buddy
+        # takes the lost ones (333 there, 167 on the other survivor) and
+        # the re-balance to 250/250 moves 83 of them, with Adam's m and v.
         row_bytes = 3 * 8 * 4
-        self.assertGreater(event["table_bytes"], 0)
-        self.assertLessEqual(event["table_bytes"], 84 * row_bytes)
+        self.assertEqual(event["table_bytes"], 83 * row_bytes)
         sizes = [r["size"] for r in rows]
         return [s for i, s in enumerate(sizes) if i == 0 or sizes[i - 1] != s]
-
-    def test_last_rank_lost_its_rows_come_from_rank_0(self):
-        self.assertEqual(self._run_table(kill_rank=2), [3, 2])
 
     def test_middle_rank_lost_its_rows_come_from_the_next(self):
         self.assertEqual(self._run_table(kill_rank=1), [3, 2])
 
-    def test_grows_back_after_a_loss(self):
+    def test_last_rank_lost_its_rows_come_from_rank_0_then_grows_back(self):
+        # One run for both (CI time): rank 2's rows come back from rank 0,
+        # and the lost slot is reported again 5 steps after the recovery.
         changes = self._run_table(
             kill_rank=2,
             extra=("--slots_later=localhost:3", "--grow_after=5"),

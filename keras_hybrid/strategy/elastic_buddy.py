@@ -29,6 +29,7 @@ from keras_hybrid._compat import tf as tf_compat
 from keras_hybrid.comm import capacity
 from keras_hybrid.comm.communicator import ExchangePlan
 from keras_hybrid.sparse import resharding
+from keras_hybrid.sparse.row_partition import RowPartition
 from keras_hybrid.sparse.shard_assignment import ShardAssignment
 from keras_hybrid.sparse.sharded_table import ShardedTable
 
@@ -49,7 +50,7 @@ class TableCopy:
     """
 
     path: str
-    partition: object
+    partition: RowPartition
     own: np.ndarray
     buddy: np.ndarray
 

@@ -105,6 +105,10 @@ class VariableRouter:
                 placed.storage = new
                 self._paths.pop(id(old), None)
                 self._paths[id(new)] = path
+                keras_var = placed.keras_variable
+                regularizer = getattr(keras_var, "regularizer", None)
+                if isinstance(regularizer, row_wise.RowRegularizer):
+                    regularizer.table = new
                 return
             for i, (keras_ref, slot) in enumerate(placed.slots):
                 if slot is old:

@@ -32,6 +32,7 @@ from keras_hybrid.sparse import resharding
 from keras_hybrid.sparse.row_partition import RowPartition
 from keras_hybrid.sparse.shard_assignment import ShardAssignment
 from keras_hybrid.sparse.sharded_table import ShardedTable
+from keras_hybrid.strategy import elastic_store
 
 PATH = "commit"
 
@@ -150,6 +151,10 @@ def check_survivable(copy: dict | None, survivors) -> None:
         return
     members = copy["members"]
     gone = [t for t in members if t not in survivors]
+    if "folder" in copy:  # the directory store: every file is shared
+        for task in gone:
+            elastic_store.read_rows(copy["folder"], task, check_only=True)
+        return
     unrecoverable = [t for t in gone if _holder(members, t) not in survivors]
     if unrecoverable:
         tables = sorted({c.path for c in copy["tables"]})
@@ -161,22 +166,31 @@ def check_survivable(copy: dict | None, survivors) -> None:
             f"{sorted(survivors)}). A commit survives the loss of any one "
             "worker, or of several that are not neighbours in task order. "
             f"Partitioned: {tables}. Keep tables replicated with "
-            "HybridStrategy(variable_kinds={'.*': 'dense'}), or restart "
-            "from a checkpoint."
+            "HybridStrategy(variable_kinds={'.*': 'dense'}), give the job "
+            "a shared --commit-dir, or restart from a checkpoint."
         )
 
 
-def _holder(members: list, task: int) -> int:
-    """The task holding `task`'s buddy copy: the next member."""
-    return members[(members.index(task) + 1) % len(members)]
+def _holder(members: list, task: int, survivors=None) -> int:
+    """The task that takes `task`'s rows: the next member (its buddy), or
+    with `survivors` (the directory store) the next surviving member."""
+    i = members.index(task)
+    for k in range(1, len(members) + 1):
+        holder = members[(i + k) % len(members)]
+        if survivors is None or holder in survivors:
+            return holder
+    return task
 
 
-def restored_rows(copy: TableCopy, members, survivors, task):
+def restored_rows(copy: TableCopy, members, survivors, task, lost=None):
     """The partition over `survivors` (ranks are indices in the sorted
-    list) in which each lost member's virtual shards belong to its buddy,
-    and this survivor's rows under it (local order).
+    list) in which each lost member's virtual shards belong to its holder
+    (`_holder`), and this survivor's rows under it (local order).
 
     Pure. `members` are the commit's tasks; `task` is this survivor.
+    `lost` (the directory store) maps each lost task this survivor holds
+    to its rows of the table; without it the rows come from the buddy
+    copy.
     """
     survivors = sorted(survivors)
     old = copy.partition
@@ -184,7 +198,9 @@ def restored_rows(copy: TableCopy, members, survivors, task):
     for v_owner in old.virtual.owners:
         owner = members[v_owner]
         if owner not in survivors:
-            owner = _holder(members, owner)
+            owner = _holder(
+                members, owner, survivors if lost is not None else None
+            )
         owners.append(survivors.index(owner))
     partition = old.with_assignment(
         ShardAssignment(tuple(owners), len(survivors))
@@ -192,14 +208,32 @@ def restored_rows(copy: TableCopy, members, survivors, task):
     rank = survivors.index(task)
     pieces = []
     for v in partition.virtual.shards_of(rank):
-        source = copy.own if members[old.virtual.owners[v]] == task else None
-        if source is None:
-            source = copy.buddy
+        owner = members[old.virtual.owners[v]]
+        if owner == task:
+            source = copy.own
+        else:
+            source = copy.buddy if lost is None else lost[owner]
         first = old.virtual_offsets[v]
         pieces.append(source[first : first + old.virtual_rows[v]])
     empty = np.zeros((0, *copy.own.shape[1:]), copy.own.dtype)
     rows = np.concatenate(pieces) if pieces else empty
     return partition, rows
+
+
+def _lost_rows(copy: dict, survivors, task) -> list | None:
+    """For the directory store, per table of `copy`: `{lost task: rows}`
+    for the lost members `task` takes over (read from their files)."""
+    if "folder" not in copy:
+        return None
+    members = copy["members"]
+    lost = [[] for _ in copy["tables"]]
+    for gone in members:
+        if gone in survivors or _holder(members, gone, survivors) != task:
+            continue
+        rows = elastic_store.read_rows(copy["folder"], gone)
+        for i, table_rows in enumerate(rows):
+            lost[i].append((gone, table_rows))
+    return [dict(pairs) for pairs in lost]
 
 
 def restore(strategy, variables, copy: dict, survivors, task) -> dict:
@@ -215,6 +249,8 @@ def restore(strategy, variables, copy: dict, survivors, task) -> dict:
     """
     check_survivable(copy, survivors)
     by_path = {c.path: c for c in copy["tables"]}
+    lost = _lost_rows(copy, survivors, task)
+    index = {c.path: i for i, c in enumerate(copy["tables"])}
     comm = strategy.communicator
     router = strategy.extended.router
     replaced = {}
@@ -226,7 +262,11 @@ def restore(strategy, variables, copy: dict, survivors, task) -> dict:
                 ". A model must not create variables during elastic training."
             )
         partition, rows = restored_rows(
-            by_path[old.path], copy["members"], survivors, task
+            by_path[old.path],
+            copy["members"],
+            survivors,
+            task,
+            None if lost is None else lost[index[old.path]],
         )
         new = _new_storage(strategy, variable, old, partition, rows)
         replaced[id(old)] = (old, new)

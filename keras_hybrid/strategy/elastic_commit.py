@@ -13,10 +13,12 @@ last two commits always include one that every survivor holds. A commit
 also follows each change of the members (a resize, a recovery): at the
 end of the first step that the new group trained, joiners included.
 
-Partitioned tables and their optimizer slots are committed with a buddy
-copy (`elastic_buddy`): each member keeps its own rows and those of the
-member before it, sent in one all-to-all per (dtype, row shape), so a
-commit of a job with tables is a collective.
+Partitioned tables and their optimizer slots are committed to the
+workers' shared directory (`elastic_store`, no collective: a background
+thread writes each member's rows) when the launcher gives one, as it does
+by default on one host; otherwise with a buddy copy (`elastic_buddy`):
+each member keeps its own rows and those of the member before it, sent in
+one all-to-all per (dtype, row shape), so such a commit is a collective.
 
 No private hook is touched here.
 """
@@ -32,6 +34,7 @@ from absl import logging
 from keras_hybrid.sparse import resharding
 from keras_hybrid.sparse.sharded_table import ShardedTable
 from keras_hybrid.strategy import elastic_buddy
+from keras_hybrid.strategy import elastic_store
 from keras_hybrid.strategy.call_fence import active as active_fence
 
 _KEEP = 2  # commits kept: survivors may be one step apart
@@ -67,6 +70,17 @@ class ElasticCommit(keras.callbacks.Callback):
         self._epoch = 0
         self._generation = None  # the members' generation at step begin
         self.commit_bytes = 0  # buddy rows this member sent, all commits
+        root = getattr(self._membership, "commit_dir", None)
+        self._store = (
+            elastic_store.DirectoryStore(root, self._membership.task)
+            if root
+            else None
+        )
+        logging.info(
+            "keras-hybrid elastic: task %d commits partitioned tables %s",
+            self._membership.task,
+            f"to files under {root}" if root else "with a buddy copy",
+        )
 
     # -- Keras hooks
 
@@ -91,6 +105,7 @@ class ElasticCommit(keras.callbacks.Callback):
         self.last_step_end = time.perf_counter()
 
     def on_train_end(self, logs=None):
+        self.wait_for_writes()
         if not self.commit_seconds:
             return
         commit = float(np.median(self.commit_seconds))
@@ -132,11 +147,7 @@ class ElasticCommit(keras.callbacks.Callback):
         start = time.perf_counter()
         fence = active_fence()
         membership = self._membership
-        tables = elastic_buddy.take(
-            resharding.tables_of(self._strategy),
-            self._strategy.communicator,
-            list(membership.members),
-        )
+        tables = self._take_tables(membership)
         if tables is not None:
             self.commit_bytes += tables["bytes"]
         commit = {
@@ -156,6 +167,28 @@ class ElasticCommit(keras.callbacks.Callback):
         self.commits.append(commit)
         self.commit_seconds.append(time.perf_counter() - start)
         return commit
+
+    def _take_tables(self, membership) -> dict | None:
+        """The commit of partitioned tables, by the job's store."""
+        tables = resharding.tables_of(self._strategy)
+        members = list(membership.members)
+        if self._store is None:
+            return elastic_buddy.take(
+                tables, self._strategy.communicator, members
+            )
+        kept = [c["tables"]["folder"] for c in self.commits if c["tables"]]
+        return self._store.take(
+            tables,
+            members,
+            membership.global_step,
+            membership.generation,
+            kept[len(kept) - (_KEEP - 1) :],
+        )
+
+    def wait_for_writes(self) -> None:
+        """Waits for the directory store's last write (if any)."""
+        if self._store is not None:
+            self._store.wait()
 
     def latest_step(self) -> int:
         """Int. Global step of the last commit, or -1 if there is none."""

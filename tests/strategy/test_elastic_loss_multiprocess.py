@@ -9,9 +9,11 @@ the same global batches, and end with the weights of plain Keras in one
 process (1e-5). Keras shuffles the arrays (`shuffle=True`, the same seed
 on every rank and in the reference): the replay draws the same batches.
 `ElasticLostWorkerTableTest` does the same with a partitioned `Embedding`
-(Adam): the lost worker's rows and slots come back from its buddy copy
-(rank 1's from rank 2; rank 2's from rank 0, in a run where the lost slot
-then comes back and a joiner is admitted: 3 -> 2 -> 3).
+(Adam): the lost worker's rows and slots come back from its commit file
+(the default on one host), taken by the next survivor (rank 1's by rank
+2; rank 2's by rank 0, in a run where the lost slot then comes back and a
+joiner is admitted: 3 -> 2 -> 3), or from its buddy copy there
+(`--commit-store buddy`, rank 1 lost).
 With `--min-np 2 --max-np 2`, the loss of rank 1 leaves fewer than
 `--min-np` workers and discovery never reports a second slot:
 the launcher must fail with a clear error within `--elastic-timeout`.
@@ -163,9 +165,10 @@ class ElasticLostWorkerTest(TestCase):
 
 
 class ElasticLostWorkerTableTest(TestCase):
-    """A lost worker's table rows and slots survive in its buddy copy."""
+    """A lost worker's table rows and slots survive in its commit file (the
+    default on one host), or in its buddy copy (`--commit-store buddy`)."""
 
-    def _run_table(self, kill_rank: int, extra: tuple = ()):
+    def _run_table(self, kill_rank: int, extra: tuple = (), store="directory"):
         with tempfile.TemporaryDirectory() as tmp:
             proc, out_dir, _ = _run(
                 tmp,
@@ -173,6 +176,7 @@ class ElasticLostWorkerTableTest(TestCase):
                 [
                     *("--min-np", "2", "--max-np", "3"),
                     *("--commit-interval", "10"),
+                    *(("--commit-store", "buddy") if store == "buddy" else ()),
                 ],
                 [
                     "--model=table",
@@ -190,6 +194,12 @@ class ElasticLostWorkerTableTest(TestCase):
                 result = pickle.load(f)
             rows = _progress(out_dir)
         self.assertIn("table/embeddings: rows per worker", result["plan"])
+        self.assertIn(
+            "partitioned tables are committed with a buddy copy"
+            if store == "buddy"
+            else "partitioned tables are committed to files under /",
+            output,
+        )
         reference = cases.table_reference(result["initial"])
         for got, want in zip(result["weights"], reference, strict=True):
             np.testing.assert_allclose(got, want, atol=1e-5)
@@ -205,8 +215,11 @@ class ElasticLostWorkerTableTest(TestCase):
         sizes = [r["size"] for r in rows]
         return [s for i, s in enumerate(sizes) if i == 0 or sizes[i - 1] != s]
 
-    def test_middle_rank_lost_its_rows_come_from_the_next(self):
+    def test_middle_rank_lost_its_rows_come_from_its_file(self):
         self.assertEqual(self._run_table(kill_rank=1), [3, 2])
+
+    def test_middle_rank_lost_its_rows_come_from_the_buddy_copy(self):
+        self.assertEqual(self._run_table(kill_rank=1, store="buddy"), [3, 2])
 
     def test_last_rank_lost_its_rows_come_from_rank_0_then_grows_back(self):
         # One run for both (CI time): rank 2's rows come back from rank 0,

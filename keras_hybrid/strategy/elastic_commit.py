@@ -190,9 +190,19 @@ class ElasticCommit(keras.callbacks.Callback):
         if self._store is not None:
             self._store.wait()
 
-    def latest_step(self) -> int:
-        """Int. Global step of the last commit, or -1 if there is none."""
-        return self.commits[-1]["global_step"] if self.commits else -1
+    def latest_step(self, survivors=None) -> int:
+        """Int. Global step of the last commit, or -1 if there is none.
+
+        With `survivors`: of the last commit whose tables can be restored
+        over them (`elastic_store.complete`: a lost member may have died
+        while writing its file of the last commit)."""
+        steps = [
+            c["global_step"]
+            for c in self.commits
+            if survivors is None
+            or elastic_store.complete(c["tables"], survivors)
+        ]
+        return max(steps) if steps else -1
 
     def find(self, global_step: int) -> dict | None:
         """The commit taken at `global_step`, or None."""

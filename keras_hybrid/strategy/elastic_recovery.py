@@ -184,7 +184,7 @@ class ElasticRecovery:
             cluster.start_watchdog(info, watchdog.timeout_seconds).set_peers(
                 [t for t in plan["members"] if t != membership.task]
             )
-        commit, moved = self._agree()
+        commit, moved = self._agree(plan["members"])
         _check_tables(self._model, commit, moved, plan["members"], error)
         tables = self._rebuild(commit, plan["members"])
         self._commit.restore_position(commit)
@@ -321,11 +321,12 @@ class ElasticRecovery:
             self._membership.task,
         )
 
-    def _agree(self) -> tuple:
-        """The last commit every survivor holds (received from rank 0 by
-        survivors that lack it), and the bytes rank 0 sent."""
+    def _agree(self, survivors) -> tuple:
+        """The last commit every survivor holds whose tables can be
+        restored (received from rank 0 by survivors that lack it), and the
+        bytes rank 0 sent."""
         comm = self._strategy.communicator
-        latest = self._commit.latest_step()
+        latest = self._commit.latest_step(survivors)
         # Max of negatives: the smallest latest commit of the survivors;
         # a worker without commits (-1) takes rank 0's.
         agreed = comm.all_reduce(

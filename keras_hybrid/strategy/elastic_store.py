@@ -131,6 +131,16 @@ def file_of(folder: str, task: int) -> str:
     return os.path.join(folder, f"task-{int(task)}.npz")
 
 
+def complete(copy: dict | None, survivors) -> bool:
+    """Whether the commit `copy` of tables can be restored over
+    `survivors`: the file of every lost member is there (always true for
+    a buddy copy or without tables). The same on every survivor."""
+    if copy is None or "folder" not in copy:
+        return True
+    lost = [t for t in copy["members"] if t not in survivors]
+    return all(os.path.exists(file_of(copy["folder"], t)) for t in lost)
+
+
 def read_rows(folder: str, task: int, check_only: bool = False):
     """`task`'s rows of each table of the commit `folder`, in order (None
     with `check_only`: only checks the file is there).

@@ -98,3 +98,15 @@ class DirectoryStoreTest(TestCase):
             store.take([_Shard(0)], MEMBERS, 10, 0, [])
             with self.assertRaisesRegex(RuntimeError, "could not write"):
                 store.wait()
+
+
+class CompleteTest(TestCase):
+    def test_a_commit_is_complete_when_every_lost_file_is_there(self):
+        with tempfile.TemporaryDirectory() as root:
+            commit = _commit_all(root, 10)
+            self.assertTrue(elastic_store.complete(commit, [0, 1]))
+            os.remove(elastic_store.file_of(commit["folder"], 2))
+            self.assertFalse(elastic_store.complete(commit, [0, 1]))
+            # Task 2 survives: its file is not needed.
+            self.assertTrue(elastic_store.complete(commit, [0, 2]))
+        self.assertTrue(elastic_store.complete(None, [0]))

@@ -7,7 +7,8 @@ import tensorflow as tf
 # ids that travel with sparse rows, `padding` the bytes sent only to keep
 # collective shapes fixed, `control` small bookkeeping (metrics, capacities,
 # broadcasts of initial values), `reshard` the table rows moved when the
-# worker set changes (`sparse.resharding`).
+# worker set changes (`sparse.resharding`), `commit` the buddy copies of
+# table rows that elastic commits send (`strategy.elastic_buddy`).
 PATHS = (
     "dense",
     "sparse_pull",
@@ -16,6 +17,7 @@ PATHS = (
     "padding",
     "control",
     "reshard",
+    "commit",
 )
 # Keys of each path's entry in `CommStats.snapshot()`.
 COUNTERS = ("bytes", "received_bytes", "calls")

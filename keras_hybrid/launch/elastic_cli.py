@@ -12,7 +12,8 @@ from keras_hybrid.launch.host_discovery import HostDiscovery
 
 def add_elastic_flags(parser: argparse.ArgumentParser) -> None:
     """Adds `--min-np`, `--max-np`, `--host-discovery-script`,
-    `--discovery-interval`, `--elastic-timeout` and `--commit-interval`."""
+    `--discovery-interval`, `--elastic-timeout`, `--commit-interval`,
+    `--commit-store` and `--commit-dir`."""
     group = parser.add_argument_group("elastic training (docs/elastic.md)")
     group.add_argument(
         "--host-discovery-script",
@@ -49,6 +50,22 @@ def add_elastic_flags(parser: argparse.ArgumentParser) -> None:
         help="Global steps between two in-memory commits of the training "
         "state; after a lost worker the survivors replay the steps since "
         "the last one. Default: %(default)s.",
+    )
+    group.add_argument(
+        "--commit-store",
+        choices=("directory", "buddy"),
+        default="directory",
+        help="Where commits keep partitioned tables: `directory` writes "
+        "each worker's rows to files in --commit-dir (no collective at "
+        "commit time); `buddy` sends them to the next worker (all-to-all). "
+        "Default: %(default)s.",
+    )
+    group.add_argument(
+        "--commit-dir",
+        metavar="DIR",
+        help="Directory shared by every worker for the directory store; "
+        "the job's folder in it is removed at the end. Default: one under "
+        "/dev/shm (else under the elastic run directory).",
     )
 
 
@@ -98,5 +115,7 @@ def run_elastic(args, command: list[str], extra_env: dict) -> int:
         wait_seconds=args.elastic_timeout,
         grace_seconds=args.grace_seconds,
         commit_interval=args.commit_interval,
+        commit_store=args.commit_store,
+        commit_dir=args.commit_dir,
     )
     return driver.run(timeout=args.timeout)

@@ -35,6 +35,8 @@ import time
 
 from keras_hybrid.launch import elastic_files as em
 from keras_hybrid.launch import exit_codes
+from keras_hybrid.launch.commit_store import make_commit_dir
+from keras_hybrid.launch.commit_store import remove_commit_dir
 from keras_hybrid.launch.host_discovery import HostDiscovery
 from keras_hybrid.launch.output_forwarder import OutputForwarder
 from keras_hybrid.launch.topology import free_ports
@@ -73,6 +75,11 @@ class ElasticDriver:
         commit_interval: Int. Global steps between two in-memory commits
             of the workers' state. Defaults to
             `elastic_files.DEFAULT_COMMIT_INTERVAL`.
+        commit_store: String. `"directory"` (default): partitioned tables
+            are committed to files in a directory the workers share;
+            `"buddy"`: to a buddy copy (`launch.commit_store`).
+        commit_dir: Optional string. The shared directory holding the
+            job's commit folder. Defaults to one under /dev/shm.
     """
 
     def __init__(
@@ -88,6 +95,8 @@ class ElasticDriver:
         wait_seconds: float = 60.0,
         grace_seconds: float = 10.0,
         commit_interval: int = em.DEFAULT_COMMIT_INTERVAL,
+        commit_store: str = "directory",
+        commit_dir: str | None = None,
     ) -> None:
         check_bounds(min_np, max_np)
         if int(commit_interval) < 1:
@@ -102,6 +111,16 @@ class ElasticDriver:
         self.wait_seconds = wait_seconds
         self.grace_seconds = grace_seconds
         self.directory = tempfile.mkdtemp(prefix="keras_hybrid_elastic_")
+        # Every elastic worker runs on this host (`local_specs`).
+        self.commit_dir = make_commit_dir(
+            commit_store, commit_dir, self.directory, single_host=True
+        )
+        logger.info(
+            "partitioned tables are committed %s",
+            f"to files under {self.commit_dir}"
+            if self.commit_dir
+            else "with a buddy copy on the next worker",
+        )
         self._worker_settings = {
             "threads": threads,
             "extra_env": env,
@@ -143,6 +162,7 @@ class ElasticDriver:
                 em.MAX_NP_ENV: str(self.max_np),
                 em.SEED_ENV: settings[em.SEED_ENV],
                 em.COMMIT_INTERVAL_ENV: settings[em.COMMIT_INTERVAL_ENV],
+                em.COMMIT_DIR_ENV: self.commit_dir or "",
             }
             for spec in specs
         ]
@@ -159,6 +179,7 @@ class ElasticDriver:
         try:
             return self._run(timeout)
         finally:
+            remove_commit_dir(self.commit_dir)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
 

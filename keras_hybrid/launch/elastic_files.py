@@ -24,6 +24,9 @@ MAX_NP_ENV = "KERAS_HYBRID_ELASTIC_MAX_NP"
 MIN_NP_ENV = "KERAS_HYBRID_ELASTIC_MIN_NP"
 SEED_ENV = "KERAS_HYBRID_ELASTIC_SEED"
 COMMIT_INTERVAL_ENV = "KERAS_HYBRID_ELASTIC_COMMIT_INTERVAL"
+# The shared directory of commits of partitioned tables; unset or empty: a
+# buddy copy (`strategy.elastic_store`, `strategy.elastic_buddy`).
+COMMIT_DIR_ENV = "KERAS_HYBRID_ELASTIC_COMMIT_DIR"
 # Global steps between two commits when the launcher does not say.
 DEFAULT_COMMIT_INTERVAL = 10
 # Group keys of generation g; the plain job's group key is 1.

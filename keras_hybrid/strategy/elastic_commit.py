@@ -9,7 +9,16 @@ worker is lost, the survivors restore the last commit they all hold
 
 Every member commits at the same global steps, and a member finishes at
 most one step more than another before a lost peer stops them all, so the
-last two commits always include one that every survivor holds.
+last two commits always include one that every survivor holds. A commit
+also follows each change of the members (a resize, a recovery): at the
+end of the first step that the new group trained, joiners included.
+
+Partitioned tables and their optimizer slots are committed to the
+workers' shared directory (`elastic_store`, no collective: a background
+thread writes each member's rows) when the launcher gives one, as it does
+by default on one host; otherwise with a buddy copy (`elastic_buddy`):
+each member keeps its own rows and those of the member before it, sent in
+one all-to-all per (dtype, row shape), so such a commit is a collective.
 
 No private hook is touched here.
 """
@@ -22,7 +31,10 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from keras_hybrid.sparse import resharding
 from keras_hybrid.sparse.sharded_table import ShardedTable
+from keras_hybrid.strategy import elastic_buddy
+from keras_hybrid.strategy import elastic_store
 from keras_hybrid.strategy.call_fence import active as active_fence
 
 _KEEP = 2  # commits kept: survivors may be one step apart
@@ -46,14 +58,29 @@ class ElasticCommit(keras.callbacks.Callback):
                 "`interval` must be a positive number of global steps. "
                 f"Received: interval={interval!r}."
             )
+        self._strategy = strategy
         self._membership = strategy.communicator.membership
         self.interval = int(interval)
-        # Each: {"global_step", "epoch", "batch", "fenced", "values"}.
+        # Each: {"global_step", "generation", "epoch", "batch", "fenced",
+        # "values", "tables"}.
         self.commits: collections.deque = collections.deque(maxlen=_KEEP)
         self.commit_seconds: collections.deque = collections.deque(maxlen=500)
         self.step_gaps: collections.deque = collections.deque(maxlen=50)
         self.last_step_end: float | None = None
         self._epoch = 0
+        self._generation = None  # the members' generation at step begin
+        self.commit_bytes = 0  # buddy rows this member sent, all commits
+        root = getattr(self._membership, "commit_dir", None)
+        self._store = (
+            elastic_store.DirectoryStore(root, self._membership.task)
+            if root
+            else None
+        )
+        logging.info(
+            "keras-hybrid elastic: task %d commits partitioned tables %s",
+            self._membership.task,
+            f"to files under {root}" if root else "with a buddy copy",
+        )
 
     # -- Keras hooks
 
@@ -62,12 +89,14 @@ class ElasticCommit(keras.callbacks.Callback):
         if not self.commits:
             self.take(epoch, 0)
 
+    def on_train_batch_begin(self, batch, logs=None):
+        self._generation = self._membership.generation
+
     def on_train_batch_end(self, batch, logs=None):
         now = time.perf_counter()
         if self.last_step_end is not None:
             self.step_gaps.append(now - self.last_step_end)
-        global_step = self._membership.global_step
-        if global_step % self.interval == 0:
+        if self._due():
             epoch, next_batch = self._epoch, batch + 1
             steps = (self.params or {}).get("steps")
             if steps is not None and next_batch >= steps:
@@ -76,6 +105,7 @@ class ElasticCommit(keras.callbacks.Callback):
         self.last_step_end = time.perf_counter()
 
     def on_train_end(self, logs=None):
+        self.wait_for_writes()
         if not self.commit_seconds:
             return
         commit = float(np.median(self.commit_seconds))
@@ -84,7 +114,7 @@ class ElasticCommit(keras.callbacks.Callback):
         logging.info(
             "keras-hybrid elastic: task %d committed %d times (last %d "
             "kept), median %.5f s each, every %d steps; median step %.4f s: "
-            "commits cost %.2f%% of step time",
+            "commits cost %.2f%% of step time; %d bytes of buddy rows sent",
             self._membership.task,
             len(self.commit_seconds),
             len(self.commits),
@@ -92,6 +122,21 @@ class ElasticCommit(keras.callbacks.Callback):
             self.interval,
             step,
             100.0 * share,
+            self.commit_bytes,
+        )
+
+    def _due(self) -> bool:
+        """Whether to commit after this step: at every `interval`-th global
+        step and after the first step of new members; never in the step
+        whose end switched the members (joiners are not training yet, and
+        a commit with tables is a collective of the new group)."""
+        generation = self._membership.generation
+        if generation != self._generation:
+            return False
+        last = self.commits[-1]["generation"] if self.commits else None
+        return (
+            self._membership.global_step % self.interval == 0
+            or last != generation
         )
 
     # -- commits
@@ -101,26 +146,63 @@ class ElasticCommit(keras.callbacks.Callback):
         batch)`."""
         start = time.perf_counter()
         fence = active_fence()
+        membership = self._membership
+        tables = self._take_tables(membership)
+        if tables is not None:
+            self.commit_bytes += tables["bytes"]
         commit = {
-            "global_step": self._membership.global_step,
+            "global_step": membership.global_step,
+            "generation": membership.generation,
             "epoch": int(epoch),
             "batch": int(batch),
             "fenced": fence.count if fence is not None else 0,
             # A partitioned table's `numpy()` gathers it from every worker:
-            # its rows are not committed (no buddy copy yet, see
-            # `ElasticRecovery`).
+            # its rows are in `tables` (own rows and a buddy copy).
             "values": [
                 None if is_partitioned(v) else v.numpy()
                 for v in state_variables(self.model)
             ],
+            "tables": tables,
         }
         self.commits.append(commit)
         self.commit_seconds.append(time.perf_counter() - start)
         return commit
 
-    def latest_step(self) -> int:
-        """Int. Global step of the last commit, or -1 if there is none."""
-        return self.commits[-1]["global_step"] if self.commits else -1
+    def _take_tables(self, membership) -> dict | None:
+        """The commit of partitioned tables, by the job's store."""
+        tables = resharding.tables_of(self._strategy)
+        members = list(membership.members)
+        if self._store is None:
+            return elastic_buddy.take(
+                tables, self._strategy.communicator, members
+            )
+        kept = [c["tables"]["folder"] for c in self.commits if c["tables"]]
+        return self._store.take(
+            tables,
+            members,
+            membership.global_step,
+            membership.generation,
+            kept[len(kept) - (_KEEP - 1) :],
+        )
+
+    def wait_for_writes(self) -> None:
+        """Waits for the directory store's last write (if any)."""
+        if self._store is not None:
+            self._store.wait()
+
+    def latest_step(self, survivors=None) -> int:
+        """Int. Global step of the last commit, or -1 if there is none.
+
+        With `survivors`: of the last commit whose tables can be restored
+        over them (`elastic_store.complete`: a lost member may have died
+        while writing its file of the last commit)."""
+        steps = [
+            c["global_step"]
+            for c in self.commits
+            if survivors is None
+            or elastic_store.complete(c["tables"], survivors)
+        ]
+        return max(steps) if steps else -1
 
     def find(self, global_step: int) -> dict | None:
         """The commit taken at `global_step`, or None."""

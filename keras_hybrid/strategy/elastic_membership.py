@@ -19,6 +19,7 @@ import time
 
 import tensorflow as tf
 
+from keras_hybrid.launch.elastic_files import COMMIT_DIR_ENV
 from keras_hybrid.launch.elastic_files import COMMIT_INTERVAL_ENV
 from keras_hybrid.launch.elastic_files import DEFAULT_COMMIT_INTERVAL
 from keras_hybrid.launch.elastic_files import DIR_ENV
@@ -44,6 +45,9 @@ class ElasticMembership:
         seed: Int. TF global seed shared by every worker of the job.
         commit_interval: Int. Global steps between two in-memory commits
             (`ElasticCommit`). Defaults to `DEFAULT_COMMIT_INTERVAL`.
+        commit_dir: Optional string. The workers' shared directory of
+            commits of partitioned tables (`elastic_store`); None: a buddy
+            copy (`elastic_buddy`).
     """
 
     def __init__(
@@ -55,9 +59,11 @@ class ElasticMembership:
         max_np: int,
         seed: int,
         commit_interval: int = DEFAULT_COMMIT_INTERVAL,
+        commit_dir: str | None = None,
     ) -> None:
         self.task = task
         self.commit_interval = commit_interval
+        self.commit_dir = commit_dir
         self.directory = directory
         self.min_np = min_np
         self.max_np = max_np
@@ -99,6 +105,7 @@ class ElasticMembership:
             int(os.environ[MAX_NP_ENV]),
             int(os.environ.get(SEED_ENV, "0")),
             int(os.environ.get(COMMIT_INTERVAL_ENV, DEFAULT_COMMIT_INTERVAL)),
+            os.environ.get(COMMIT_DIR_ENV) or None,
         )
 
     # -- where this process sits

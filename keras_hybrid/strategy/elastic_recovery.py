@@ -15,7 +15,9 @@ fails at once. `fit` (see `elastic_patches`) catches the error and calls
    (`ElasticCommit`), or receives it from rank 0 if this worker lacks it
    (a joiner admitted after it), and gives every Keras variable new
    storage holding it (on TF 2.21 `assign` to a variable made before the
-   reset does nothing);
+   reset does nothing); partitioned tables and their slots take their
+   rows from the commit's own rows and buddy copies (`elastic_buddy`) and
+   are re-balanced over the survivors;
 4. drops every traced function; `fit` then runs again from the commit's
    epoch, and draws without training the batches of that epoch before
    the commit's batch, so the lost steps are replayed on the same global
@@ -39,6 +41,7 @@ from keras_hybrid._compat import keras as keras_compat
 from keras_hybrid._compat import tf as tf_compat
 from keras_hybrid.launch import elastic_files
 from keras_hybrid.strategy import cluster
+from keras_hybrid.strategy import elastic_buddy
 from keras_hybrid.strategy.elastic_commit import broadcast_values
 from keras_hybrid.strategy.elastic_commit import is_partitioned
 from keras_hybrid.strategy.elastic_commit import state_bytes
@@ -148,17 +151,6 @@ class ElasticRecovery:
         plan = self._wait_for_plan(error)
         if plan is None:
             raise error
-        tables = [
-            v.path for v in state_variables(self._model) if is_partitioned(v)
-        ]
-        if tables:
-            raise NotImplementedError(
-                "keras-hybrid elastic: a worker was lost, and the survivors "
-                "cannot recover partitioned tables yet (their commits hold "
-                f"no buddy copy of shard rows). Partitioned: {tables}. Keep "
-                "tables replicated with HybridStrategy(variable_kinds="
-                "{'.*': 'dense'}) to survive lost workers."
-            ) from error
         self._attempted = plan["generation"]
         start = time.perf_counter()
         last_good_step_end = self._commit.last_step_end
@@ -192,8 +184,9 @@ class ElasticRecovery:
             cluster.start_watchdog(info, watchdog.timeout_seconds).set_peers(
                 [t for t in plan["members"] if t != membership.task]
             )
-        commit, moved = self._agree()
-        self._rebuild(commit)
+        commit, moved = self._agree(plan["members"])
+        _check_tables(self._model, commit, moved, plan["members"], error)
+        tables = self._rebuild(commit, plan["members"])
         self._commit.restore_position(commit)
         model = self._model
         model.train_function = None
@@ -211,7 +204,9 @@ class ElasticRecovery:
             "new_size": len(plan["members"]),
             "joined": [],
             "left": list(plan["lost"]),
-            "bytes_moved": moved,
+            "bytes_moved": moved + tables["moved"],
+            "table_bytes": tables["moved"],
+            "table_wire_bytes": tables["wire"],
             "switch_seconds": time.perf_counter() - start,
             # From the end of the last good step to the start of recovery.
             "detect_seconds": start - last_good_step_end
@@ -253,9 +248,12 @@ class ElasticRecovery:
                 return None
             time.sleep(self._poll_seconds)
 
-    def _rebuild(self, commit: dict) -> None:
+    def _rebuild(self, commit: dict, survivors: list) -> dict:
         """Gives every Keras variable of the model a new `tf.Variable` in
-        the new context, holding `commit`'s value (metrics keep theirs).
+        the new context, holding `commit`'s value (metrics keep theirs);
+        partitioned tables and slots get theirs from `elastic_buddy` and
+        are re-balanced over `survivors`. Returns the byte counts of that
+        re-balance (`resharding.reshard_members`).
 
         On TF 2.21, `assign` to a variable made before the context reset
         does nothing (`assign_add` and scatters still work, see
@@ -272,6 +270,8 @@ class ElasticRecovery:
                 "during elastic training."
             )
         pairs = list(zip(variables, commit["values"], strict=True))
+        tables = [v for v, _ in pairs if is_partitioned(v)]
+        pairs = [(v, value) for v, value in pairs if not is_partitioned(v)]
         seen = {id(v) for v in variables}
         for v in getattr(model, "metrics_variables", []):
             if id(v) not in seen:
@@ -311,12 +311,22 @@ class ElasticRecovery:
                     )
                 tf_compat.keep_variable_key(new, old)
                 keras_compat.set_variable_storage(variable, new)
+        if not tables:
+            return {"sent": 0, "moved": 0, "wire": 0}
+        return elastic_buddy.restore(
+            self._strategy,
+            tables,
+            commit["tables"],
+            survivors,
+            self._membership.task,
+        )
 
-    def _agree(self) -> tuple:
-        """The last commit every survivor holds (received from rank 0 by
-        survivors that lack it), and the bytes rank 0 sent."""
+    def _agree(self, survivors) -> tuple:
+        """The last commit every survivor holds whose tables can be
+        restored (received from rank 0 by survivors that lack it), and the
+        bytes rank 0 sent."""
         comm = self._strategy.communicator
-        latest = self._commit.latest_step()
+        latest = self._commit.latest_step(survivors)
         # Max of negatives: the smallest latest commit of the survivors;
         # a worker without commits (-1) takes rank 0's.
         agreed = comm.all_reduce(
@@ -398,6 +408,26 @@ class ElasticRecovery:
             event["detect_seconds"],
             event["switch_seconds"],
         )
+
+
+def _check_tables(model, commit: dict, moved: int, survivors, error) -> None:
+    """Raises on every survivor if `model` has partitioned tables and those
+    of `commit` cannot be restored over `survivors`."""
+    if not any(is_partitioned(v) for v in state_variables(model)):
+        return
+    if moved:
+        raise NotImplementedError(
+            "keras-hybrid elastic: a worker was lost within a step of a "
+            "resize, before the new members' first commit; the last commit "
+            "they all hold predates a member, which holds no rows of it. "
+            "Partitioned tables cannot be restored from it. Keep tables "
+            "replicated with HybridStrategy(variable_kinds={'.*': "
+            "'dense'}), or restart from a checkpoint."
+        ) from error
+    try:
+        elastic_buddy.check_survivable(commit["tables"], survivors)
+    except NotImplementedError as unrecoverable:
+        raise unrecoverable from error
 
 
 class _Replay(keras.callbacks.Callback):

@@ -97,6 +97,24 @@ class VariableRouter:
                 tables.extend(placed.storage.live_slots())
         return tables
 
+    def replace_table(self, old: ShardedTable, new: ShardedTable) -> None:
+        """Makes `new` stand for table or slot `old` (an elastic recovery
+        gave it new storage, see `strategy.elastic_buddy`)."""
+        for path, placed in self._placed.items():
+            if placed.storage is old:
+                placed.storage = new
+                self._paths.pop(id(old), None)
+                self._paths[id(new)] = path
+                keras_var = placed.keras_variable
+                regularizer = getattr(keras_var, "regularizer", None)
+                if isinstance(regularizer, row_wise.RowRegularizer):
+                    regularizer.table = new
+                return
+            for i, (keras_ref, slot) in enumerate(placed.slots):
+                if slot is old:
+                    placed.slots[i] = (keras_ref, new)
+                    return
+
     def path_of(self, storage) -> str:
         """The unique path of a variable's `tf.Variable`."""
         return self._paths.get(id(storage)) or getattr(

@@ -8,6 +8,12 @@ survivors must go on from the commit of step 20, replay the lost steps on
 the same global batches, and end with the weights of plain Keras in one
 process (1e-5). Keras shuffles the arrays (`shuffle=True`, the same seed
 on every rank and in the reference): the replay draws the same batches.
+`ElasticLostWorkerTableTest` does the same with a partitioned `Embedding`
+(Adam): the lost worker's rows and slots come back from its commit file
+(the default on one host), taken by the next survivor (rank 1's by rank
+2; rank 2's by rank 0, in a run where the lost slot then comes back and a
+joiner is admitted: 3 -> 2 -> 3), or from its buddy copy there
+(`--commit-store buddy`, rank 1 lost).
 With `--min-np 2 --max-np 2`, the loss of rank 1 leaves fewer than
 `--min-np` workers and discovery never reports a second slot:
 the launcher must fail with a clear error within `--elastic-timeout`.
@@ -29,6 +35,9 @@ from keras_hybrid.testing import models
 
 HERE = os.path.dirname(__file__)
 WORKER = os.path.join(HERE, "workers", "elastic_loss_worker.py")
+sys.path.insert(0, os.path.join(HERE, "workers"))
+import elastic_cases as cases  # noqa: E402
+
 TIMEOUT = 400
 
 
@@ -153,3 +162,70 @@ class ElasticLostWorkerTest(TestCase):
         keras.utils.set_random_seed(7)
         model.fit(x, y, batch_size=12, epochs=2, shuffle=True, verbose=0)
         return model.get_weights()
+
+
+class ElasticLostWorkerTableTest(TestCase):
+    """A lost worker's table rows and slots survive in its commit file (the
+    default on one host), or in its buddy copy (`--commit-store buddy`)."""
+
+    def _run_table(self, kill_rank: int, extra: tuple = (), store="directory"):
+        with tempfile.TemporaryDirectory() as tmp:
+            proc, out_dir, _ = _run(
+                tmp,
+                "localhost:3",
+                [
+                    *("--min-np", "2", "--max-np", "3"),
+                    *("--commit-interval", "10"),
+                    *(("--commit-store", "buddy") if store == "buddy" else ()),
+                ],
+                [
+                    "--model=table",
+                    f"--kill_rank={kill_rank}",
+                    "--kill_size=3",
+                    "--kill_at_step=25",
+                    "--step_sleep=0.05",
+                    "--timeout_seconds=60",
+                    *extra,
+                ],
+            )
+            output = proc.stdout
+            self.assertEqual(proc.returncode, 0, output[-6000:])
+            with open(os.path.join(out_dir, "rank0.pkl"), "rb") as f:
+                result = pickle.load(f)
+            rows = _progress(out_dir)
+        self.assertIn("table/embeddings: rows per worker", result["plan"])
+        self.assertIn(
+            "partitioned tables are committed with a buddy copy"
+            if store == "buddy"
+            else "partitioned tables are committed to files under /",
+            output,
+        )
+        reference = cases.table_reference(result["initial"])
+        for got, want in zip(result["weights"], reference, strict=True):
+            np.testing.assert_allclose(got, want, atol=1e-5)
+        event = result["resizes"][0]
+        self.assertEqual(event["reason"], "lost_worker")
+        self.assertEqual(event["left"], [kill_rank])
+        self.assertEqual(event["global_step"], 20)
+        # 500 one-row virtual shards, 167/167/166 on the tasks: the buddy
+        # takes the lost ones (333 there, 167 on the other survivor) and
+        # the re-balance to 250/250 moves 83 of them, with Adam's m and v.
+        row_bytes = 3 * 8 * 4
+        self.assertEqual(event["table_bytes"], 83 * row_bytes)
+        sizes = [r["size"] for r in rows]
+        return [s for i, s in enumerate(sizes) if i == 0 or sizes[i - 1] != s]
+
+    def test_middle_rank_lost_its_rows_come_from_its_file(self):
+        self.assertEqual(self._run_table(kill_rank=1), [3, 2])
+
+    def test_middle_rank_lost_its_rows_come_from_the_buddy_copy(self):
+        self.assertEqual(self._run_table(kill_rank=1, store="buddy"), [3, 2])
+
+    def test_last_rank_lost_its_rows_come_from_rank_0_then_grows_back(self):
+        # One run for both (CI time): rank 2's rows come back from rank 0,
+        # and the lost slot is reported again 5 steps after the recovery.
+        changes = self._run_table(
+            kill_rank=2,
+            extra=("--slots_later=localhost:3", "--grow_after=5"),
+        )
+        self.assertEqual(changes, [3, 2, 3])

@@ -3,6 +3,7 @@ flags (the test builds the one-process reference from them)."""
 
 import keras
 import numpy as np
+import tensorflow as tf
 
 from keras_hybrid.testing import models
 
@@ -41,3 +42,26 @@ def make_data(name: str, num_samples: int):
     scores = rng.normal(size=(VOCAB, 3)).astype("float32")
     y = np.argmax(scores[ids].sum(axis=1) + x[:, :3], axis=1)
     return (ids, x), y.astype("int32")
+
+
+def table_reference(initial, num_samples=480, epochs=2, batch_size=12):
+    """The `table` model trained by a plain Keras loop in one process on
+    the global batches in order (no shuffle), from the job's `initial`
+    weights, with the table's gradient made dense (summed per id, as the
+    strategy applies it for Adam). Returns the final weights."""
+    (ids, x), y = make_data("table", num_samples)
+    model = build_model("table", seed=100)
+    model.set_weights(initial)
+    optimizer = models.make_optimizer("adam")
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    variables = model.trainable_variables
+    for _ in range(epochs):
+        for start in range(0, num_samples, batch_size):
+            batch = slice(start, start + batch_size)
+            with tf.GradientTape() as tape:
+                logits = model([ids[batch], x[batch]], training=True)
+                loss = loss_fn(y[batch], logits)
+            grads = tape.gradient(loss, [v.value for v in variables])
+            grads = [tf.convert_to_tensor(g) for g in grads]
+            optimizer.apply(grads, variables)
+    return model.get_weights()

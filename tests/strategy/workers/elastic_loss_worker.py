@@ -7,6 +7,13 @@ Nothing elastic in it: a callback records `strategy.size` per step into
 `--slots_file` (the host's slot is gone) and kills its own process with
 SIGKILL. The chief sleeps `--step_sleep` seconds per step so that the
 launcher's recovery happens mid-epoch. The chief saves the final weights.
+
+`--model=table` trains the partitioned `Embedding` model of
+`elastic_cases` (the same initial rows on every rank, no shuffling; the
+chief also saves the initial weights for the reference). `--slots_later`,
+if set, is written into the discovery file by the chief once the job
+trained `--grow_after` steps on fewer workers: the lost slot comes back
+and the launcher admits a joiner.
 """
 
 import json
@@ -14,11 +21,13 @@ import os
 import signal
 import time
 
+import elastic_cases as cases  # noqa: I001  (sits beside this script)
 import keras
 from absl import app
 from absl import flags
 
 import keras_hybrid as kh
+from keras_hybrid.testing import SPARSE_TABLES
 from keras_hybrid.testing import models
 from keras_hybrid.testing.multiprocess import save_result
 
@@ -34,6 +43,9 @@ flags.DEFINE_integer("kill_at_step", 25, "Its step at which it dies.")
 flags.DEFINE_string("slots_file", None, "Discovery output to rewrite.")
 flags.DEFINE_float("timeout_seconds", 60.0, "Strategy's timeout_seconds.")
 flags.DEFINE_string("slots_after", "localhost:2", "Slots after the death.")
+flags.DEFINE_enum("model", "mlp", cases.MODELS, "mlp, or table.")
+flags.DEFINE_string("slots_later", "", "Slots once the job shrank.")
+flags.DEFINE_integer("grow_after", 5, "Steps on fewer workers before.")
 
 
 class SizeLog(keras.callbacks.Callback):
@@ -44,6 +56,7 @@ class SizeLog(keras.callbacks.Callback):
         self.strategy = strategy
         self.path = path
         self.step = 0
+        self.shrunk_steps = 0
 
     def on_train_batch_end(self, batch, logs=None):
         self.step += 1
@@ -62,6 +75,7 @@ class SizeLog(keras.callbacks.Callback):
             os.kill(os.getpid(), signal.SIGKILL)
         if not strategy.is_chief:
             return
+        self._maybe_grow_back()
         with open(self.path, "a") as f:
             f.write(
                 json.dumps(
@@ -71,16 +85,45 @@ class SizeLog(keras.callbacks.Callback):
             )
         time.sleep(FLAGS.step_sleep)
 
+    def _maybe_grow_back(self):
+        if not FLAGS.slots_later or self.strategy.size >= FLAGS.kill_size:
+            return
+        self.shrunk_steps += 1
+        if self.shrunk_steps != FLAGS.grow_after:
+            return
+        directory = os.environ["KERAS_HYBRID_ELASTIC_DIR"]
+        before = _plans(directory)
+        with open(FLAGS.slots_file + ".tmp", "w") as f:
+            f.write(FLAGS.slots_later + "\n")
+        os.replace(FLAGS.slots_file + ".tmp", FLAGS.slots_file)
+        # Hold until the launcher planned the joiner in (it was ready), so
+        # that the job does not end before it is admitted.
+        deadline = time.monotonic() + 300
+        while _plans(directory) == before:
+            if time.monotonic() > deadline:
+                raise RuntimeError("No joiner was planned in.")
+            time.sleep(0.05)
+
+
+def _plans(directory: str) -> set:
+    """The launcher's membership plans written so far."""
+    return {n for n in os.listdir(directory) if n.startswith("plan-")}
+
 
 def main(argv):
     del argv
+    table = FLAGS.model == "table"
     strategy = kh.HybridStrategy(
-        variable_kinds={".*": "dense"}, timeout_seconds=FLAGS.timeout_seconds
+        variable_kinds=SPARSE_TABLES if table else {".*": "dense"},
+        timeout_seconds=FLAGS.timeout_seconds,
     )
-    x, y = models.make_data(FLAGS.num_samples)
+    x, y = cases.make_data(FLAGS.model, FLAGS.num_samples)
+    seed = 100 if table else 100 + strategy.rank
     with strategy.scope():
-        model = models.build_model("sequential", seed=100 + strategy.rank)
+        model = cases.build_model(FLAGS.model, seed=seed)
         models.compile_model(model, "adam")
+    # A collective with a partitioned table; a joiner holds all its rows.
+    initial = model.get_weights() if table else None
     keras.utils.set_random_seed(7)
     stats = kh.callbacks.CommunicationStats(every_n_steps=5)
     model.fit(
@@ -88,19 +131,23 @@ def main(argv):
         y,
         batch_size=FLAGS.batch_size,
         epochs=FLAGS.epochs,
-        shuffle=True,
+        shuffle=not table,
         verbose=0,
         callbacks=[
             SizeLog(strategy, os.path.join(FLAGS.out_dir, "progress.jsonl")),
             stats,
         ],
     )
+    # A collective with a partitioned table: every member reads.
+    weights = model.get_weights()
     if strategy.is_chief:
         save_result(
             FLAGS.out_dir,
             0,
             {
-                "weights": model.get_weights(),
+                "weights": weights,
+                "initial": initial,
+                "plan": str(strategy.plan),
                 "resizes": strategy.communicator.stats.resizes,
                 "stats_resizes": stats.summary["resizes"],
                 "size": strategy.size,

@@ -1,0 +1,112 @@
+"""`elastic_store`: each member's table rows of a commit in shared files.
+
+The multi-process runs are in `test_elastic_loss_multiprocess.py`; here
+the files and the restore from them, on the table of `test_elastic_buddy`
+(12 rows of 2 columns whose value is the row id, 12 one-row virtual
+shards over the tasks [0, 1, 2]).
+"""
+
+import os
+import tempfile
+
+import numpy as np
+
+from keras_hybrid.sparse.row_partition import RowPartition
+from keras_hybrid.strategy import elastic_buddy
+from keras_hybrid.strategy import elastic_store
+from keras_hybrid.testing import TestCase
+
+MEMBERS = [0, 1, 2]
+PARTITION = RowPartition.create(12, 3)
+TABLE = np.repeat(np.arange(12, dtype="float32")[:, None], 2, axis=1)
+
+
+class _Shard:
+    """A stand-in for one task's `ShardedTable` (path, partition, rows)."""
+
+    def __init__(self, task: int, scale: float = 1.0):
+        self.path = "items/embeddings"
+        self.partition = PARTITION
+        self._rows = TABLE[PARTITION.ids_on_shard(task)] * scale
+
+    def stored_tensor(self):
+        return self._rows
+
+
+def _commit_all(root: str, step: int, scale: float = 1.0) -> dict:
+    """Every task commits `step`; returns task 0's commit."""
+    commits = {}
+    for task in MEMBERS:
+        store = elastic_store.DirectoryStore(root, task)
+        commits[task] = store.take([_Shard(task, scale)], MEMBERS, step, 0, [])
+        store.wait()
+    return commits[0]
+
+
+class DirectoryStoreTest(TestCase):
+    def test_files_hold_each_tasks_rows(self):
+        with tempfile.TemporaryDirectory() as root:
+            commit = _commit_all(root, 10)
+            self.assertEqual(
+                sorted(os.listdir(commit["folder"])),
+                ["task-0.npz", "task-1.npz", "task-2.npz"],
+            )
+            (rows,) = elastic_store.read_rows(commit["folder"], 1)
+        np.testing.assert_array_equal(rows, TABLE[PARTITION.ids_on_shard(1)])
+        self.assertEqual(commit["bytes"], 0)
+
+    def test_a_member_keeps_the_files_of_its_last_two_commits(self):
+        with tempfile.TemporaryDirectory() as root:
+            store = elastic_store.DirectoryStore(root, 1)
+            kept = []
+            for step in (10, 20, 30):
+                commit = store.take([_Shard(1)], MEMBERS, step, 0, kept[-1:])
+                kept.append(commit["folder"])
+            store.wait()
+            self.assertEqual(
+                sorted(os.listdir(root)), ["commit-20-g0", "commit-30-g0"]
+            )
+
+    def test_neighbours_lost_together_come_back_from_the_files(self):
+        with tempfile.TemporaryDirectory() as root:
+            commit = _commit_all(root, 10)
+            elastic_buddy.check_survivable(commit, [0])
+            (lost,) = elastic_buddy._lost_rows(commit, [0], 0)
+        partition, rows = elastic_buddy.restored_rows(
+            commit["tables"][0], MEMBERS, [0], 0, lost
+        )
+        self.assertEqual(partition.virtual.owners, (0,) * 12)
+        # Every row is the row its id says, in local order.
+        ids = partition.ids_on_shard(0).astype("float32")
+        np.testing.assert_array_equal(rows[:, 0], ids)
+        self.assertEqual(sorted(ids), list(range(12)))
+
+    def test_a_missing_file_is_not_survivable_on_any_survivor(self):
+        with tempfile.TemporaryDirectory() as root:
+            commit = _commit_all(root, 10)
+            os.remove(elastic_store.file_of(commit["folder"], 2))
+            with self.assertRaisesRegex(
+                NotImplementedError, r"on task 2 are lost: its commit file"
+            ):
+                elastic_buddy.check_survivable(commit, [0, 1])
+
+    def test_a_failed_write_is_reported_by_the_next_commit(self):
+        with tempfile.TemporaryDirectory() as root:
+            store = elastic_store.DirectoryStore(os.path.join(root, "file"), 0)
+            with open(os.path.join(root, "file"), "w"):
+                pass
+            store.take([_Shard(0)], MEMBERS, 10, 0, [])
+            with self.assertRaisesRegex(RuntimeError, "could not write"):
+                store.wait()
+
+
+class CompleteTest(TestCase):
+    def test_a_commit_is_complete_when_every_lost_file_is_there(self):
+        with tempfile.TemporaryDirectory() as root:
+            commit = _commit_all(root, 10)
+            self.assertTrue(elastic_store.complete(commit, [0, 1]))
+            os.remove(elastic_store.file_of(commit["folder"], 2))
+            self.assertFalse(elastic_store.complete(commit, [0, 1]))
+            # Task 2 survives: its file is not needed.
+            self.assertTrue(elastic_store.complete(commit, [0, 2]))
+        self.assertTrue(elastic_store.complete(None, [0]))

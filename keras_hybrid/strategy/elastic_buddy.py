@@ -19,8 +19,6 @@ whose buddy was lost too (two neighbours in ring order, since the commit).
 No private hook is touched here (new storage goes through `_compat`).
 """
 
-import dataclasses
-
 import numpy as np
 import tensorflow as tf
 
@@ -29,31 +27,12 @@ from keras_hybrid._compat import tf as tf_compat
 from keras_hybrid.comm import capacity
 from keras_hybrid.comm.communicator import ExchangePlan
 from keras_hybrid.sparse import resharding
-from keras_hybrid.sparse.row_partition import RowPartition
 from keras_hybrid.sparse.shard_assignment import ShardAssignment
 from keras_hybrid.sparse.sharded_table import ShardedTable
 from keras_hybrid.strategy import elastic_store
+from keras_hybrid.strategy.elastic_store import TableCopy
 
 PATH = "commit"
-
-
-@dataclasses.dataclass(frozen=True)
-class TableCopy:
-    """One table's (or slot's) part of a commit on one member.
-
-    Attributes:
-        path: String. The table's path (`ShardedTable.path`).
-        partition: `RowPartition` at the commit; owners are ranks among
-            the commit's members.
-        own: NumPy array. This member's rows (local order).
-        buddy: NumPy array. The rows of the member before it in ring
-            order (that member's local order).
-    """
-
-    path: str
-    partition: RowPartition
-    own: np.ndarray
-    buddy: np.ndarray
 
 
 def take(tables, communicator, members) -> dict | None:

@@ -17,14 +17,34 @@ restored.
 No private hook is touched here.
 """
 
+import dataclasses
 import os
 import threading
 
 import numpy as np
 
-from keras_hybrid.strategy import elastic_buddy
+from keras_hybrid.sparse.row_partition import RowPartition
 
 _PREFIX = "commit-"
+
+
+@dataclasses.dataclass(frozen=True)
+class TableCopy:
+    """One table's (or slot's) part of a commit on one member.
+
+    Attributes:
+        path: String. The table's path (`ShardedTable.path`).
+        partition: `RowPartition` at the commit; owners are ranks among
+            the commit's members.
+        own: NumPy array. This member's rows (local order).
+        buddy: NumPy array. The rows of the member before it in ring
+            order (that member's local order).
+    """
+
+    path: str
+    partition: RowPartition
+    own: np.ndarray
+    buddy: np.ndarray
 
 
 class DirectoryStore:
@@ -72,9 +92,7 @@ class DirectoryStore:
         )
         self._thread.start()
         copies = [
-            elastic_buddy.TableCopy(
-                path=t.path, partition=t.partition, own=o, buddy=None
-            )
+            TableCopy(path=t.path, partition=t.partition, own=o, buddy=None)
             for t, o in zip(tables, own, strict=True)
         ]
         return {

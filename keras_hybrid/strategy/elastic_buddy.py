@@ -93,8 +93,10 @@ def _send_to_next(tables, communicator) -> tuple:
     shard_rows = [
         sum(t.partition.rows_on_shard(s) for t in tables) for s in range(size)
     ]
-    send_counts = np.zeros(size, np.int32)
-    recv_counts = np.zeros(size, np.int32)
+    # Count vectors have the communicator's width (an elastic job's most
+    # workers); ranks beyond `size` get nothing.
+    send_counts = np.zeros(communicator.width, np.int32)
+    recv_counts = np.zeros(communicator.width, np.int32)
     send_counts[nxt] = shard_rows[rank]
     recv_counts[prev] = shard_rows[prev]
     send = tf.concat([t.stored_tensor() for t in tables], axis=0)
@@ -102,7 +104,7 @@ def _send_to_next(tables, communicator) -> tuple:
         send_counts=tf.constant(send_counts),
         recv_counts=tf.constant(recv_counts),
         capacity=capacity.capacity_for(tf.constant(max(shard_rows), tf.int64)),
-        flags=tf.zeros([size], tf.int32),
+        flags=tf.zeros([communicator.width], tf.int32),
     )
     received, _ = communicator.all_to_all(
         send, plan.send_counts, path=PATH, plan=plan

@@ -209,7 +209,7 @@ def _move_all(tables, targets, communicator) -> dict:
     for table in tables:
         table.communicator = communicator
     totals = {"sent": 0, "moved": 0, "wire": 0}
-    for group in _groups(tables):
+    for group in row_groups(tables):
         counts = _move_group(
             [tables[i] for i in group], [targets[i] for i in group]
         )
@@ -332,7 +332,7 @@ def _target(table, new_assignment, communicator):
     return target
 
 
-def _groups(tables) -> list[list[int]]:
+def row_groups(tables) -> list[list[int]]:
     """Indices of tables sharing a dtype and row shape, in order."""
     groups: dict = {}
     for i, table in enumerate(tables):

@@ -56,7 +56,7 @@ def take(tables, communicator, members) -> dict | None:
     own: dict = {}
     buddies: dict = {}
     sent = 0
-    for group in _groups(tables):
+    for group in resharding.row_groups(tables):
         mine, received = _send_to_next([tables[i] for i in group], communicator)
         for k, i in enumerate(group):
             own[i], buddies[i] = mine[k], received[k]
@@ -68,15 +68,6 @@ def take(tables, communicator, members) -> dict | None:
         for i, t in enumerate(tables)
     ]
     return {"members": list(members), "tables": copies, "bytes": sent}
-
-
-def _groups(tables) -> list[list[int]]:
-    """Indices of tables sharing a dtype and row shape, in order."""
-    groups: dict = {}
-    for i, table in enumerate(tables):
-        key = (table.dtype, tuple(table.full_shape[1:]))
-        groups.setdefault(key, []).append(i)
-    return list(groups.values())
 
 
 def _local_bytes(table, shard: int) -> int:

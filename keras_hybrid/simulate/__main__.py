@@ -116,14 +116,8 @@ flags.DEFINE_boolean(
     "per host pair and local rank, pushes summed per host; two-level dense "
     "all-reduce (in every mode).",
 )
-flags.DEFINE_integer(
-    "hot_rows",
-    0,
-    "Issue 15 item 4 (not built): most frequent rows of each table "
-    "replicated on every worker (their gradients all-reduced). Ids are "
-    "taken as Zipf(--zipf) to split hot from cold.",
-    lower_bound=0,
-)
+# --hot_rows (issue 15 item 4, built) comes with the workload flags
+# (`benchmark.config_flags`), shared with the benchmark's hybrid_hot mode.
 flags.DEFINE_boolean(
     "ablation",
     False,

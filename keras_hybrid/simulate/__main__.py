@@ -257,8 +257,8 @@ def main(argv) -> None:
     _out(report.cost_table(predictions))
     if FLAGS.ablation:
         _out(
-            "\nAblation (issue 15 items added one by one; items 1 and 2 "
-            "are built, 3 and 4 modeled, not built; ratios = communication "
+            "\nAblation (issue 15 items added one by one; items 1, 2 and "
+            "4 are built, 3 modeled, not built; ratios = communication "
             "ms of all-gather or all-reduce over the hybrid's, each under "
             "the same options):"
         )

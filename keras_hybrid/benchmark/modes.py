@@ -9,7 +9,7 @@ registry so that new engines plug in with one `register(Mode(...))`.
 | `hybrid` | partitioned, pull/push | all-gathered (tiny tables only) |
 | `hybrid_padded` | as `hybrid`, blocks padded to the largest | as `hybrid` |
 | `hybrid_per_call` | as `hybrid`, one exchange per lookup | as `hybrid` |
-| `hybrid_hot` | as `hybrid`, `--hot_rows` rows per table all-reduced | as `hybrid` |
+| `hybrid_hot` | as `hybrid`, `--hot_rows` rows all-reduced | as `hybrid` |
 | `allgather` | replicated | all-gathered: stock TensorFlow |
 | `dense` | replicated | densified and all-reduced |
 | `horovod` | replicated | all-gathered by Horovod, as `hvd` does |

@@ -128,9 +128,7 @@ def exchange(comm, calls: list) -> list:
                 f"be integers. Received: ids.dtype={ids.dtype.name}"
             )
     per_table = [[c for c in calls if c[0] is t] for t in tables]
-    all_uniques, positions = zip(
-        *[_dedupe(c) for c in per_table], strict=True
-    )
+    all_uniques, positions = zip(*[_dedupe(c) for c in per_table], strict=True)
     uniques, hot = _split_hot(tables, all_uniques)
     sent = _Sent(comm, tables, uniques)
     groups = _dtype_groups(tables)
@@ -176,8 +174,16 @@ def _split_hot(tables, uniques) -> tuple:
     """Per table, its cold unique ids (those that go through the
     exchange) and `(is_hot, hot rows)` (`(None, None)` without hot rows)."""
     cold, hot = [], []
+    with_hot = [t for t in tables if t.hot is not None]
+    values = {}
+    if with_hot:  # one all-reduce for all tables' hot rows
+        values = dict(
+            zip(map(id, with_hot), hot_rows.values_of(with_hot), strict=True)
+        )
     for table, unique in zip(tables, uniques, strict=True):
-        rest, is_hot, rows = hot_rows.split_unique(table, unique)
+        rest, is_hot, rows = hot_rows.split_unique(
+            table, unique, values.get(id(table))
+        )
         cold.append(rest)
         hot.append((is_hot, rows))
     return cold, hot

@@ -24,8 +24,9 @@ K ids, the same on every worker, held in a variable (`ids`, sorted):
   keeps the K best overall, ties to the smaller id. Changing the set moves
   no rows (the owners hold them) and needs no re-trace.
 
-Each table costs 2 all-reduces of K rows per step (charged to `dense`)
-instead of its hot rows' share of the pull and push.
+A step costs 2 all-reduces of K rows per table (charged to `dense`; a
+fused step packs all tables into one forward and one backward all-reduce,
+bucketed per dtype) instead of the hot rows' share of the pull and push.
 """
 
 import numpy as np
@@ -104,35 +105,16 @@ class HotRows:
         self.served_counts.scatter_add(tf.IndexedSlices(ones, local_ids))
 
     def values(self) -> tf.Tensor:
-        """The K hot rows `[K, ...]` on every worker: one all-reduce of
-        each owner's rows; its gradient is all-reduced and handed to the
-        owners as the table's gradient."""
-        table, comm = self.table, self.table.communicator
+        """The K hot rows `[K, ...]` on every worker (see `values_of`)."""
+        return values_of([self.table])[0]
+
+    def owned(self) -> tuple:
+        """`(mine, local)`: which hot ids this shard owns, and their local
+        rows (0 where not owned), read at run time."""
+        table = self.table
         ids = self.ids.read_value()
-        mine = tf.equal(table.shard_of_tensor(ids), comm.rank)
-        local = tf.where(mine, table.local_index_tensor(ids), 0)
-        row_dims = len(table.full_shape) - 1
-        keep = tf.reshape(mine, [-1] + [1] * row_dims)
-
-        @tf.custom_gradient
-        def gathered(local):
-            rows = table.read_local_rows(local)
-            rows = tf.where(keep, rows, tf.zeros_like(rows))
-            (total,) = comm.all_reduce([rows], path="dense")
-
-            def grad(d_total, variables):
-                del variables
-                (summed,) = comm.all_reduce(
-                    [tf.convert_to_tensor(d_total)], path="dense"
-                )
-                owned = tf.boolean_mask(summed, mine)
-                owned_ids = tf.boolean_mask(local, mine)
-                return None, [table_gradients.make(table, owned, owned_ids)]
-
-            return total, grad
-
-        with local_reads():
-            return gathered(local)
+        mine = tf.equal(table.shard_of_tensor(ids), table.communicator.rank)
+        return mine, tf.where(mine, table.local_index_tensor(ids), 0)
 
     # -- between steps
 
@@ -145,7 +127,9 @@ class HotRows:
         old = self.ids.numpy()
         mine = partition.shard_of(old) == comm.rank
         served = self.served_counts.numpy()
-        np.add.at(served, partition.local_index(old[mine]), totals.numpy()[mine])
+        np.add.at(
+            served, partition.local_index(old[mine]), totals.numpy()[mine]
+        )
         top = np.argsort(-served, kind="stable")[:k]
         cand_ids = np.full(k, -1, np.int64)
         cand_counts = np.full(k, -1.0, np.float32)
@@ -158,6 +142,53 @@ class HotRows:
         self.hot_counts.assign(np.zeros(k, np.float32))
         self.ids.assign(new)
         return new
+
+
+def values_of(tables: list) -> list:
+    """The hot rows of each of `tables` on every worker, `[K, ...]` each,
+    by one all-reduce (bucketed per dtype) of each owner's rows (zeros
+    elsewhere). Backward, one all-reduce sums their gradients, and each
+    owner takes its rows as the table's gradient."""
+    comm = tables[0].communicator
+    owned = [t.hot.owned() for t in tables]
+
+    def keep(table, mine):
+        return tf.reshape(mine, [-1] + [1] * (len(table.full_shape) - 1))
+
+    @tf.custom_gradient
+    def gathered(*locals_):
+        rows = []
+        for table, (mine, _), local in zip(tables, owned, locals_, strict=True):
+            read = table.read_local_rows(local)
+            rows.append(tf.where(keep(table, mine), read, tf.zeros_like(read)))
+        totals = comm.all_reduce(rows, path="dense")
+
+        def grad(*d_totals, variables):
+            summed = comm.all_reduce(
+                [tf.convert_to_tensor(d) for d in d_totals], path="dense"
+            )
+            by_table = []
+            for table, (mine, _), local, g in zip(
+                tables, owned, locals_, summed, strict=True
+            ):
+                by_table.append(
+                    table_gradients.make(
+                        table,
+                        tf.boolean_mask(g, mine),
+                        tf.boolean_mask(local, mine),
+                    )
+                )
+            # Variables come in the tape's order; match them to tables.
+            out = [
+                next(g for t, g in zip(tables, by_table, strict=True) if t is v)
+                for v in variables
+            ]
+            return [None] * len(locals_), out
+
+        return totals, grad
+
+    with local_reads():
+        return list(gathered(*[local for _, local in owned]))
 
 
 def pick(ids: np.ndarray, counts: np.ndarray, k: int) -> np.ndarray:
@@ -186,16 +217,19 @@ def merge(is_hot, cold_rows, hot_rows) -> tf.Tensor:
     return tf.dynamic_stitch([cold_at, hot_at], [cold_rows, hot_rows])
 
 
-def split_unique(table, unique) -> tuple:
+def split_unique(table, unique, values=None) -> tuple:
     """`(cold, is_hot, hot_rows)` for the unique ids of one lookup (or one
-    step's lookups) of `table`; `(unique, None, None)` without hot rows."""
+    step's lookups) of `table`; `(unique, None, None)` without hot rows.
+    `values` are the table's hot rows if already all-reduced."""
     hot = getattr(table, "hot", None)
     if hot is None:
         return unique, None, None
     is_hot, slot = hot.split(unique)
     hot_slots = tf.boolean_mask(slot, is_hot)
     hot.count_hot(hot_slots)
-    rows = tf.gather(hot.values(), hot_slots)
+    if values is None:
+        values = hot.values()
+    rows = tf.gather(values, hot_slots)
     return tf.boolean_mask(unique, ~is_hot), is_hot, rows
 
 

@@ -31,9 +31,9 @@ from keras_hybrid.plan import kind_overrides
 from keras_hybrid.plan import make_plan
 from keras_hybrid.plan.variable_facts import VariableFacts
 from keras_hybrid.sparse import row_wise
-from keras_hybrid.sparse.hot_rows import HotRows
 from keras_hybrid.sparse import table_factory
 from keras_hybrid.sparse import table_init
+from keras_hybrid.sparse.hot_rows import HotRows
 from keras_hybrid.sparse.sharded_table import ShardedTable
 
 

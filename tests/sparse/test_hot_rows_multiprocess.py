@@ -77,7 +77,9 @@ def test_final_weights_match_one_process(model_name, opt_name):
     key = cases.key(model_name, opt_name)
     initial = results[0][key]["initial"]
     want = reference(model_name, opt_name, initial)
-    moved = max(float(np.abs(a - b).max()) for a, b in zip(want, initial))
+    moved = max(
+        float(np.abs(a - b).max()) for a, b in zip(want, initial, strict=True)
+    )
     assert moved > 1e-2, "no training"
     for rank, result in results.items():
         got = result[key]["final"]

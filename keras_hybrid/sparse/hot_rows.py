@@ -123,7 +123,9 @@ class HotRows:
         collective, eager). Returns the new ids (sorted)."""
         table, comm = self.table, self.table.communicator
         partition, k = table.partition, self.num_rows
-        (totals,) = comm.all_reduce([self.hot_counts.read_value()], "sum")
+        (totals,) = comm.all_reduce(
+            [self.hot_counts.read_value()], path="control"
+        )
         old = self.ids.numpy()
         mine = partition.shard_of(old) == comm.rank
         served = self.served_counts.numpy()

@@ -251,6 +251,11 @@ def check_flags() -> tuple[list[modes.Mode], netem.NetemSpec | None]:
     chosen = modes.resolve(FLAGS.modes)
     config_flags.config_from_flags(FLAGS)
     spec = netem.parse(FLAGS.netem) if FLAGS.netem else None
+    if any(m.hot_rows for m in chosen) and not FLAGS.hot_rows:
+        raise ValueError(
+            "Mode hybrid_hot needs `--hot_rows` > 0 (rows per table). "
+            "Received: --hot_rows=0"
+        )
     if FLAGS.emulated_hosts and FLAGS.workers % FLAGS.emulated_hosts:
         raise ValueError(
             "`--workers` must be a multiple of `--emulated_hosts`. Received: "

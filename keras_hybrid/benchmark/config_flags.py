@@ -16,7 +16,15 @@ _INT_FIELDS = (
     "batch_per_worker",
     "dense_layers",
 )
-PASSED_TO_WORKERS = ("workload", "warmup_steps", "steps", "zipf", "table_rows")
+PASSED_TO_WORKERS = (
+    "workload",
+    "warmup_steps",
+    "steps",
+    "zipf",
+    "table_rows",
+    "hot_rows",
+    "hot_every",
+)
 PASSED_TO_WORKERS += _INT_FIELDS
 
 
@@ -41,6 +49,23 @@ def define_flags() -> None:
         "table_rows",
         [str(r) for r in _DEFAULTS.table_rows],
         "recommender: rows of each embedding table.",
+    )
+    flags.DEFINE_integer(
+        "hot_rows",
+        0,
+        "Issue 15 item 4 (built): rows of each partitioned table served to "
+        "every worker by an all-reduce, their gradients all-reduced "
+        "(HybridStrategy(hot_rows=)). The benchmark's hybrid_hot mode needs "
+        "it > 0; the simulator models it, taking ids as Zipf(--zipf) to "
+        "split hot from cold.",
+        lower_bound=0,
+    )
+    flags.DEFINE_integer(
+        "hot_every",
+        10,
+        "Mode hybrid_hot: steps between two choices of hot rows; they are "
+        "also chosen once after the warm-up.",
+        lower_bound=1,
     )
     helps = {
         "seed": "Seed of the data and of the model.",

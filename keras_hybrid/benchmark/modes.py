@@ -9,6 +9,7 @@ registry so that new engines plug in with one `register(Mode(...))`.
 | `hybrid` | partitioned, pull/push | all-gathered (tiny tables only) |
 | `hybrid_padded` | as `hybrid`, blocks padded to the largest | as `hybrid` |
 | `hybrid_per_call` | as `hybrid`, one exchange per lookup | as `hybrid` |
+| `hybrid_hot` | as `hybrid`, `--hot_rows` rows all-reduced | as `hybrid` |
 | `allgather` | replicated | all-gathered: stock TensorFlow |
 | `dense` | replicated | densified and all-reduced |
 | `horovod` | replicated | all-gathered by Horovod, as `hvd` does |
@@ -46,6 +47,8 @@ class Mode:
             the strategy's communicator once it exists.
         extended_settings: Tuple of `(attribute, value)` pairs set on the
             strategy's `extended` once it exists.
+        hot_rows: Boolean. Whether the mode takes `--hot_rows` (and the
+            worker re-chooses them every `--hot_every` steps).
     """
 
     name: str
@@ -55,12 +58,17 @@ class Mode:
     skip_reason: str | None = None
     communicator_settings: tuple = ()
     extended_settings: tuple = ()
+    hot_rows: bool = False
 
-    def make_strategy(self):
-        """A `HybridStrategy` for this mode (cluster from the env)."""
+    def make_strategy(self, hot_rows: int = 0):
+        """A `HybridStrategy` for this mode (cluster from the env);
+        `hot_rows` is used only by modes with `hot_rows` set."""
         from keras_hybrid.strategy.hybrid_strategy import HybridStrategy
 
-        strategy = HybridStrategy(**dict(self.strategy_kwargs))
+        kwargs = dict(self.strategy_kwargs)
+        if self.hot_rows:
+            kwargs["hot_rows"] = hot_rows
+        strategy = HybridStrategy(**kwargs)
         for name, value in self.communicator_settings:
             setattr(strategy.communicator, name, value)
         for name, value in self.extended_settings:
@@ -204,5 +212,14 @@ register(
         "each) instead of one fused exchange per step",
         (("variable_kinds", TABLES_SPARSE),),
         extended_settings=(("fuse_lookups", False),),
+    )
+)
+register(
+    Mode(
+        "hybrid_hot",
+        "hybrid with --hot_rows rows per table served by an all-reduce, "
+        "chosen from running counts (issue 15 item 4)",
+        (("variable_kinds", TABLES_SPARSE),),
+        hot_rows=True,
     )
 )

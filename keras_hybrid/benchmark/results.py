@@ -127,6 +127,7 @@ def table(results: list[dict]) -> str:
         "iface/sent",
         "sparse_colls",
         "ctrl_colls",
+        "busiest/mean",
     )
     rows = [header]
     for r in results:
@@ -143,6 +144,7 @@ def table(results: list[dict]) -> str:
                 f"{total / bound:.2f}" if bound else "-",
                 _interface_ratio(r),
                 *_calls(r),
+                f"{r['shard_imbalance']:.2f}" if r["shard_imbalance"] else "-",
             )
         )
     return align_rows(rows)

@@ -29,6 +29,7 @@ from keras_hybrid.benchmark import modes
 from keras_hybrid.benchmark import traffic_bound
 from keras_hybrid.benchmark import workloads
 from keras_hybrid.callbacks.communication_stats import CommunicationStats
+from keras_hybrid.callbacks.hot_rows_refresh import HotRowsRefresh
 
 FLAGS = flags.FLAGS
 config_flags.define_flags()
@@ -110,13 +111,20 @@ def main(argv):
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     config = config_flags.config_from_flags(FLAGS)
     keras.utils.set_random_seed(config.seed)
-    strategy = modes.get(FLAGS.mode).make_strategy()
+    mode = modes.get(FLAGS.mode)
+    strategy = mode.make_strategy(hot_rows=FLAGS.hot_rows)
     with strategy.scope():
         model, dataset = workloads.build(FLAGS.workload, config, strategy.size)
     label = f"{FLAGS.mode} rank {strategy.rank}"
     warmup = dataset.take(FLAGS.warmup_steps)
     measured = dataset.skip(FLAGS.warmup_steps)
     model.fit(warmup, verbose=0, shuffle=False)
+    extra = []
+    if mode.hot_rows:
+        hot = HotRowsRefresh(every=FLAGS.hot_every)
+        hot.set_model(model)
+        hot.refresh()  # from the warm-up's counts
+        extra.append(hot)
     logging.info("%s: warm-up done, measuring %d steps", label, FLAGS.steps)
     interface_before = interface_counters()
     calls_before = strategy.communicator.stats.snapshot()
@@ -127,7 +135,7 @@ def main(argv):
         measured,
         verbose=0,
         shuffle=False,
-        callbacks=[timer, stats, progress],
+        callbacks=[timer, stats, progress, *extra],
     )
     interface_after = interface_counters()
     calls = strategy.communicator.stats.delta(calls_before)

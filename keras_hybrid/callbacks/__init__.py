@@ -4,6 +4,7 @@ import importlib
 
 _EXPORTS = {
     "CommunicationStats": "keras_hybrid.callbacks.communication_stats",
+    "HotRowsRefresh": "keras_hybrid.callbacks.hot_rows_refresh",
     "ShardedCheckpoint": "keras_hybrid.callbacks.sharded_checkpoint",
 }
 

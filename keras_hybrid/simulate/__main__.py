@@ -116,14 +116,8 @@ flags.DEFINE_boolean(
     "per host pair and local rank, pushes summed per host; two-level dense "
     "all-reduce (in every mode).",
 )
-flags.DEFINE_integer(
-    "hot_rows",
-    0,
-    "Issue 15 item 4 (not built): most frequent rows of each table "
-    "replicated on every worker (their gradients all-reduced). Ids are "
-    "taken as Zipf(--zipf) to split hot from cold.",
-    lower_bound=0,
-)
+# --hot_rows (issue 15 item 4, built) comes with the workload flags
+# (`benchmark.config_flags`), shared with the benchmark's hybrid_hot mode.
 flags.DEFINE_boolean(
     "ablation",
     False,
@@ -263,8 +257,8 @@ def main(argv) -> None:
     _out(report.cost_table(predictions))
     if FLAGS.ablation:
         _out(
-            "\nAblation (issue 15 items added one by one; items 1 and 2 "
-            "are built, 3 and 4 modeled, not built; ratios = communication "
+            "\nAblation (issue 15 items added one by one; items 1, 2 and "
+            "4 are built, 3 modeled, not built; ratios = communication "
             "ms of all-gather or all-reduce over the hybrid's, each under "
             "the same options):"
         )

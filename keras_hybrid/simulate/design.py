@@ -18,14 +18,14 @@ today's code stay what they were:
   workers, flat ring all-reduce); design `True` (ids deduped per host,
   host pairs crossed once per local rank, pushes summed per host,
   two-level all-reduce);
-- item 4, `hot_rows`: today `0`; design: the most frequent rows of every
-  table replicated on every worker, their gradients in the dense
-  all-reduce.
+- item 4, `hot_rows` (built, off by default: `HybridStrategy(hot_rows=K)`):
+  the K most requested rows of every table reach every worker by one
+  all-reduce of their values and one of their gradients per step.
 
-Built so far: items 1 (`padding="per_pair"`) and 2 (`fused=True`); items
-3 and 4 are modeled, not built. `padding="per_pair"`, `fused=True`,
-`hierarchical=False`, `hot_rows=0` is the code as it runs outside
-elastic jobs.
+Built so far: items 1 (`padding="per_pair"`), 2 (`fused=True`) and 4
+(`hot_rows`, an option); item 3 is modeled, not built. `padding=
+"per_pair"`, `fused=True`, `hierarchical=False`, `hot_rows=0` is the code
+as it runs by default outside elastic jobs.
 """
 
 import dataclasses
@@ -110,8 +110,9 @@ class Design:
         if self.hierarchical:
             planned.append("hierarchical (item 3)")
         if self.hot_rows:
-            planned.append(
-                f"{self.hot_rows} hot rows, zipf {self.zipf} (item 4)"
+            built.append(
+                f"{self.hot_rows} hot rows, zipf {self.zipf} (item 4, "
+                "HybridStrategy(hot_rows=))"
             )
         if not built and not planned:
             return "today's exchange (as built)"

@@ -486,10 +486,13 @@ def step_exchanges(
     if partitioned:
         out += hybrid_tables(partitioned, workers, batch, design, per_host)
         hot = [min(design.hot_rows, v.rows) for v, _ in partitioned]
+        # As built (`sparse/hot_rows.py`): one all-reduce of the hot rows'
+        # values (forward) and one of their gradient (backward) per table.
         dense += [
             _HotRows(h * v.row_bytes, v.dtype_bytes)
             for h, (v, _) in zip(hot, partitioned, strict=True)
             if h
+            for _ in range(2)
         ]
     if mode == "ps_only":
         return out + ([ps_dense(dense, workers)] if dense else [])

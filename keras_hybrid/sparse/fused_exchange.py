@@ -28,6 +28,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from keras_hybrid.sparse import hot_rows
 from keras_hybrid.sparse import lookup
 
 _steps: list = []
@@ -127,7 +128,8 @@ def exchange(comm, calls: list) -> list:
                 f"be integers. Received: ids.dtype={ids.dtype.name}"
             )
     per_table = [[c for c in calls if c[0] is t] for t in tables]
-    uniques, positions = zip(*[_dedupe(c) for c in per_table], strict=True)
+    all_uniques, positions = zip(*[_dedupe(c) for c in per_table], strict=True)
+    uniques, hot = _split_hot(tables, all_uniques)
     sent = _Sent(comm, tables, uniques)
     groups = _dtype_groups(tables)
     plans, recv_parts = comm.plan_packed_exchange(
@@ -148,6 +150,9 @@ def exchange(comm, calls: list) -> list:
         back = lookup.send_back(comm, owner.units(unit, units), plan.reversed())
         for i, rows in sent.unpack(back, units).items():
             unique_rows[i] = rows
+    for i, (is_hot, rows) in enumerate(hot):
+        if is_hot is not None:
+            unique_rows[i] = hot_rows.merge(is_hot, unique_rows[i], rows)
     taken = [0] * len(tables)
     out = []
     for table, ids in calls:
@@ -163,6 +168,25 @@ def _dedupe(calls):
     unique, position = tf.unique(tf.concat(flats, axis=0))
     sizes = tf.stack([tf.size(f) for f in flats])
     return unique, tf.split(position, sizes, num=len(flats))
+
+
+def _split_hot(tables, uniques) -> tuple:
+    """Per table, its cold unique ids (those that go through the
+    exchange) and `(is_hot, hot rows)` (`(None, None)` without hot rows)."""
+    cold, hot = [], []
+    with_hot = [t for t in tables if t.hot is not None]
+    values = {}
+    if with_hot:  # one all-reduce for all tables' hot rows
+        values = dict(
+            zip(map(id, with_hot), hot_rows.values_of(with_hot), strict=True)
+        )
+    for table, unique in zip(tables, uniques, strict=True):
+        rest, is_hot, rows = hot_rows.split_unique(
+            table, unique, values.get(id(table))
+        )
+        cold.append(rest)
+        hot.append((is_hot, rows))
+    return cold, hot
 
 
 def _shape(unique_rows, position, ids):
@@ -287,6 +311,8 @@ class _Owner:
             [tf.cast(w, tf.int32) for w in self.where], ranks
         )
         self.asked = [tf.gather(asked, w) for w in self.where]
+        for table, mine in zip(tables, self.asked, strict=True):
+            hot_rows.count_served(table, mine)
         self.tables = tables
         self._rows: dict = {}
 

@@ -16,6 +16,7 @@ the padding of the capacity ladder, which `CommStats` counts.
 
 import tensorflow as tf
 
+from keras_hybrid.sparse import hot_rows
 from keras_hybrid.sparse import table_gradients
 from keras_hybrid.sparse.local_reads import local_reads
 
@@ -36,7 +37,8 @@ def pull(table, ids) -> tf.Tensor:
         )
     comm = table.communicator
     flat = tf.reshape(tf.cast(ids, tf.int64), [-1])
-    unique, position = tf.unique(flat)
+    all_unique, position = tf.unique(flat)
+    unique, is_hot, hot = hot_rows.split_unique(table, all_unique)
     owner = table.shard_of_tensor(unique)
     order = tf.argsort(owner, stable=True)
     send_counts = tf.math.bincount(
@@ -51,9 +53,12 @@ def pull(table, ids) -> tf.Tensor:
         local_ids = tf.gather(table.local_index_tensor(unique), order)
     asked, _ = comm.all_to_all(local_ids, send_counts, path="ids", plan=plan)
     comm.stats.record_rows_served(tf.shape(asked)[0])
+    hot_rows.count_served(table, asked)
     rows = read_rows(table, asked)
     back = send_back(comm, rows, plan.reversed())
     unique_rows = tf.gather(back, tf.math.invert_permutation(order))
+    if is_hot is not None:
+        unique_rows = hot_rows.merge(is_hot, unique_rows, hot)
     out = tf.gather(unique_rows, position)
     row_shape = list(table.full_shape[1:])
     out = tf.reshape(out, tf.concat([tf.shape(ids), row_shape], axis=0))

@@ -82,6 +82,8 @@ class ShardedTable(tf_compat.ConvertibleVariable):
         # Set by the router while placement is not final: called with this
         # table on an eager whole read; returns the dense replacement.
         self.on_whole_read = None
+        # `HotRows` of this table, or None (`HybridStrategy(hot_rows=K)`).
+        self.hot = None
         # A row-wise constraint the strategy applies after each update.
         self.row_constraint = None
         # Weak references to the optimizer slots partitioned like this

@@ -94,6 +94,12 @@ class HybridStrategy(tf.distribute.Strategy):
             workers, for the cost rule that decides which tables are
             partitioned (docs/sparse.md). Defaults to `Link()`, 10 Gbit/s
             and 50 us.
+        hot_rows: Int. Rows of each partitioned table that every worker
+            gets by one all-reduce per step instead of from their owners,
+            chosen from running counts by the `HotRowsRefresh` callback;
+            they even out the load of the shards under skewed ids
+            (docs/architecture.md, "Hot rows"). Results are unchanged.
+            Defaults to `0` (off). Not available in elastic jobs.
 
     Example:
 
@@ -108,8 +114,11 @@ class HybridStrategy(tf.distribute.Strategy):
     Raises:
         ValueError: If `engine` or `indexed_slices` is unknown,
             `timeout_seconds` or
-            `bucket_bytes` is not positive, or the cluster is malformed.
-        TypeError: If `cluster_resolver` is not a `ClusterResolver`.
+            `bucket_bytes` is not positive, `hot_rows` is negative, or
+            the cluster is malformed.
+        TypeError: If `cluster_resolver` is not a `ClusterResolver`, or
+            `hot_rows` is not an int.
+        NotImplementedError: If `hot_rows` is set in an elastic job.
         ImportError: If `engine` is `"horovod"` and Horovod with its
             TensorFlow ops is not installed (the message gives the build
             command).
@@ -125,6 +134,7 @@ class HybridStrategy(tf.distribute.Strategy):
         variable_kinds: dict | None = None,
         indexed_slices: str | None = None,
         link: Link | None = None,
+        hot_rows: int = 0,
     ) -> None:
         engine = _choose_engine(engine)
         if link is not None and not isinstance(link, Link):
@@ -138,12 +148,20 @@ class HybridStrategy(tf.distribute.Strategy):
             )
         _check_positive("timeout_seconds", timeout_seconds)
         _check_positive("bucket_bytes", bucket_bytes)
+        _check_hot_rows(hot_rows)
         if engine == "horovod":
             info = cluster.resolve_horovod(cluster_resolver)
         else:
             info = cluster.resolve(cluster_resolver)
             cluster.start_server(info)
         membership = elastic.membership_for(engine, info)
+        if hot_rows and membership is not None:
+            raise NotImplementedError(
+                "Hot rows are not supported in elastic jobs yet: their "
+                "running counts follow the shard's rows, which a resize "
+                f"moves. Received: hot_rows={hot_rows} in an elastic job. "
+                "Drop `hot_rows` or run without `--max-np`."
+            )
         rank, size = info.rank, info.size
         if membership is not None:
             rank, size = membership.rank, membership.size
@@ -169,6 +187,7 @@ class HybridStrategy(tf.distribute.Strategy):
                 link,
             )
         )
+        self.extended.router.hot_rows = int(hot_rows)
         if info.rank != 0 and not log_all_ranks:
             quiet_ranks.quiet_keras_console()
         if membership is None:
@@ -384,6 +403,19 @@ def _choose_engine(engine: str | None) -> str:
             f"engine={engine!r} (argument or {ENGINE_ENV})."
         )
     return engine
+
+
+def _check_hot_rows(hot_rows) -> None:
+    if isinstance(hot_rows, bool) or not isinstance(hot_rows, int):
+        raise TypeError(
+            "`hot_rows` must be an int (rows per table replicated on every "
+            f"worker). Received: hot_rows={hot_rows!r}"
+        )
+    if hot_rows < 0:
+        raise ValueError(
+            "`hot_rows` must be >= 0 (0 turns hot rows off). Received: "
+            f"hot_rows={hot_rows}"
+        )
 
 
 def _check_positive(name: str, value) -> None:

@@ -33,6 +33,7 @@ from keras_hybrid.plan.variable_facts import VariableFacts
 from keras_hybrid.sparse import row_wise
 from keras_hybrid.sparse import table_factory
 from keras_hybrid.sparse import table_init
+from keras_hybrid.sparse.hot_rows import HotRows
 from keras_hybrid.sparse.sharded_table import ShardedTable
 
 
@@ -71,6 +72,9 @@ class VariableRouter:
         self._paths: dict[int, str] = {}  # id(storage) -> path
         self._warned_paths: set[str] = set()
         self._overrides_checked = False
+        # Rows of each partitioned table served to all workers at once
+        # (`sparse.hot_rows`); 0 turns them off. Set by `HybridStrategy`.
+        self.hot_rows = 0
 
     def plan(self):
         """The `RoutingPlan` of every model variable created so far; a
@@ -145,6 +149,8 @@ class VariableRouter:
             )
             if entry[0].source == "provisional":
                 storage.on_whole_read = self._on_eager_whole_read
+            if self.hot_rows:
+                storage.hot = HotRows(storage, self.hot_rows)
         else:
             storage = make_dense()
         self._placed[facts.path] = _Placed(weakref.ref(variable), storage)

@@ -122,6 +122,12 @@ class ErrorsTest(unittest.TestCase):
         self.assertEqual(proc.returncode, 1)
         self.assertIn("BANDWIDTH:LATENCY", proc.stderr)
 
+    def test_hybrid_hot_needs_hot_rows(self):
+        proc = run_cli(*TINY, "--modes=hybrid_hot", timeout=60)
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn("needs `--hot_rows` > 0", proc.stderr)
+        self.assertNotIn("mode 1/", proc.stderr)
+
     def test_horovod_missing_fails_before_any_launch(self):
         proc = run_cli(*TINY, "--modes=hybrid,horovod", timeout=60)
         self.assertEqual(proc.returncode, 1)

@@ -19,6 +19,13 @@ class ModesTest(unittest.TestCase):
             {"variable_kinds": {".*": "dense"}, "indexed_slices": "densify"},
         )
 
+    def test_only_hybrid_hot_takes_hot_rows(self):
+        self.assertTrue(modes.get("hybrid_hot").hot_rows)
+        self.assertEqual(
+            [m for m in modes.names() if modes.get(m).hot_rows],
+            ["hybrid_hot"],
+        )
+
     def test_bad_lists(self):
         with self.assertRaisesRegex(ValueError, "Received: 'nccl'"):
             modes.resolve(["hybrid", "nccl"])

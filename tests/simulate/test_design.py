@@ -261,8 +261,9 @@ class HotRowsTest(unittest.TestCase):
                 profile, "hybrid", 8, 32, design=Design(hot_rows=512)
             )
         )
-        # Their gradients join the dense all-reduce: 2 (N - 1) / N of them.
-        extra = 2 * 7 * (512 * ROW_BYTES) / 8
+        # As built, their values (forward) and gradients (backward) are
+        # all-reduced: 2 (N - 1) / N of them, twice.
+        extra = 2 * 2 * 7 * (512 * ROW_BYTES) / 8
         self.assertAlmostEqual(hot["dense"] - base["dense"], extra, delta=1)
         self.assertLess(hot["sparse_pull"], base["sparse_pull"])
 

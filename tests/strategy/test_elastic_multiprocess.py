@@ -123,6 +123,7 @@ class ElasticFitTest(TestCase):
         # CommunicationStats (every 5 steps, a collective) reports them too.
         self.assertEqual(len(result["stats_resizes"]), 2)
         self.assertIn("Elastic resizes:", output)
+        self.assertIn("table_wire", output)
 
     def _reference(self, result) -> list:
         """Plain Keras in this process on the same global batches."""

@@ -231,8 +231,11 @@ def format_table(per_rank: np.ndarray) -> str:
 
 
 def format_resizes(resizes: list) -> str:
-    """One row per elastic resize: when, why, sizes, bytes and stall."""
-    rows = [["step", "reason", "old", "new", "bytes_moved", "stall_s"]]
+    """One row per elastic resize: when, why, sizes, bytes and stall
+    (`table_wire`: the table rows' bytes on the wire, padding included)."""
+    rows = [
+        ["step", "reason", "old", "new", "bytes_moved", "table_wire", "stall_s"]
+    ]
     for event in resizes:
         rows.append(
             [
@@ -241,6 +244,7 @@ def format_resizes(resizes: list) -> str:
                 str(event["old_size"]),
                 str(event["new_size"]),
                 str(event["bytes_moved"]),
+                str(event.get("table_wire_bytes", 0)),
                 f"{event['stall_seconds']:.3f}",
             ]
         )

@@ -3,6 +3,7 @@
 import abc
 import dataclasses
 
+import numpy as np
 import tensorflow as tf
 
 from keras_hybrid.comm import byte_sizes
@@ -237,6 +238,43 @@ class Communicator(abc.ABC):
         if self.size == 1:
             return tf.identity(send_counts)
         return self._all_to_all_fixed(send_counts, path)
+
+    def move_rows(self, tensor, matrix, path: str = "control") -> tuple:
+        """Eager all-to-all whose counts every worker knows already.
+
+        For moves planned alike on every worker (a resize's rows, a buddy
+        copy): `matrix[i, j]` is the rows worker i sends worker j, so no
+        counts travel. This engine sends them in one `all_to_all`.
+
+        Args:
+            tensor: This worker's rows, grouped by destination rank
+                (`matrix[rank, j]` rows for worker j).
+            matrix: Int array `[size, size]`, the same on every worker.
+            path: String. The `CommStats` path the rows are charged to.
+
+        Returns:
+            `(received, wire_rows)`: the rows sent to this worker, by
+            source rank; and the rows all workers put on the wire,
+            padding included (the same figure on every worker).
+        """
+        matrix = np.asarray(matrix, np.int64)
+        extra = [0] * (self.width - self.size)
+        plan = ExchangePlan(
+            send_counts=tf.constant([*matrix[self.rank], *extra], tf.int32),
+            recv_counts=tf.constant([*matrix[:, self.rank], *extra], tf.int32),
+            capacity=capacity.capacity_for(tf.constant(int(matrix.max()))),
+            flags=tf.zeros([self.width], tf.int32),
+        )
+        received, _ = self.all_to_all(
+            tensor, plan.send_counts, path=path, plan=plan
+        )
+        return received, self.move_wire_rows(matrix)
+
+    def move_wire_rows(self, matrix) -> int:
+        """Rows all workers put on the wire for `move_rows(.., matrix)`,
+        padding included; exact splits here."""
+        matrix = np.asarray(matrix, np.int64)
+        return int(matrix.sum() - np.trace(matrix))
 
     @abc.abstractmethod
     def _all_to_all_fixed(self, tensor: tf.Tensor, path: str) -> tf.Tensor:

@@ -5,17 +5,20 @@ The V2 ops come from `_compat.tf` (`all_reduce`, `all_gather`,
 key as a tensor, which lets one traced op choose its key per step.
 """
 
+import numpy as np
 import tensorflow as tf
 
 from keras_hybrid._compat import tf as tf_compat
 from keras_hybrid.comm import byte_sizes
 from keras_hybrid.comm import capacity
 from keras_hybrid.comm import instance_keys
+from keras_hybrid.comm import pair_moves
 from keras_hybrid.comm.communicator import Communicator
 
 _GROUP_KEY = 1
 # Group keys of the 2-member groups of the pairwise all-to-all: above the
-# elastic groups' keys (launch/elastic_files.py).
+# elastic groups' keys, below an elastic job's pair groups
+# (launch/elastic_files.py).
 _PAIR_GROUP_BASE = 1 << 24
 # "pairwise": a send and a receive per peer, each block padded to its own
 # count's ladder step; "padded": one AllToAllV2 whose blocks are all padded
@@ -35,8 +38,11 @@ class TFCommunicator(Communicator):
     `AllToAllV2` of three int32 per peer (`plan_exchange`, O(N) per
     worker). V2 collectives remember the shape of each instance key, so
     every direction of a pair has a block of keys, one per ladder step.
-    `exchange="padded"` (and an elastic job, whose group changes) sends
-    one `AllToAllV2` whose blocks are all padded to the largest count.
+    `exchange="padded"` (and an elastic job's traced steps, whose group
+    changes) sends one `AllToAllV2` whose blocks are all padded to the
+    largest count. `move_rows` (a resize's rows, a buddy copy: counts that
+    every worker knows) talks only between the pairs that move rows, in an
+    elastic job too, over groups keyed per membership generation.
 
     Sizes are charged as a ring algorithm sends them: an all-reduce of D
     bytes sends 2 (N - 1) / N D, an all-gather of D local bytes (N - 1) D,
@@ -50,7 +56,7 @@ class TFCommunicator(Communicator):
         # tensors, so a traced step follows the current members.
         self.membership = None
         # How a variable-sized all-to-all moves its blocks, one of
-        # `EXCHANGES`; an elastic job always pads.
+        # `EXCHANGES`; an elastic job's traced all-to-alls always pad.
         self.exchange = "pairwise"
 
     # -- all-reduce ---------------------------------------------------------
@@ -192,7 +198,7 @@ class TFCommunicator(Communicator):
             received[peer] = padded[: recv_counts[peer]]
             recv_caps.append(cap)
 
-        for peer in _pairing_order(self.rank, self.size):
+        for peer in pair_moves.pairing_order(self.rank, self.size):
             if self.rank < peer:
                 send(peer)
                 receive(peer)
@@ -223,6 +229,65 @@ class TFCommunicator(Communicator):
                 received = tf.identity(received)
         return received, tf.identity(recv_counts)
 
+    # -- row moves whose counts every worker knows
+
+    def move_rows(self, tensor, matrix, path="control"):
+        """See `Communicator.move_rows`. Only the pairs that move rows
+        talk, each block padded to its own count's ladder step, in the
+        pair's 2-member group (`pair_moves`); eager only. With
+        `exchange="padded"`, one `AllToAllV2` padded to the largest count.
+        """
+        if self.exchange == "padded" or self.size == 1:
+            return super().move_rows(tensor, matrix, path)
+        if not tf.executing_eagerly():
+            raise RuntimeError(
+                "`move_rows` runs eagerly (between steps). Received a call "
+                "inside a `tf.function`; use `all_to_all` there."
+            )
+        matrix = np.asarray(matrix, np.int64)
+        received = self._move_pairwise(tf.convert_to_tensor(tensor), matrix)
+        self._charge_move(path, tensor, matrix)
+        return received, self.move_wire_rows(matrix)
+
+    def move_wire_rows(self, matrix) -> int:
+        matrix = np.asarray(matrix, np.int64)
+        if self.exchange == "padded":
+            cap = int(capacity.capacity_for(tf.constant(int(matrix.max()))))
+            return self.size * (self.size - 1) * cap if matrix.any() else 0
+        return pair_moves.wire_rows(matrix)
+
+    def _move_pairwise(self, tensor, matrix) -> tf.Tensor:
+        """The eager sends and receives of `move_rows`, in
+        `pair_moves.move_schedule` order; the rows received, by source."""
+        rank, size = self.rank, self.size
+        content = "move_rows/" + instance_keys.describe([tensor], True)
+        blocks = tf.split(tensor, [int(c) for c in matrix[rank]], num=size)
+        received = [blocks[rank][:0] for _ in range(size)]
+        received[rank] = blocks[rank]
+        for kind, peer in pair_moves.move_schedule(rank, matrix):
+            src, dst = (rank, peer) if kind == "send" else (peer, rank)
+            base = self._keys.base_key(f"{content}/{src}>{dst}")
+            key, cap = self._pair_key(base, int(matrix[src, dst]))
+            if kind == "send":
+                self._pair_send(_pad_rows(blocks[peer], cap), peer, key)
+            else:
+                shape = tf.concat([[cap], tf.shape(tensor)[1:]], 0)
+                padded = self._pair_recv(shape, tensor.dtype, peer, key)
+                received[peer] = padded[: matrix[src, dst]]
+        return tf.concat(received, axis=0)
+
+    def _charge_move(self, path, tensor, matrix) -> None:
+        blocks = pair_moves.block_rows(matrix)
+        rank = self.rank
+        sent = int(matrix[rank].sum() - matrix[rank, rank])
+        got = int(matrix[:, rank].sum() - matrix[rank, rank])
+        self._charge_rows(
+            path,
+            tensor,
+            (sent, int(blocks[rank].sum()) - sent),
+            (got, int(blocks[:, rank].sum()) - got),
+        )
+
     def _pair_key(self, base: int, count) -> tuple:
         """`(instance key, rows)` of one pair's block, never empty
         (`capacity.pair_capacity`); each bucket keeps its own key, so a
@@ -231,7 +296,12 @@ class TFCommunicator(Communicator):
         return base + index, capacity.pair_capacity(index)
 
     def _pair_group(self, peer: int) -> int:
-        """Group key of the 2-member group of this worker and `peer`."""
+        """Group key of the 2-member group of this worker and `peer`; in an
+        elastic job, of their tasks in the current generation
+        (`ElasticMembership.pair_group_key`), so no key is used by two
+        groups."""
+        if self.membership is not None:
+            return self.membership.pair_group_key(self.rank, peer)
         low, high = min(self.rank, peer), max(self.rank, peer)
         return _PAIR_GROUP_BASE + low * self.size + high
 
@@ -357,26 +427,6 @@ class TFCommunicator(Communicator):
             key,
             dtype=tensor.dtype,
         )
-
-
-def _pairing_order(rank: int, size: int) -> list[int]:
-    """This worker's peers in the order of a round-robin tournament.
-
-    In round r every worker meets at most one peer, and its peer meets it
-    in the same round (the circle method, with a bye when `size` is odd).
-    """
-    players = size + size % 2
-    order = []
-    for r in range(players - 1):
-        if rank == players - 1:
-            peer = r * (players // 2) % (players - 1)
-        else:
-            peer = (r - rank) % (players - 1)
-            if peer == rank:
-                peer = players - 1
-        if peer < size:
-            order.append(peer)
-    return order
 
 
 def _pad_rows(tensor: tf.Tensor, cap: tf.Tensor) -> tf.Tensor:

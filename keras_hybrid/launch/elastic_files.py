@@ -33,6 +33,11 @@ DEFAULT_COMMIT_INTERVAL = 10
 GROUP_KEY_BASE = 1000
 # Group keys of rank 0 and the joiners of generation g (state transfer).
 STATE_GROUP_KEY_BASE = 1 << 20
+# Group keys of the 2-member groups of generation g's row moves: one per
+# pair of tasks and generation, above the pairwise groups of a fixed job
+# (`comm.tf_communicator`, from 1 << 24), below 2**31
+# (`ElasticMembership.pair_group_key`).
+PAIR_GROUP_KEY_BASE = 1 << 26
 REASONS = ("discovery", "lost_worker")
 
 

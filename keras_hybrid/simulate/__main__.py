@@ -162,9 +162,10 @@ flags.DEFINE_enum(
     "resize_engine",
     "tf",
     list(resize.ENGINES),
-    "`tf`: the all-to-all pads blocks to the largest pair (TF engine, "
-    "elastic job); `tf_pairs`: each pair's block to its own ladder step "
-    "(TF engine otherwise); `exact`: exact splits (Horovod).",
+    "`tf`: the TF engine's row move, only pairs that move rows talk, each "
+    "block padded to its own ladder step; `tf_padded`: one all-to-all "
+    "padded to the largest pair (TF engine, exchange='padded'); `exact`: "
+    "exact splits (Horovod).",
 )
 
 

@@ -5,11 +5,12 @@ every optimizer slot, in one all-to-all per (dtype, row shape) over a
 group holding the old and the new workers. Which virtual shards move is a
 pure function of the table's rows and the worker counts
 (`RowPartition.create(rows, first).resized(...)`), so this module computes
-the exact rows each worker sends and receives; on the TF engine the
-all-to-all also pads every block to one capacity of the ladder
-(`comm.capacity`), which it adds. The lower bound it reports is the least
-any balanced re-partition must move: the rows of leaving workers, or the
-rows that new quotas lack, whichever is more.
+the exact rows each worker sends and receives; on the TF engine each
+talking pair's block is padded to its count's step of the capacity ladder
+(`comm.pair_moves`, the code the move runs), which it adds. The lower
+bound it reports is the least any balanced re-partition must move: the
+rows of leaving workers, or the rows that new quotas lack, whichever is
+more.
 """
 
 import dataclasses
@@ -18,13 +19,15 @@ import numpy as np
 import tensorflow as tf
 
 from keras_hybrid.comm import capacity
+from keras_hybrid.comm import pair_moves
 from keras_hybrid.simulate import cost_model
 from keras_hybrid.simulate.traffic import Exchange
 from keras_hybrid.sparse.row_partition import RowPartition
 
-# Padded all-to-all (TF engine in an elastic job), each pair's block padded
-# to its own ladder step (TF engine elsewhere), exact splits (Horovod).
-ENGINES = ("tf", "tf_pairs", "exact")
+# The TF engine's row move (only pairs that move rows talk, each block at
+# its own ladder step), its padded all-to-all (`exchange="padded"`), exact
+# splits (Horovod).
+ENGINES = ("tf", "tf_padded", "exact")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,11 +128,13 @@ def resize_traffic(tables, counts, engine: str = "tf") -> list[ResizeTraffic]:
     Args:
         tables: Iterable of `ResizedTable`.
         counts: Sequence of ints (>= 2 entries). Worker counts in turn.
-        engine: String, one of `ENGINES`: `"tf"` pads every all-to-all
-            block to the ladder capacity of the largest pair (the TF
-            engine in an elastic job), `"tf_pairs"` pads each pair's
-            block to its own count's ladder step (the TF engine outside
-            one), `"exact"` (Horovod) sends exact splits.
+        engine: String, one of `ENGINES`: `"tf"`, the TF engine's row
+            move (`Communicator.move_rows`, elastic or not): only pairs
+            that move rows talk, each block padded to its own count's
+            ladder step (`comm.pair_moves.block_rows`); `"tf_padded"` pads
+            every block to the ladder capacity of the largest pair (the
+            TF engine with `exchange="padded"`); `"exact"` (Horovod)
+            sends exact splits.
 
     Returns:
         A list of `ResizeTraffic`, one per resize.
@@ -180,19 +185,16 @@ def _one_resize(tables, chains, step, size, engine) -> ResizeTraffic:
         if not matrix.any():
             continue
         if engine == "tf":
+            blocks = pair_moves.block_rows(matrix)
+            slots_out, slots_in = blocks.sum(axis=1), blocks.sum(axis=0)
+            padding += (slots_out - rows_out) * row_bytes
+            busiest = np.maximum(slots_out, slots_in).max()
+            wires.append(float(busiest * row_bytes))
+        elif engine == "tf_padded":
             cap = int(capacity.capacity_for(tf.constant(int(matrix.max()))))
             slots = (size - 1) * cap
             padding += (slots - rows_out) * row_bytes
             wires.append(float(slots * row_bytes))
-        elif engine == "tf_pairs":
-            caps = capacity.pair_capacity_for(
-                tf.constant(matrix.astype(np.int64))
-            )
-            caps = caps.numpy().astype(float)
-            np.fill_diagonal(caps, np.diagonal(matrix))
-            slots = caps.sum(axis=1)
-            padding += (slots - rows_out) * row_bytes
-            wires.append(float(slots.max() * row_bytes))
         else:
             busiest = np.maximum(rows_out, rows_in).max()
             wires.append(float(busiest * row_bytes))

@@ -4,10 +4,13 @@ A table's rows sit in virtual shards that never change (`RowPartition`);
 a resize gives some virtual shards new owners (`ShardAssignment.resized`)
 and moves them whole, with the same rows of every optimizer slot of the
 table. Every worker knows both assignments, so it knows, without asking,
-what it sends and receives: the rows travel in one `all_to_all` per
-(dtype, row shape), charged to the `"reshard"` path of `CommStats`, and
-each `ShardedTable` takes its new rows in place (the same variable, so
-Keras layers, optimizers and the router keep their references). Setting
+what it sends and receives: the rows travel in one
+`Communicator.move_rows` per (dtype, row shape), where only the pairs of
+workers that move rows talk (on the TF engine each block is padded to its
+own count's ladder step, at least one row), charged to the `"reshard"`
+path of `CommStats`, and each `ShardedTable` takes its new rows in place
+(the same variable, so Keras layers, optimizers and the router keep their
+references). Setting
 a table's partition also sets the variables its traced lookups read
 (`PartitionLookup`), and traced steps read row counts when they run, so
 compiled steps stay valid (`docs/architecture.md`, "Resizing tables").
@@ -23,8 +26,6 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from keras_hybrid.comm import capacity
-from keras_hybrid.comm.communicator import ExchangePlan
 from keras_hybrid.sparse.shard_assignment import ShardAssignment
 from keras_hybrid.sparse.sharded_table import ShardedTable
 
@@ -55,7 +56,7 @@ def reshard_tables(tables, communicator, new_assignment) -> int:
 
     Returns:
         Int. Bytes of rows this worker sent (padding excluded; the TF
-        engine's all-to-all pads blocks, charged to `"padding"`).
+        engine pads each pair's block, charged to `"padding"`).
 
     Raises:
         TypeError: If `tables` holds something else than `ShardedTable`s,
@@ -92,7 +93,8 @@ def reshard_members(tables, communicator, old_members, new_members) -> dict:
     Returns:
         Dict of ints: `sent`, the row bytes this worker sent; `moved`, the
         row bytes all workers sent; `wire`, the bytes all workers put on
-        the wire (`moved` plus the padding of the TF all-to-all).
+        the wire (`moved` plus the TF engine's padding,
+        `Communicator.move_wire_rows`); the same on every worker.
 
     Raises:
         ValueError: If one list is not a subset of the other (workers
@@ -360,8 +362,8 @@ def _moves(old, new, size: int) -> _Moves:
 
 
 def _move_group(tables, targets) -> dict:
-    """One all-to-all for tables of one dtype and row shape; returns the
-    byte counts of `reshard_members`."""
+    """One row move (`Communicator.move_rows`) for tables of one dtype and
+    row shape; returns the byte counts of `reshard_members`."""
     comm = tables[0].communicator
     rank, size = comm.rank, comm.size
     moves = [
@@ -379,21 +381,8 @@ def _move_group(tables, targets) -> dict:
                 if index.size:
                     parts.append(table.read_local_rows(tf.constant(index)))
         send = _concat(parts, tables[0])
-        cap = capacity.capacity_for(tf.constant(matrix.max()))
-        # Count vectors have the communicator's width (an elastic job's
-        # most workers); ranks beyond `size` get nothing.
-        extra = [0] * (comm.width - size)
-        plan = ExchangePlan(
-            send_counts=tf.constant([*matrix[rank], *extra], tf.int32),
-            recv_counts=tf.constant([*matrix[:, rank], *extra], tf.int32),
-            capacity=cap,
-            flags=tf.zeros([comm.width], tf.int32),
-        )
-        # The TF engine pads each of a worker's size - 1 blocks to `cap`.
-        wire_rows = size * (size - 1) * int(cap)
-        received, _ = comm.all_to_all(
-            send, plan.send_counts, path=PATH, plan=plan
-        )
+        # Every worker knows the matrix: only pairs that move rows talk.
+        received, wire_rows = comm.move_rows(send, matrix, path=PATH)
     _place(tables, targets, moves, received, matrix)
     row_bytes = int(np.prod(tables[0].full_shape[1:])) * tables[0].dtype.size
     return {

@@ -4,10 +4,10 @@ Every member keeps, at each commit (`ElasticCommit`), its own rows of every
 partitioned table and optimizer slot in host memory (numpy), and a *buddy
 copy* of the rows of the member before it in ring order (rank `r` holds
 rank `r - 1`'s; rank 0 holds the last one's). The copies travel in one
-all-to-all per (dtype, row shape) over the `Communicator`, each member
-sending its whole shard to the next. Whole shards, not the rows changed
-since the last commit: Adam's and most optimizers' slots decay every row
-at every step.
+`Communicator.move_rows` per (dtype, row shape), each member sending its
+whole shard to the next (only ring neighbours talk). Whole shards, not
+the rows changed since the last commit: Adam's and most optimizers' slots
+decay every row at every step.
 
 After a lost worker (`ElasticRecovery`), each survivor restores its own
 rows of the agreed commit, and the member after each lost one takes the
@@ -24,8 +24,6 @@ import tensorflow as tf
 
 from keras_hybrid._compat import keras as keras_compat
 from keras_hybrid._compat import tf as tf_compat
-from keras_hybrid.comm import capacity
-from keras_hybrid.comm.communicator import ExchangePlan
 from keras_hybrid.sparse import resharding
 from keras_hybrid.sparse.shard_assignment import ShardAssignment
 from keras_hybrid.sparse.sharded_table import ShardedTable
@@ -80,26 +78,17 @@ def _send_to_next(tables, communicator) -> tuple:
     member's and the previous rank's rows of each table, as numpy arrays
     (views of one snapshot each: every variable is read once)."""
     size, rank = communicator.size, communicator.rank
-    prev, nxt = (rank - 1) % size, (rank + 1) % size
+    prev = (rank - 1) % size
     shard_rows = [
         sum(t.partition.rows_on_shard(s) for t in tables) for s in range(size)
     ]
-    # Count vectors have the communicator's width (an elastic job's most
-    # workers); ranks beyond `size` get nothing.
-    send_counts = np.zeros(communicator.width, np.int32)
-    recv_counts = np.zeros(communicator.width, np.int32)
-    send_counts[nxt] = shard_rows[rank]
-    recv_counts[prev] = shard_rows[prev]
+    # Every member knows every shard's rows: only ring neighbours talk,
+    # each block at its own ladder step (no padding to the largest shard).
+    matrix = np.zeros((size, size), np.int64)
+    for s in range(size):
+        matrix[s, (s + 1) % size] += shard_rows[s]
     send = tf.concat([t.stored_tensor() for t in tables], axis=0)
-    plan = ExchangePlan(
-        send_counts=tf.constant(send_counts),
-        recv_counts=tf.constant(recv_counts),
-        capacity=capacity.capacity_for(tf.constant(max(shard_rows), tf.int64)),
-        flags=tf.zeros([communicator.width], tf.int32),
-    )
-    received, _ = communicator.all_to_all(
-        send, plan.send_counts, path=PATH, plan=plan
-    )
+    received, _ = communicator.move_rows(send, matrix, path=PATH)
     return _split(send, tables, rank), _split(received, tables, prev)
 
 

@@ -27,6 +27,7 @@ from keras_hybrid.launch.elastic_files import GROUP_KEY_BASE
 from keras_hybrid.launch.elastic_files import MAX_NP_ENV
 from keras_hybrid.launch.elastic_files import MEMBERS_ENV
 from keras_hybrid.launch.elastic_files import MIN_NP_ENV
+from keras_hybrid.launch.elastic_files import PAIR_GROUP_KEY_BASE
 from keras_hybrid.launch.elastic_files import SEED_ENV
 from keras_hybrid.launch.elastic_files import STATE_GROUP_KEY_BASE
 from keras_hybrid.launch.elastic_files import write_file
@@ -134,6 +135,31 @@ class ElasticMembership:
         return self._rank.read_value(), tf.cast(
             self._group_size.read_value(), tf.int64
         )
+
+    def pair_group_key(self, rank: int, peer: int) -> int:
+        """Group key of the 2-member group of the members at `rank` and
+        `peer` in this generation: unique per generation and pair of
+        tasks, so a key never names two different groups.
+
+        Raises:
+            ValueError: If a rank is not a member's, or the generation
+                has outgrown the key range.
+        """
+        if not 0 <= min(rank, peer) <= max(rank, peer) < len(self.members):
+            raise ValueError(
+                f"Ranks {rank} and {peer} must both be ranks of the "
+                f"{len(self.members)} members {self.members}."
+            )
+        low, high = sorted((self.members[rank], self.members[peer]))
+        n = self.max_np
+        key = PAIR_GROUP_KEY_BASE + (self.generation * n + low) * n + high
+        if key >= 1 << 31:
+            raise ValueError(
+                f"Generation {self.generation} with --max-np {n} has no "
+                "pair group key left below 2**31. Restart the job to "
+                "start again at generation 0."
+            )
+        return key
 
     @contextlib.contextmanager
     def state_group(self, tasks: list[int], communicator):

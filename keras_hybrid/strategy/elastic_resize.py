@@ -228,7 +228,8 @@ class ElasticResize(keras.callbacks.Callback):
         self._strategy.communicator.stats.record_resize(event)
         logging.info(
             "keras-hybrid elastic: resize at global step %d (%s): %d -> %d "
-            "workers, %d bytes moved (%d of table rows), stall %.3f s "
+            "workers, %d bytes moved (%d of table rows; %d on the wire, "
+            "padding included), stall %.3f s "
             "(step gap %.3f s, normal step %.3f s; switch %.3f s, train "
             "step traced again in %.3f s)",
             event["global_step"],
@@ -237,6 +238,7 @@ class ElasticResize(keras.callbacks.Callback):
             event["new_size"],
             event["bytes_moved"],
             event["table_bytes"],
+            event["table_wire_bytes"],
             event["stall_seconds"],
             gap,
             normal,

@@ -297,6 +297,41 @@ def test_all_to_all_in_tf_function_with_changing_capacity(engine, n):
             check_all_to_all(engine, n, got, extra, rank)
 
 
+def test_move_rows_only_pairs_with_rows_talk(engine, n):
+    matrix = comm_cases.move_matrix(n)
+    # TF: each talking pair's block at its own ladder step (33 -> 34);
+    # padded: n (n - 1) blocks of the largest count's step; Horovod exact.
+    blocks = np.vectorize(pair_capacity)(matrix)
+    padded_cap = pair_capacity(int(matrix.max()))
+    for rank, results in case(engine, n, "move_rows").items():
+        for exchange, got in results.items():
+            msg = f"rank {rank} {exchange!r}"
+            received, wire = got["out"]
+            want = np.concatenate(
+                [comm_cases.move_rows(src, rank) for src in range(n)]
+            )
+            assert_equal(received, want, msg)
+            sent, got_rows = matrix[rank].sum(), matrix[:, rank].sum()
+            if exchange == "padded":
+                slots_out = slots_in = (n - 1) * padded_cap
+                assert wire == n * (n - 1) * padded_cap, msg
+            elif exchange == "pairwise":
+                slots_out, slots_in = blocks[rank].sum(), blocks[:, rank].sum()
+                assert wire == blocks.sum(), msg
+            else:
+                slots_out, slots_in = sent, got_rows
+                assert wire == matrix.sum(), msg
+            padding = {}
+            if exchange:
+                pad = ((slots_out - sent) * 12, 0, (slots_in - got_rows) * 12)
+                padding = {"padding": pad}
+            assert_stats(
+                got["stats"],
+                sparse_push=(sent * 12, 1, got_rows * 12),
+                **padding,
+            )
+
+
 # -- broadcast and barrier
 
 

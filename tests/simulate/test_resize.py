@@ -21,11 +21,24 @@ class ResizeTest(TestCase):
         self.assertAlmostEqual(r.received[3] / copies_bytes, 0.25, delta=0.002)
         self.assertEqual(r.total, r.received.sum())
         self.assertLessEqual(r.ratio, 1.1)
-        # Every old worker pads its two empty blocks to the full block.
-        self.assertTrue((r.padding[:3] > r.sent[:3]).all())
+        # Only the pairs that move rows talk, each block at its own ladder
+        # step: under 1/16 of padding, and the wire within 1.1x the least.
+        self.assertLess(r.padding.sum(), r.total / 16)
+        self.assertLessEqual(r.total + r.padding.sum(), 1.1 * r.minimum)
+        # The padded all-to-all pads every old worker's two empty blocks to
+        # the full block.
+        (padded,) = resize.resize_traffic([TABLE], (3, 4), engine="tf_padded")
+        np.testing.assert_array_equal(padded.sent, r.sent)
+        self.assertTrue((padded.padding[:3] > padded.sent[:3]).all())
+
+    def test_shrink_talks_only_from_the_leaver(self):
+        (r,) = resize.resize_traffic([TABLE], (8, 7))
+        self.assertEqual(np.count_nonzero(r.sent), 1)
+        self.assertEqual(np.count_nonzero(r.padding), 1)
+        self.assertLessEqual(r.total + r.padding.sum(), 1.1 * r.minimum)
 
     def test_exact_engine_has_no_padding_and_the_same_rows(self):
-        (padded,) = resize.resize_traffic([TABLE], (8, 7))
+        (padded,) = resize.resize_traffic([TABLE], (8, 7), engine="tf_padded")
         (exact,) = resize.resize_traffic([TABLE], (8, 7), engine="exact")
         np.testing.assert_array_equal(padded.sent, exact.sent)
         self.assertEqual(exact.padding.sum(), 0)

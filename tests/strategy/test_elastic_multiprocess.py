@@ -123,6 +123,7 @@ class ElasticFitTest(TestCase):
         # CommunicationStats (every 5 steps, a collective) reports them too.
         self.assertEqual(len(result["stats_resizes"]), 2)
         self.assertIn("Elastic resizes:", output)
+        self.assertIn("table_wire", output)
 
     def _reference(self, result) -> list:
         """Plain Keras in this process on the same global batches."""
@@ -185,7 +186,17 @@ class ElasticTableFitTest(ElasticFitTest):
         # leaver's 125 rows. Slots move with their rows.
         self.assertEqual(grow["table_bytes"], 250 * self.ROW_BYTES)
         self.assertEqual(shrink["table_bytes"], 125 * self.ROW_BYTES)
-        self.assertGreaterEqual(grow["table_wire_bytes"], grow["table_bytes"])
+        # On the wire only the pairs that move rows talk, each block at its
+        # own ladder step (`comm.pair_moves`). Counted in rows of 8 float32
+        # (table, m and v rows together): the grow's four pairs carry 189,
+        # 186, 186 and 189 rows, 192 each on the wire; the leaver sends 126,
+        # 126 and 123 rows as 128, 128 and 124.
+        self.assertEqual(grow["table_wire_bytes"], 4 * 192 * 8 * 4)
+        self.assertEqual(shrink["table_wire_bytes"], (128 + 128 + 124) * 8 * 4)
+        for event in (grow, shrink):
+            self.assertLessEqual(
+                event["table_wire_bytes"], 1.1 * event["table_bytes"]
+            )
         # Rank 0 sends the joiners the replicated state only: less than
         # one copy of the table's weights each.
         self.assertLess(grow["state_bytes"], 2 * cases.VOCAB * 8 * 4)

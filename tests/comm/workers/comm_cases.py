@@ -50,5 +50,31 @@ def all_to_all_rows(src: int, dst: int, extra: int = 0) -> np.ndarray:
     return rows
 
 
+def move_count(src: int, dst: int) -> int:
+    """Rows `src` sends `dst` in `move_rows`: one from 0 to 1, none back;
+    33 from 2 to 0 (padded to 34 per pair); workers 1 and 2 do not talk."""
+    if src == dst or (src, dst) == (1, 0) or {src, dst} == {1, 2}:
+        return 0
+    if (src, dst) == (0, 1):
+        return 1
+    if (src, dst) == (2, 0):
+        return 33
+    return send_count(src, dst)
+
+
+def move_matrix(size: int) -> np.ndarray:
+    return np.array(
+        [[move_count(i, j) for j in range(size)] for i in range(size)]
+    )
+
+
+def move_rows(src: int, dst: int) -> np.ndarray:
+    """Row i moved from src to dst is (src, dst, i)."""
+    n = move_count(src, dst)
+    rows = np.zeros([n, 3], np.float32)
+    rows[:, 0], rows[:, 1], rows[:, 2] = src, dst, np.arange(n)
+    return rows
+
+
 def broadcast_input(rank: int) -> np.ndarray:
     return np.arange(6, dtype=np.float32).reshape(2, 3) + 100 * (rank + 1)

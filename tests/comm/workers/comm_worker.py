@@ -120,6 +120,29 @@ def all_to_all_function(comm):
     ]
 
 
+def move_rows(comm):
+    """`move_rows` with each exchange of the engine (TF: pairwise, then
+    padded; Horovod: its own)."""
+    matrix = comm_cases.move_matrix(comm.size)
+    x = np.concatenate(
+        [comm_cases.move_rows(comm.rank, d) for d in range(comm.size)]
+    )
+    exchanges = ("pairwise", "padded") if hasattr(comm, "exchange") else ("",)
+    out = {}
+    for exchange in exchanges:
+        saved = getattr(comm, "exchange", None)
+        if exchange:
+            comm.exchange = exchange
+        try:
+            out[exchange] = _measure(
+                comm, comm.move_rows, tf.constant(x), matrix, "sparse_push"
+            )
+        finally:
+            if exchange:
+                comm.exchange = saved
+    return out
+
+
 def broadcast(comm):
     x = tf.constant(comm_cases.broadcast_input(comm.rank))
     last = comm.size - 1
@@ -155,6 +178,7 @@ CASES = (
     all_gather_function,
     all_to_all_eager,
     all_to_all_function,
+    move_rows,
 )
 
 

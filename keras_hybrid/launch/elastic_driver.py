@@ -27,7 +27,6 @@ import logging
 import os
 import secrets
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -35,13 +34,15 @@ import time
 
 from keras_hybrid.launch import elastic_files as em
 from keras_hybrid.launch import exit_codes
+from keras_hybrid.launch import host_slots
 from keras_hybrid.launch.commit_store import make_commit_dir
 from keras_hybrid.launch.commit_store import remove_commit_dir
+from keras_hybrid.launch.elastic_process import ElasticProcess
 from keras_hybrid.launch.host_discovery import HostDiscovery
 from keras_hybrid.launch.output_forwarder import OutputForwarder
 from keras_hybrid.launch.topology import free_ports
-from keras_hybrid.launch.topology import local_specs
 from keras_hybrid.launch.worker_env import worker_env
+from keras_hybrid.launch.worker_spec import WorkerSpec
 
 logger = logging.getLogger(__name__)
 _TICK = 0.05
@@ -80,6 +81,10 @@ class ElasticDriver:
             `"buddy"`: to a buddy copy (`launch.commit_store`).
         commit_dir: Optional string. The shared directory holding the
             job's commit folder. Defaults to one under /dev/shm.
+        elastic_dir: Optional string. A directory every host shares, for
+            the job's plan files; required when discovery names other
+            hosts (their workers start over ssh). Defaults to a local
+            temporary directory (one host).
     """
 
     def __init__(
@@ -97,6 +102,7 @@ class ElasticDriver:
         commit_interval: int = em.DEFAULT_COMMIT_INTERVAL,
         commit_store: str = "directory",
         commit_dir: str | None = None,
+        elastic_dir: str | None = None,
     ) -> None:
         check_bounds(min_np, max_np)
         if int(commit_interval) < 1:
@@ -110,10 +116,16 @@ class ElasticDriver:
         self.poll_seconds = poll_seconds
         self.wait_seconds = wait_seconds
         self.grace_seconds = grace_seconds
-        self.directory = tempfile.mkdtemp(prefix="keras_hybrid_elastic_")
-        # Every elastic worker runs on this host (`local_specs`).
+        # Other hosts only with a directory they share (the plan files).
+        self.multi_host = elastic_dir is not None
+        self.directory = tempfile.mkdtemp(
+            prefix="keras_hybrid_elastic_", dir=elastic_dir
+        )
         self.commit_dir = make_commit_dir(
-            commit_store, commit_dir, self.directory, single_host=True
+            commit_store,
+            commit_dir,
+            self.directory,
+            single_host=not self.multi_host,
         )
         logger.info(
             "partitioned tables are committed %s",
@@ -127,10 +139,11 @@ class ElasticDriver:
             em.COMMIT_INTERVAL_ENV: str(int(commit_interval)),
             em.SEED_ENV: str(secrets.randbelow(2**31)),
         }
+        self._placed: dict[int, str] = {}  # members' (and joiners') hosts
         self._envs, self.cluster = self._make_envs()
         self.members: list[int] = []
         self.generation = 0
-        self._procs: dict[int, subprocess.Popen] = {}
+        self._procs: dict[int, ElasticProcess] = {}
         self._forwarders: list[OutputForwarder] = []
         self._locks = (threading.Lock(), threading.Lock())
         self._change: _Change | None = None
@@ -140,17 +153,23 @@ class ElasticDriver:
         self._short_since: float | None = None  # waiting for slots
         self._short_lost: list[int] = []
         self._recovering: int | None = None  # generation of a recovery
+        self._after_readdress: list = []  # joiners to start after it
         self.recoveries: list[dict] = []
 
     def _make_envs(self) -> tuple:
-        """Every task's environment on new loopback ports, and the
-        cluster's addresses."""
+        """Every task's variables on new ports (each on its host, see
+        `host_slots.task_addresses`), and the cluster's addresses."""
         settings = self._worker_settings
-        specs = local_specs(free_ports(self.max_np))
-        cluster = [spec.address for spec in specs]
+        ports = free_ports(self.max_np)
+        cluster = host_slots.task_addresses(
+            self._placed, ports, self.multi_host
+        )
+        specs = [
+            WorkerSpec(t, self.max_np, t, self.max_np, "", port)
+            for t, port in enumerate(ports)
+        ]
         envs = [
             {
-                **os.environ,
                 **worker_env(
                     spec,
                     cluster,
@@ -185,10 +204,13 @@ class ElasticDriver:
 
     def _run(self, timeout: float | None) -> int:
         deadline = time.monotonic() + timeout if timeout else None
-        slots = self._wait_for_slots(self.min_np)
-        if slots is None:
+        discovered = self._wait_for_slots(self.min_np)
+        if discovered is None:
             return 1
-        self.members = list(range(min(slots, self.max_np)))
+        first = host_slots.plan_hosts({}, discovered, 0, self.max_np)
+        self._placed = dict(first.start)
+        self._envs, self.cluster = self._make_envs()
+        self.members = sorted(self._placed)
         for task in self.members:
             self._start(task, self.members)
         next_poll = time.monotonic() + self.poll_seconds
@@ -219,7 +241,7 @@ class ElasticDriver:
                 and time.monotonic() >= next_poll
             ):
                 next_poll = time.monotonic() + self.poll_seconds
-                self._plan_change(self.discovery.total())
+                self._plan_change(self._discover())
             time.sleep(_TICK)
 
     # -- processes
@@ -228,15 +250,8 @@ class ElasticDriver:
         env = dict(self._envs[task])
         if members is not None:
             env[em.MEMBERS_ENV] = ",".join(str(t) for t in members)
-        else:
-            env.pop(em.MEMBERS_ENV, None)
-        proc = subprocess.Popen(
-            self.command,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
+        proc = ElasticProcess(
+            task, self._placed[task], self.command, env, self.grace_seconds
         )
         self._procs[task] = proc
         self._lost.discard(task)  # a joiner may reuse a lost task's index
@@ -248,7 +263,7 @@ class ElasticDriver:
             forwarder.start()
             self._forwarders.append(forwarder)
         logger.info(
-            "started task %d (%s)", task, "member" if members else "joiner"
+            "started %s (%s)", proc.where(), "member" if members else "joiner"
         )
 
     def _check_processes(self) -> int | None:
@@ -263,8 +278,8 @@ class ElasticDriver:
                 self._lose(task, code)
                 continue
             logger.error(
-                "task %d exited with %s; stopping the job (%s).",
-                task,
+                "%s exited with %s; stopping the job (%s).",
+                self._procs[task].where(),
                 exit_codes.describe_returncode(code),
                 "task 0 leads TensorFlow's collectives"
                 if task == 0
@@ -290,12 +305,7 @@ class ElasticDriver:
         return 0
 
     def _signal(self, task: int, sig: int) -> None:
-        proc = self._procs[task]
-        if proc.poll() is None:
-            try:
-                os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                pass
+        self._procs[task].send(sig)
 
     def _stop_all(self, sig: int, code: int) -> int:
         for task in self._procs:
@@ -307,6 +317,8 @@ class ElasticDriver:
                     self._signal(task, signal.SIGKILL)
                 break
             time.sleep(_TICK)
+        for proc in self._procs.values():
+            proc.close()
         for forwarder in self._forwarders:
             forwarder.join(timeout=5.0)
         return code
@@ -317,6 +329,7 @@ class ElasticDriver:
         """A member died: drops a planned change, and recovers the
         survivors now or once discovery reports enough slots."""
         self._lost.add(task)
+        rank = self.members.index(task)
         change = self._change
         if change is not None:
             # Joiners of a change that did not happen wait for a plan
@@ -324,17 +337,23 @@ class ElasticDriver:
             for joiner in change.joiners:
                 self._dismissed.add(joiner)
                 self._signal(joiner, signal.SIGTERM)
+                self._placed.pop(joiner, None)
             if change.written:
                 self.generation = max(self.generation, change.generation)
             self._change = None
+        for joiner, _ in self._after_readdress:
+            self._placed.pop(joiner, None)
+        self._after_readdress = []
         self.members = [t for t in self.members if t != task]
         logger.warning(
-            "task %d exited with %s; %d workers are left (tasks %s).",
-            task,
+            "%s exited with %s (rank %d); %d workers are left (tasks %s).",
+            self._procs[task].where(),
             exit_codes.describe_returncode(code),
+            rank,
             len(self.members),
             self.members,
         )
+        self._placed.pop(task, None)
         if len(self.members) >= self.min_np:
             self._recover([task])
             return
@@ -354,7 +373,7 @@ class ElasticDriver:
         survivors once discovery reports `min_np` slots (joiners then grow
         the job back); returns the job's exit code (1) when `wait_seconds`
         ran out."""
-        slots = self.discovery.total()
+        slots = sum(n for _, n in self._discover())
         if slots >= self.min_np:
             self._short_since = None
             self._recover(self._short_lost)
@@ -378,12 +397,18 @@ class ElasticDriver:
         )
         return self._stop_all(signal.SIGTERM, 1)
 
-    def _recover(self, lost: list) -> None:
-        """Writes the survivors' recovery plan on new ports."""
+    def _recover(self, lost: list, reason: str = "lost_worker") -> None:
+        """Writes the survivors' recovery plan on new ports (also for a
+        planned re-address: `lost` empty, `reason="readdress"`)."""
         generation = self.generation + 1
         self._envs, self.cluster = self._make_envs()
         em.write_recovery(
-            self.directory, generation, self.members, self.cluster, lost
+            self.directory,
+            generation,
+            self.members,
+            self.cluster,
+            lost,
+            reason,
         )
         self.generation = generation
         self._recovering = generation
@@ -391,12 +416,13 @@ class ElasticDriver:
             {"generation": generation, "members": list(self.members)}
         )
         logger.info(
-            "generation %d planned (lost worker %s): %d survivors %s on new "
-            "ports",
+            "generation %d planned (%s %s): %d members %s on new ports %s",
             generation,
-            lost,
+            "lost worker" if lost else "re-address for joiners",
+            lost or self._after_readdress,
             len(self.members),
             self.members,
+            self.cluster,
         )
 
     def _advance_recovery(self) -> None:
@@ -406,19 +432,36 @@ class ElasticDriver:
         if generation is None:
             return
         if os.path.exists(em.recovered_path(self.directory, generation)):
-            em.write_plan(
-                self.directory, generation, self.members, "lost_worker"
-            )
+            reason = "readdress" if self._after_readdress else "lost_worker"
+            em.write_plan(self.directory, generation, self.members, reason)
             self._recovering = None
+            if self._after_readdress:
+                self._start_joiners(self._after_readdress)
+                self._after_readdress = []
 
     # -- membership changes
 
-    def _wait_for_slots(self, needed: int) -> int | None:
+    def _discover(self) -> list[tuple[str, int]]:
+        """Discovery's `(host, slots)`; other hosts need `elastic_dir`."""
+        discovered = self.discovery.slots()
+        remote = host_slots.remote_hosts(discovered)
+        if remote and not self.multi_host:
+            raise ValueError(
+                "Host discovery named other hosts "
+                f"{remote}, whose workers start over ssh and need the "
+                "job's plan files: give --elastic-dir, a directory that "
+                "every host sees at the same path (e.g. on NFS). Received: "
+                "no --elastic-dir."
+            )
+        return discovered
+
+    def _wait_for_slots(self, needed: int) -> list | None:
         deadline = time.monotonic() + self.wait_seconds
         while True:
-            slots = self.discovery.total()
+            discovered = self._discover()
+            slots = sum(n for _, n in discovered)
             if slots >= needed:
-                return slots
+                return discovered
             if time.monotonic() >= deadline:
                 logger.error(
                     "host discovery reported %d slots, fewer than --min-np "
@@ -430,8 +473,8 @@ class ElasticDriver:
                 return None
             time.sleep(self.poll_seconds)
 
-    def _plan_change(self, slots: int) -> None:
-        target = max(self.min_np, min(self.max_np, slots))
+    def _plan_change(self, discovered: list) -> None:
+        slots = sum(n for _, n in discovered)
         if slots < self.min_np:
             logger.warning(
                 "host discovery reports %d slots, fewer than --min-np %d; "
@@ -440,23 +483,39 @@ class ElasticDriver:
                 self.min_np,
                 len(self.members),
             )
-        if target == len(self.members):
-            return
-        generation = self.generation + 1
-        if target < len(self.members):
-            members = self.members[:target]
-            self._change = _Change(generation, members, [])
-            return
         busy = set(self.members) | {
             t for t, p in self._procs.items() if p.poll() is None
         }
-        free = [t for t in range(self.max_np) if t not in busy]
-        joiners = free[: target - len(self.members)]
-        if not joiners:
+        plan = host_slots.plan_hosts(
+            self._placed, discovered, self.min_np, self.max_np, busy
+        )
+        generation = self.generation + 1
+        if plan.retire:
+            members = [t for t in self.members if t not in plan.retire]
+            self._change = _Change(generation, members, [])
             return
+        if not plan.start:
+            return
+        old = host_slots.hosts_of(self.cluster)
+        self._placed.update(plan.start)
+        new = host_slots.task_addresses(
+            self._placed, [0] * self.max_np, self.multi_host
+        )
+        if host_slots.hosts_of(new) == old:
+            self._start_joiners(plan.start)
+            return
+        # The members' server definition lacks a joiner's host: they
+        # serve again on a cluster that has it, then the joiners start.
+        self._after_readdress = list(plan.start)
+        self._recover([], "readdress")
+
+    def _start_joiners(self, start: list) -> None:
+        joiners = [task for task, _ in start]
         for task in joiners:
             self._start(task, None)
-        self._change = _Change(generation, self.members + joiners, joiners)
+        self._change = _Change(
+            self.generation + 1, self.members + joiners, joiners
+        )
 
     def _advance_change(self) -> None:
         change = self._change
@@ -488,6 +547,8 @@ class ElasticDriver:
             self.directory, f"applied-{change.generation}.json"
         )
         if os.path.exists(applied):
+            for task in set(self.members) - set(change.members):
+                self._placed.pop(task, None)
             self.members = list(change.members)
             self.generation = change.generation
             self._change = None

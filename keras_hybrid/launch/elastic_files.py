@@ -2,8 +2,8 @@
 
 Environment variables name the launcher's directory, the initial members,
 the bounds and the shared seed. The launcher and the workers then talk
-through files in that directory (one host, or a directory every host
-shares):
+through files in that directory (one host, or `--elastic-dir`, a directory
+every host shares):
 
 - `plan-<g>.json`: the launcher's plan of generation g (members, reason);
 - `ready-<task>`: a joiner traced its step and waits to be admitted;
@@ -33,7 +33,9 @@ DEFAULT_COMMIT_INTERVAL = 10
 GROUP_KEY_BASE = 1000
 # Group keys of rank 0 and the joiners of generation g (state transfer).
 STATE_GROUP_KEY_BASE = 1 << 20
-REASONS = ("discovery", "lost_worker")
+# Why a generation was formed; a "readdress" serves the members again on
+# a cluster naming a joiner's new host (`write_recovery`, no one lost).
+REASONS = ("discovery", "lost_worker", "readdress")
 
 
 def write_plan(
@@ -59,12 +61,22 @@ def write_plan(
 
 
 def write_recovery(
-    directory: str, generation: int, members, cluster, lost
+    directory: str,
+    generation: int,
+    members,
+    cluster,
+    lost,
+    reason: str = "lost_worker",
 ) -> None:
     """Writes the recovery plan of `generation` atomically (the launcher's
     side): the surviving `members`, the new `cluster` addresses (every
     task's `host:port`, since TensorFlow serves collectives again on new
-    ports) and the `lost` tasks."""
+    ports) and the `lost` tasks; `reason` is `"readdress"` when no one was
+    lost but a joiner's host must join the cluster."""
+    if reason not in REASONS:
+        raise ValueError(
+            f"`reason` must be one of {REASONS}. Received: reason={reason!r}"
+        )
     write_file(
         recovery_path(directory, generation),
         json.dumps(
@@ -73,7 +85,7 @@ def write_recovery(
                 "members": sorted(members),
                 "cluster": list(cluster),
                 "lost": sorted(lost),
-                "reason": "lost_worker",
+                "reason": reason,
             }
         ),
     )

@@ -3,8 +3,6 @@
 import logging
 import subprocess
 
-from keras_hybrid.launch.ssh import is_local_host
-
 logger = logging.getLogger(__name__)
 
 
@@ -34,12 +32,7 @@ class HostDiscovery:
         self._logged: set[str] = set()
 
     def slots(self) -> list[tuple[str, int]]:
-        """Runs the script; returns `[(host, slots), ...]` in its order.
-
-        Raises:
-            NotImplementedError: If a host is not this machine (elastic
-                jobs run on one host for now, see docs/elastic.md).
-        """
+        """Runs the script; returns `[(host, slots), ...]` in its order."""
         try:
             out = subprocess.run(
                 [self.script],
@@ -55,13 +48,6 @@ class HostDiscovery:
                 "keeping the previous answer"
             )
             return list(self._last)
-        remote = [host for host, _ in hosts if not is_local_host(host)]
-        if remote:
-            raise NotImplementedError(
-                "Elastic jobs run on one host for now; the discovery script "
-                f"named other hosts: {remote}. Print `localhost:SLOTS`, or "
-                "use a fixed job (`--hosts`) across hosts."
-            )
         self._last = hosts
         return list(hosts)
 

@@ -121,16 +121,21 @@ class ElasticRecovery:
             if generation <= seen:
                 continue
             plan = self._read_plan(generation)
+            why = (
+                f"task(s) {plan['lost']} lost"
+                if plan["lost"]
+                else "a joiner's host joins the cluster (re-address)"
+            )
             logging.warning(
-                "keras-hybrid elastic: task %d: task(s) %s lost; aborting "
-                "this worker's collectives to recover (generation %d)",
+                "keras-hybrid elastic: task %d: %s; aborting this worker's "
+                "collectives to serve on new addresses (generation %d)",
                 self._membership.task,
-                plan["lost"],
+                why,
                 generation,
             )
             tf_compat.abort_collectives(
-                f"keras-hybrid elastic: task(s) {plan['lost']} lost; "
-                f"recovering in generation {generation}"
+                f"keras-hybrid elastic: {why}; recovering in generation "
+                f"{generation}"
             )
             # Only now may `recover` reset the context: an abort after the
             # reset would hit the new one.
@@ -199,7 +204,7 @@ class ElasticRecovery:
             "generation": plan["generation"],
             "global_step": commit["global_step"],
             "epoch": commit["epoch"],
-            "reason": "lost_worker",
+            "reason": plan.get("reason", "lost_worker"),
             "old_size": old_size,
             "new_size": len(plan["members"]),
             "joined": [],
@@ -392,12 +397,13 @@ class ElasticRecovery:
         )
         communicator.stats.record_resize(event)
         logging.info(
-            "keras-hybrid elastic: resize at global step %d (lost worker "
-            "%s): %d -> %d workers, %d bytes moved, stall %.3f s (from the "
+            "keras-hybrid elastic: resize at global step %d (%s %s): %d "
+            "-> %d workers, %d bytes moved, stall %.3f s (from the "
             "last good step to the first replayed step %.3f s, normal step "
             "%.3f s, failure seen after %.3f s, recovery %.3f s, then fit "
             "restarted and traced its step again)",
             event["global_step"],
+            event["reason"].replace("_", " "),
             event["left"],
             event["old_size"],
             event["new_size"],

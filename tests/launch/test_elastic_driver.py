@@ -41,10 +41,18 @@ def test_discovery_keeps_the_last_answer_when_the_script_fails(tmp_path):
     assert discovery.total() == 3
 
 
-def test_discovery_refuses_other_hosts(tmp_path):
-    discovery = HostDiscovery(_script(tmp_path, "echo node7:4"))
-    with pytest.raises(NotImplementedError, match="one host"):
-        discovery.slots()
+def test_other_hosts_need_a_shared_elastic_dir(tmp_path):
+    proc = subprocess.run(
+        [*CLI, "--min-np", "2", "--max-np", "3"]
+        + ["--host-discovery-script", _script(tmp_path, "echo node7:4")]
+        + [sys.executable, "-c", "pass"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "named other hosts ['node7']" in proc.stderr, proc.stderr
+    assert "give --elastic-dir" in proc.stderr, proc.stderr
 
 
 def test_bounds_need_two_workers_at_least():

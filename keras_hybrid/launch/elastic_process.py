@@ -1,0 +1,107 @@
+"""One worker process of an elastic job: on this host, or over ssh.
+
+A remote worker runs under `remote_guard` through `ssh_command`, as the
+workers of a fixed `--hosts` job do: the ssh client's stdin stays open,
+signals travel as lines on it, and closing it (SIGKILL to the client, the
+launcher's death, a broken link) stops the remote worker.
+"""
+
+import os
+import signal
+import subprocess
+
+from keras_hybrid.launch.ssh import forwarded_env
+from keras_hybrid.launch.ssh import ssh_command
+
+LOCAL = "localhost"
+
+
+class ElasticProcess:
+    """Starts and signals one worker.
+
+    Args:
+        task: Int. The worker's task index.
+        host: String. `"localhost"` or a host reached over ssh.
+        command: List of strings. Program and arguments.
+        contract: Dict. The launcher's variables for this worker.
+        grace_seconds: Float. What a remote guard waits between SIGTERM
+            and SIGKILL when its connection closes.
+    """
+
+    def __init__(
+        self,
+        task: int,
+        host: str,
+        command: list[str],
+        contract: dict[str, str],
+        grace_seconds: float,
+    ) -> None:
+        self.task = task
+        self.host = host
+        self.remote = host != LOCAL
+        if self.remote:
+            argv = ssh_command(
+                host,
+                os.getcwd(),
+                {**forwarded_env(os.environ), **contract},
+                command,
+                grace_seconds=grace_seconds,
+            )
+            env = dict(os.environ)
+        else:
+            argv, env = list(command), {**os.environ, **contract}
+        self.proc = subprocess.Popen(
+            argv,
+            env=env,
+            stdin=subprocess.PIPE if self.remote else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def stdout(self):
+        return self.proc.stdout
+
+    @property
+    def stderr(self):
+        return self.proc.stderr
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def send(self, sig: int) -> None:
+        """Sends `sig`: to the process group here, as a line to a remote
+        guard (SIGKILL ends the ssh client, and the guard kills)."""
+        if self.proc.poll() is not None:
+            self.close()
+            return
+        if self.remote and sig != signal.SIGKILL:
+            try:
+                self.proc.stdin.write(f"{int(sig)}\n".encode())
+                self.proc.stdin.flush()
+            except (OSError, ValueError):
+                pass
+            return
+        try:
+            os.killpg(self.proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def close(self) -> None:
+        """Closes a remote guard's stdin (it stops its worker on EOF)."""
+        if self.proc.stdin is not None:
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass
+
+    def where(self) -> str:
+        """String. `task T` or `task T on host H`, for logs."""
+        return f"task {self.task}" + (
+            f" on host {self.host}" if self.remote else ""
+        )

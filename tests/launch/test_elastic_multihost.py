@@ -1,0 +1,177 @@
+"""An elastic job whose discovery names other hosts, over real ssh.
+
+Two network namespaces act as hosts `hostA` and `hostB`, each running its
+own sshd (`keras_hybrid.testing.emulated_hosts`); the launcher runs in the
+root namespace and starts every worker over ssh. Discovery first prints
+`hostA:2`, then `hostA:2` and `hostB:2` once training runs (hostB's
+address is not in the members' cluster: they serve again on one that has
+it, then the joiners start on hostB: 2 -> 4 across hosts), then `hostA:2`
+and `hostB:1` (4 -> 3: task 3 on hostB retires). The plain `fit` script
+(`tests/strategy/workers/elastic_fit_worker.py`, a partitioned
+`Embedding` with Adam beside a dense part) records `strategy.size` in a
+callback; the sizes must show 2, 4, 3 and the final weights, table
+included, equal one process (1e-5). No worker is left on either host.
+
+Needs root and OpenSSH's server, like tests/launch/test_multihost_ssh.py:
+skips with the reason otherwise.
+"""
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from keras_hybrid.launch.ssh import SSH_COMMAND_ENV
+from keras_hybrid.testing import emulated_hosts
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+STRATEGY_WORKERS = os.path.join(os.path.dirname(HERE), "strategy", "workers")
+WORKER = os.path.join(STRATEGY_WORKERS, "elastic_fit_worker.py")
+TIMEOUT = 240
+
+pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(TIMEOUT + 60)]
+
+
+@pytest.fixture(scope="module")
+def hosts():
+    problem = emulated_hosts.install_problem()
+    if problem:
+        pytest.skip(f"multi-host elastic jobs not tested: {problem}")
+    # A subnet of its own: test_multihost_ssh.py may run beside it.
+    with emulated_hosts.EmulatedHosts(
+        ["hostA", "hostB"], subnet="10.78.0"
+    ) as emulated:
+        yield emulated
+
+
+def _write(path, text: str) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def _sizes(out_dir) -> list:
+    path = os.path.join(out_dir, "progress.jsonl")
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line)["size"] for line in f if line.endswith("\n")]
+
+
+def _drive(proc, out_dir, slots, lines) -> None:
+    """Rewrites the discovery output as training goes (see module)."""
+    deadline = time.monotonic() + TIMEOUT
+    stage = 0
+    while time.monotonic() < deadline and proc.poll() is None:
+        sizes = _sizes(out_dir)
+        if stage == 0 and sizes:
+            _write(slots, "hostA:2\nhostB:2\n")
+            stage = 1
+        elif stage == 1 and any("-> 4 workers" in x for x in lines):
+            os.remove(os.path.join(out_dir, "hold"))
+            stage = 2
+        elif stage == 2 and sizes.count(4) >= 3:
+            _write(slots, "hostA:2\nhostB:1\n")
+            stage = 3
+        elif stage == 3 and sizes.count(3) >= 3:
+            os.remove(os.path.join(out_dir, "pace"))
+            return
+        time.sleep(0.1)
+
+
+def _run_job(hosts, tmp_path) -> tuple:
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    slots = tmp_path / "slots"
+    script = tmp_path / "hosts.sh"
+    script.write_text(f"#!/bin/sh\ncat {slots}\n")
+    script.chmod(0o755)
+    _write(slots, "hostA:2\n")
+    _write(out_dir / "pace", "")
+    _write(out_dir / "hold", "")
+    proc = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "keras_hybrid.run"),
+            *("--min-np", "2", "--max-np", "4", "--threads", "1"),
+            *("--host-discovery-script", str(script)),
+            *("--discovery-interval", "0.2", "--grace_seconds", "3"),
+            *("--elastic-dir", str(tmp_path), "--commit-interval", "5"),
+            *(sys.executable, WORKER, f"--out_dir={out_dir}"),
+            *("--epochs=2", "--batch_size=12", "--num_samples=480"),
+            *("--step_sleep=0.1", "--hold_at_step=30", "--model=table"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={
+            **os.environ,
+            "TF_CPP_MIN_LOG_LEVEL": "2",
+            SSH_COMMAND_ENV: hosts.ssh_command,
+        },
+    )
+    lines: list = []
+    reader = threading.Thread(
+        target=lambda: lines.extend(iter(proc.stdout.readline, "")),
+        daemon=True,
+    )
+    reader.start()
+    try:
+        _drive(proc, out_dir, slots, lines)
+        proc.wait(timeout=TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        reader.join(timeout=10)
+    return proc.returncode, "".join(lines), out_dir
+
+
+def _wait_until(condition, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.1)
+
+
+def test_grow_onto_a_new_host_then_shrink_equals_one_process(hosts, tmp_path):
+    code, output, out_dir = _run_job(hosts, tmp_path)
+    assert code == 0, output[-8000:]
+    # Every worker started over ssh, on its host.
+    for where in ("task 0 on host hostA", "task 3 on host hostB"):
+        assert f"started {where}" in output, output[-4000:]
+    with open(out_dir / "rank0.pkl", "rb") as f:
+        result = pickle.load(f)
+    sizes = _sizes(out_dir)
+    changes = [s for i, s in enumerate(sizes) if i == 0 or sizes[i - 1] != s]
+    assert changes == [2, 4, 3], output[-4000:]
+    resizes = result["resizes"]
+    assert [(r["reason"], r["old_size"], r["new_size"]) for r in resizes] == [
+        ("readdress", 2, 2),
+        ("discovery", 2, 4),
+        ("discovery", 4, 3),
+    ], resizes
+    for r in resizes:
+        print(
+            f"{r['reason']} {r['old_size']}->{r['new_size']} at step "
+            f"{r['global_step']}: stall {r['stall_seconds']:.3f} s, "
+            f"{r['bytes_moved']} bytes moved"
+        )
+    sys.path.insert(0, STRATEGY_WORKERS)
+    try:
+        import elastic_cases as cases
+    finally:
+        sys.path.remove(STRATEGY_WORKERS)
+    assert "table/embeddings: rows per worker" in result["plan"]
+    reference = cases.table_reference(result["initial"])
+    for got, want in zip(result["weights"], reference, strict=True):
+        np.testing.assert_allclose(got, want, atol=1e-5)
+    for name in ("hostA", "hostB"):
+        _wait_until(lambda n=name: not hosts.worker_pids(n), 30, name)

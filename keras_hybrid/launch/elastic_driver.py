@@ -397,19 +397,24 @@ class ElasticDriver:
         )
         return self._stop_all(signal.SIGTERM, 1)
 
-    def _recover(self, lost: list, reason: str = "lost_worker") -> None:
-        """Writes the survivors' recovery plan on new ports (also for a
-        planned re-address: `lost` empty, `reason="readdress"`)."""
+    def _recover(self, lost: list) -> None:
+        """Writes the survivors' recovery plan on new ports; with nobody
+        `lost`, the members' plan to serve on a new cluster that has the
+        hosts of `_after_readdress` (at a step boundary, no abort)."""
         generation = self.generation + 1
         self._envs, self.cluster = self._make_envs()
-        em.write_recovery(
-            self.directory,
-            generation,
-            self.members,
-            self.cluster,
-            lost,
-            reason,
-        )
+        if lost:
+            em.write_recovery(
+                self.directory, generation, self.members, self.cluster, lost
+            )
+        else:
+            em.write_plan(
+                self.directory,
+                generation,
+                self.members,
+                "readdress",
+                cluster=self.cluster,
+            )
         self.generation = generation
         self._recovering = generation
         self.recoveries.append(
@@ -432,10 +437,12 @@ class ElasticDriver:
         if generation is None:
             return
         if os.path.exists(em.recovered_path(self.directory, generation)):
-            reason = "readdress" if self._after_readdress else "lost_worker"
-            em.write_plan(self.directory, generation, self.members, reason)
             self._recovering = None
-            if self._after_readdress:
+            if not self._after_readdress:
+                em.write_plan(
+                    self.directory, generation, self.members, "lost_worker"
+                )
+            else:
                 self._start_joiners(self._after_readdress)
                 self._after_readdress = []
 
@@ -507,7 +514,7 @@ class ElasticDriver:
         # The members' server definition lacks a joiner's host: they
         # serve again on a cluster that has it, then the joiners start.
         self._after_readdress = list(plan.start)
-        self._recover([], "readdress")
+        self._recover([])
 
     def _start_joiners(self, start: list) -> None:
         joiners = [task for task, _ in start]

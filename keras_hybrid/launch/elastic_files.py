@@ -33,16 +33,23 @@ DEFAULT_COMMIT_INTERVAL = 10
 GROUP_KEY_BASE = 1000
 # Group keys of rank 0 and the joiners of generation g (state transfer).
 STATE_GROUP_KEY_BASE = 1 << 20
-# Why a generation was formed; a "readdress" serves the members again on
-# a cluster naming a joiner's new host (`write_recovery`, no one lost).
+# Why a generation was formed. A "readdress" keeps the members but serves
+# them on a new cluster that names a joiner's host (`write_plan`).
 REASONS = ("discovery", "lost_worker", "readdress")
 
 
 def write_plan(
-    directory: str, generation: int, members, reason: str, joiners=()
+    directory: str,
+    generation: int,
+    members,
+    reason: str,
+    joiners=(),
+    cluster=None,
 ) -> None:
     """Writes the plan of `generation` atomically (the launcher's side):
-    its members, why, and which of them join (they receive the state)."""
+    its members, why, which of them join (they receive the state), and
+    for a `"readdress"` the new `cluster` addresses the members serve on
+    (`strategy.elastic_recovery`, with nobody lost)."""
     if reason not in REASONS:
         raise ValueError(
             f"`reason` must be one of {REASONS}. Received: reason={reason!r}"
@@ -55,28 +62,23 @@ def write_plan(
                 "members": sorted(members),
                 "reason": reason,
                 "joiners": sorted(joiners),
+                **(
+                    {"cluster": list(cluster), "lost": []}
+                    if cluster is not None
+                    else {}
+                ),
             }
         ),
     )
 
 
 def write_recovery(
-    directory: str,
-    generation: int,
-    members,
-    cluster,
-    lost,
-    reason: str = "lost_worker",
+    directory: str, generation: int, members, cluster, lost
 ) -> None:
     """Writes the recovery plan of `generation` atomically (the launcher's
     side): the surviving `members`, the new `cluster` addresses (every
     task's `host:port`, since TensorFlow serves collectives again on new
-    ports) and the `lost` tasks; `reason` is `"readdress"` when no one was
-    lost but a joiner's host must join the cluster."""
-    if reason not in REASONS:
-        raise ValueError(
-            f"`reason` must be one of {REASONS}. Received: reason={reason!r}"
-        )
+    ports) and the `lost` tasks."""
     write_file(
         recovery_path(directory, generation),
         json.dumps(
@@ -85,7 +87,7 @@ def write_recovery(
                 "members": sorted(members),
                 "cluster": list(cluster),
                 "lost": sorted(lost),
-                "reason": reason,
+                "reason": "lost_worker",
             }
         ),
     )

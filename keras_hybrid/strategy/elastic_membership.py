@@ -70,6 +70,8 @@ class ElasticMembership:
         self.seed = seed
         self.generation = 0
         self.global_step = 0  # train steps of the job so far
+        # A re-address plan's generation, agreed at this step's end.
+        self.readdress: int | None = None
         self.members: list[int] = [] if members is None else sorted(members)
         self.rebuild_variables()
         if members is not None:

@@ -1,5 +1,10 @@
 """`ElasticRecovery`: the survivors of a lost worker go on from a commit.
 
+The same path serves a planned re-address (`PlannedReaddress`): a joiner
+on a host that the members' cluster lacks needs them to serve on a new
+cluster; they commit at a step boundary and go through steps 1 to 4
+below with nobody lost, so no step is replayed.
+
 When a member dies, the launcher writes `recover-<g>.json`: the survivors
 and new addresses for every task. A thread of each survivor watches the
 elastic directory and, on that plan, aborts this process's collectives,
@@ -42,6 +47,7 @@ from keras_hybrid._compat import tf as tf_compat
 from keras_hybrid.launch import elastic_files
 from keras_hybrid.strategy import cluster
 from keras_hybrid.strategy import elastic_buddy
+from keras_hybrid.strategy.elastic_commit import PlannedReaddress
 from keras_hybrid.strategy.elastic_commit import broadcast_values
 from keras_hybrid.strategy.elastic_commit import is_partitioned
 from keras_hybrid.strategy.elastic_commit import state_bytes
@@ -121,21 +127,16 @@ class ElasticRecovery:
             if generation <= seen:
                 continue
             plan = self._read_plan(generation)
-            why = (
-                f"task(s) {plan['lost']} lost"
-                if plan["lost"]
-                else "a joiner's host joins the cluster (re-address)"
-            )
             logging.warning(
-                "keras-hybrid elastic: task %d: %s; aborting this worker's "
-                "collectives to serve on new addresses (generation %d)",
+                "keras-hybrid elastic: task %d: task(s) %s lost; aborting "
+                "this worker's collectives to recover (generation %d)",
                 self._membership.task,
-                why,
+                plan["lost"],
                 generation,
             )
             tf_compat.abort_collectives(
-                f"keras-hybrid elastic: {why}; recovering in generation "
-                f"{generation}"
+                f"keras-hybrid elastic: task(s) {plan['lost']} lost; "
+                f"recovering in generation {generation}"
             )
             # Only now may `recover` reset the context: an abort after the
             # reset would hit the new one.
@@ -153,7 +154,12 @@ class ElasticRecovery:
             The `error` itself if no recovery plan comes (the error was not
             caused by a lost worker).
         """
-        plan = self._wait_for_plan(error)
+        if isinstance(error, PlannedReaddress):
+            # Every member committed at the same step boundary: nothing
+            # is aborted, lost or replayed.
+            plan = self._membership.read_plan(error.generation)
+        else:
+            plan = self._wait_for_plan(error)
         if plan is None:
             raise error
         self._attempted = plan["generation"]

@@ -9,8 +9,8 @@ it, then the joiners start on hostB: 2 -> 4 across hosts), then `hostA:2`
 and `hostB:1` (4 -> 3: task 3 on hostB retires). The plain `fit` script
 (`tests/strategy/workers/elastic_fit_worker.py`, a partitioned
 `Embedding` with Adam beside a dense part) records `strategy.size` in a
-callback; the sizes must show 2, 4, 3 and the final weights, table
-included, equal one process (1e-5). No worker is left on either host.
+callback; the sizes must show 2, 4, 3, each of the 80 steps once, and
+the final weights, table included, equal one process (1e-5). No worker is left on either host.
 
 Needs root and OpenSSH's server, like tests/launch/test_multihost_ssh.py:
 skips with the reason otherwise.
@@ -152,6 +152,8 @@ def test_grow_onto_a_new_host_then_shrink_equals_one_process(hosts, tmp_path):
     sizes = _sizes(out_dir)
     changes = [s for i, s in enumerate(sizes) if i == 0 or sizes[i - 1] != s]
     assert changes == [2, 4, 3], output[-4000:]
+    # The re-address came at a step boundary: no step lost or repeated.
+    assert len(sizes) == 80, sizes  # 2 epochs of 40 global batches
     resizes = result["resizes"]
     assert [(r["reason"], r["old_size"], r["new_size"]) for r in resizes] == [
         ("readdress", 2, 2),

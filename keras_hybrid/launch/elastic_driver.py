@@ -1,21 +1,26 @@
 """`ElasticDriver`: runs a job whose workers come and go with discovery.
 
-The cluster in every worker's `TF_CONFIG` lists `max_np` tasks (loopback
-addresses, ports chosen at start); a task that is not running is never
-contacted. The driver polls the discovery script; when slots appear it
-starts joiners for free task indices and, once every joiner has reached
-`fit` (its `ready-<task>` file), writes the next membership plan. When
-slots disappear it writes a plan without the highest tasks (task 0, TF's
-collective leader, never leaves). The workers switch at a train-step
-boundary (`keras_hybrid.strategy.elastic_resize`) and rank 0 writes
-`applied-<g>.json`; only then is the next change planned. Retired
+The cluster in every worker's `TF_CONFIG` lists `max_np` tasks, each on
+its host (`host_slots`; a task not running is never contacted). The
+driver polls the discovery script; each host gets its slots' tasks
+(`host_slots.plan_hosts`): joiners start on new slots (over ssh on other
+hosts, `elastic_process`), on the next free task ids, and once every
+joiner reached `fit` (its `ready-<task>` file) the driver writes the next
+membership plan. A host with fewer slots retires its highest tasks
+(task 0, TF's collective leader, never leaves). The workers switch at a
+train-step boundary (`keras_hybrid.strategy.elastic_resize`) and rank 0
+writes `applied-<g>.json`; only then is the next change planned. Retired
 workers exit 0. The job ends when task 0 exits.
+
+A joiner on a host that the members' cluster lacks comes after a
+re-address: a `readdress` plan with a cluster that has it, which the
+members carry out at a step boundary through the recovery path
+(`keras_hybrid.strategy.elastic_recovery`, new ports, nobody lost).
 
 When a member other than task 0 dies, the driver picks new ports for
 every task and writes `recover-<g>.json` (the survivors and the new
 addresses); the survivors abort their collectives, serve again on the new
-ports and resume from their last commit
-(`keras_hybrid.strategy.elastic_recovery`). Once rank 0 wrote
+ports and resume from their last commit. Once rank 0 wrote
 `recovered-<g>.json`, the driver writes `plan-<g>.json` for later
 joiners. If fewer than `min_np` survive, the driver waits up to
 `wait_seconds` for discovery to report `min_np` slots, then recovers the
@@ -27,9 +32,7 @@ import logging
 import os
 import secrets
 import signal
-import sys
 import tempfile
-import threading
 import time
 
 from keras_hybrid.launch import elastic_files as em
@@ -37,12 +40,10 @@ from keras_hybrid.launch import exit_codes
 from keras_hybrid.launch import host_slots
 from keras_hybrid.launch.commit_store import make_commit_dir
 from keras_hybrid.launch.commit_store import remove_commit_dir
-from keras_hybrid.launch.elastic_process import ElasticProcess
+from keras_hybrid.launch.elastic_envs import ElasticSettings
+from keras_hybrid.launch.elastic_envs import task_envs
+from keras_hybrid.launch.elastic_process import ElasticProcesses
 from keras_hybrid.launch.host_discovery import HostDiscovery
-from keras_hybrid.launch.output_forwarder import OutputForwarder
-from keras_hybrid.launch.topology import free_ports
-from keras_hybrid.launch.worker_env import worker_env
-from keras_hybrid.launch.worker_spec import WorkerSpec
 
 logger = logging.getLogger(__name__)
 _TICK = 0.05
@@ -133,19 +134,23 @@ class ElasticDriver:
             if self.commit_dir
             else "with a buddy copy on the next worker",
         )
-        self._worker_settings = {
-            "threads": threads,
-            "extra_env": env,
-            em.COMMIT_INTERVAL_ENV: str(int(commit_interval)),
-            em.SEED_ENV: str(secrets.randbelow(2**31)),
-        }
+        self._settings = ElasticSettings(
+            self.directory,
+            min_np,
+            max_np,
+            str(secrets.randbelow(2**31)),
+            int(commit_interval),
+            self.commit_dir,
+            threads,
+            env,
+            self.multi_host,
+        )
         self._placed: dict[int, str] = {}  # members' (and joiners') hosts
         self._envs, self.cluster = self._make_envs()
         self.members: list[int] = []
         self.generation = 0
-        self._procs: dict[int, ElasticProcess] = {}
-        self._forwarders: list[OutputForwarder] = []
-        self._locks = (threading.Lock(), threading.Lock())
+        self._workers = ElasticProcesses(command, grace_seconds)
+        self._procs = self._workers.procs
         self._change: _Change | None = None
         self._signals: list[int] = []
         self._dismissed: set[int] = set()  # joiners stopped at the end
@@ -157,35 +162,8 @@ class ElasticDriver:
         self.recoveries: list[dict] = []
 
     def _make_envs(self) -> tuple:
-        """Every task's variables on new ports (each on its host, see
-        `host_slots.task_addresses`), and the cluster's addresses."""
-        settings = self._worker_settings
-        ports = free_ports(self.max_np)
-        cluster = host_slots.task_addresses(
-            self._placed, ports, self.multi_host
-        )
-        specs = [
-            WorkerSpec(t, self.max_np, t, self.max_np, "", port)
-            for t, port in enumerate(ports)
-        ]
-        envs = [
-            {
-                **worker_env(
-                    spec,
-                    cluster,
-                    threads=settings["threads"],
-                    extra_env=settings["extra_env"],
-                ),
-                em.DIR_ENV: self.directory,
-                em.MIN_NP_ENV: str(self.min_np),
-                em.MAX_NP_ENV: str(self.max_np),
-                em.SEED_ENV: settings[em.SEED_ENV],
-                em.COMMIT_INTERVAL_ENV: settings[em.COMMIT_INTERVAL_ENV],
-                em.COMMIT_DIR_ENV: self.commit_dir or "",
-            }
-            for spec in specs
-        ]
-        return envs, cluster
+        """Every task's variables on new ports, and the cluster."""
+        return task_envs(self._placed, self._settings)
 
     def run(self, timeout: float | None = None) -> int:
         """Runs the job; returns its exit code (0 when task 0 finished and
@@ -250,18 +228,8 @@ class ElasticDriver:
         env = dict(self._envs[task])
         if members is not None:
             env[em.MEMBERS_ENV] = ",".join(str(t) for t in members)
-        proc = ElasticProcess(
-            task, self._placed[task], self.command, env, self.grace_seconds
-        )
-        self._procs[task] = proc
+        proc = self._workers.start(task, self._placed[task], env)
         self._lost.discard(task)  # a joiner may reuse a lost task's index
-        for pipe, sink, lock in (
-            (proc.stdout, sys.stdout, self._locks[0]),
-            (proc.stderr, sys.stderr, self._locks[1]),
-        ):
-            forwarder = OutputForwarder(pipe, sink, f"[{task}] ", lock)
-            forwarder.start()
-            self._forwarders.append(forwarder)
         logger.info(
             "started %s (%s)", proc.where(), "member" if members else "joiner"
         )
@@ -305,22 +273,10 @@ class ElasticDriver:
         return 0
 
     def _signal(self, task: int, sig: int) -> None:
-        self._procs[task].send(sig)
+        self._workers.signal(task, sig)
 
     def _stop_all(self, sig: int, code: int) -> int:
-        for task in self._procs:
-            self._signal(task, sig)
-        deadline = time.monotonic() + self.grace_seconds
-        while any(p.poll() is None for p in self._procs.values()):
-            if time.monotonic() >= deadline:
-                for task in self._procs:
-                    self._signal(task, signal.SIGKILL)
-                break
-            time.sleep(_TICK)
-        for proc in self._procs.values():
-            proc.close()
-        for forwarder in self._forwarders:
-            forwarder.join(timeout=5.0)
+        self._workers.stop_all(sig)
         return code
 
     # -- lost workers
@@ -450,17 +406,7 @@ class ElasticDriver:
 
     def _discover(self) -> list[tuple[str, int]]:
         """Discovery's `(host, slots)`; other hosts need `elastic_dir`."""
-        discovered = self.discovery.slots()
-        remote = host_slots.remote_hosts(discovered)
-        if remote and not self.multi_host:
-            raise ValueError(
-                "Host discovery named other hosts "
-                f"{remote}, whose workers start over ssh and need the "
-                "job's plan files: give --elastic-dir, a directory that "
-                "every host sees at the same path (e.g. on NFS). Received: "
-                "no --elastic-dir."
-            )
-        return discovered
+        return host_slots.check_hosts(self.discovery.slots(), self.multi_host)
 
     def _wait_for_slots(self, needed: int) -> list | None:
         deadline = time.monotonic() + self.wait_seconds

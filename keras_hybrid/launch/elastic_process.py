@@ -1,4 +1,4 @@
-"""One worker process of an elastic job: on this host, or over ssh.
+"""The worker processes of an elastic job: on this host, or over ssh.
 
 A remote worker runs under `remote_guard` through `ssh_command`, as the
 workers of a fixed `--hosts` job do: the ssh client's stdin stays open,
@@ -9,11 +9,16 @@ launcher's death, a broken link) stops the remote worker.
 import os
 import signal
 import subprocess
+import sys
+import threading
+import time
 
+from keras_hybrid.launch.output_forwarder import OutputForwarder
 from keras_hybrid.launch.ssh import forwarded_env
 from keras_hybrid.launch.ssh import ssh_command
 
 LOCAL = "localhost"
+_TICK = 0.05
 
 
 class ElasticProcess:
@@ -105,3 +110,58 @@ class ElasticProcess:
         return f"task {self.task}" + (
             f" on host {self.host}" if self.remote else ""
         )
+
+
+class ElasticProcesses:
+    """The job's workers by task, their forwarded output, and stopping
+    them all.
+
+    Args:
+        command: List of strings. Program and arguments of every worker.
+        grace_seconds: Float. Seconds between the polite signal and
+            SIGKILL in `stop_all` (and a remote guard's own grace).
+    """
+
+    def __init__(self, command: list[str], grace_seconds: float) -> None:
+        self.command = list(command)
+        self.grace_seconds = grace_seconds
+        self.procs: dict[int, ElasticProcess] = {}
+        self._forwarders: list[OutputForwarder] = []
+        self._locks = (threading.Lock(), threading.Lock())
+
+    def start(self, task: int, host: str, contract: dict) -> ElasticProcess:
+        """Starts `task` on `host` (over ssh unless `"localhost"`) with
+        the launcher's `contract` variables; its output lines get a
+        `[task]` prefix."""
+        proc = ElasticProcess(
+            task, host, self.command, contract, self.grace_seconds
+        )
+        self.procs[task] = proc
+        for pipe, sink, lock in (
+            (proc.stdout, sys.stdout, self._locks[0]),
+            (proc.stderr, sys.stderr, self._locks[1]),
+        ):
+            forwarder = OutputForwarder(pipe, sink, f"[{task}] ", lock)
+            forwarder.start()
+            self._forwarders.append(forwarder)
+        return proc
+
+    def signal(self, task: int, sig: int) -> None:
+        self.procs[task].send(sig)
+
+    def stop_all(self, sig: int) -> None:
+        """Sends `sig` to every worker, SIGKILL after the grace period,
+        and waits for their last output."""
+        for proc in self.procs.values():
+            proc.send(sig)
+        deadline = time.monotonic() + self.grace_seconds
+        while any(p.poll() is None for p in self.procs.values()):
+            if time.monotonic() >= deadline:
+                for proc in self.procs.values():
+                    proc.send(signal.SIGKILL)
+                break
+            time.sleep(_TICK)
+        for proc in self.procs.values():
+            proc.close()
+        for forwarder in self._forwarders:
+            forwarder.join(timeout=5.0)

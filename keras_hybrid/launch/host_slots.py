@@ -107,6 +107,24 @@ def remote_hosts(discovered: list[tuple[str, int]]) -> list[str]:
     return [h for h in merge_slots(discovered) if h != LOCAL]
 
 
+def check_hosts(discovered: list, multi_host: bool) -> list:
+    """Returns `discovered`.
+
+    Raises:
+        ValueError: If it names other hosts in a job without a shared
+            `--elastic-dir` (`multi_host` False).
+    """
+    remote = remote_hosts(discovered)
+    if remote and not multi_host:
+        raise ValueError(
+            f"Host discovery named other hosts {remote}, whose workers "
+            "start over ssh and need the job's plan files: give "
+            "--elastic-dir, a directory that every host sees at the same "
+            "path (e.g. on NFS). Received: no --elastic-dir."
+        )
+    return discovered
+
+
 def task_addresses(
     placed: dict[int, str], ports: list[int], multi_host: bool
 ) -> list[str]:

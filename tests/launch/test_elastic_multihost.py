@@ -10,7 +10,9 @@ and `hostB:1` (4 -> 3: task 3 on hostB retires). The plain `fit` script
 (`tests/strategy/workers/elastic_fit_worker.py`, a partitioned
 `Embedding` with Adam beside a dense part) records `strategy.size` in a
 callback; the sizes must show 2, 4, 3, each of the 80 steps once, and
-the final weights, table included, equal one process (1e-5). No worker is left on either host.
+the final weights, table included, equal one process (1e-5). No worker is
+left on either host. A second test kills the worker on hostB: the
+launcher names its host and rank, and the survivors recover.
 
 Needs root and OpenSSH's server, like tests/launch/test_multihost_ssh.py:
 skips with the reason otherwise.
@@ -19,6 +21,7 @@ skips with the reason otherwise.
 import json
 import os
 import pickle
+import signal
 import subprocess
 import sys
 import threading
@@ -86,14 +89,16 @@ def _drive(proc, out_dir, slots, lines) -> None:
         time.sleep(0.1)
 
 
-def _run_job(hosts, tmp_path) -> tuple:
+def _run_job(
+    hosts, tmp_path, first_slots, drive, hold_at_step, epochs=2
+) -> tuple:
     out_dir = tmp_path / "out"
     out_dir.mkdir()
     slots = tmp_path / "slots"
     script = tmp_path / "hosts.sh"
     script.write_text(f"#!/bin/sh\ncat {slots}\n")
     script.chmod(0o755)
-    _write(slots, "hostA:2\n")
+    _write(slots, first_slots)
     _write(out_dir / "pace", "")
     _write(out_dir / "hold", "")
     proc = subprocess.Popen(
@@ -104,8 +109,9 @@ def _run_job(hosts, tmp_path) -> tuple:
             *("--discovery-interval", "0.2", "--grace_seconds", "3"),
             *("--elastic-dir", str(tmp_path), "--commit-interval", "5"),
             *(sys.executable, WORKER, f"--out_dir={out_dir}"),
-            *("--epochs=2", "--batch_size=12", "--num_samples=480"),
-            *("--step_sleep=0.1", "--hold_at_step=30", "--model=table"),
+            *(f"--epochs={epochs}", "--batch_size=12", "--num_samples=480"),
+            *("--step_sleep=0.1", f"--hold_at_step={hold_at_step}"),
+            "--model=table",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -123,7 +129,7 @@ def _run_job(hosts, tmp_path) -> tuple:
     )
     reader.start()
     try:
-        _drive(proc, out_dir, slots, lines)
+        drive(proc, out_dir, slots, lines)
         proc.wait(timeout=TIMEOUT)
     finally:
         if proc.poll() is None:
@@ -142,7 +148,7 @@ def _wait_until(condition, timeout: float, what: str) -> None:
 
 
 def test_grow_onto_a_new_host_then_shrink_equals_one_process(hosts, tmp_path):
-    code, output, out_dir = _run_job(hosts, tmp_path)
+    code, output, out_dir = _run_job(hosts, tmp_path, "hostA:2\n", _drive, 30)
     assert code == 0, output[-8000:]
     # Every worker started over ssh, on its host.
     for where in ("task 0 on host hostA", "task 3 on host hostB"):
@@ -164,16 +170,74 @@ def test_grow_onto_a_new_host_then_shrink_equals_one_process(hosts, tmp_path):
         print(
             f"{r['reason']} {r['old_size']}->{r['new_size']} at step "
             f"{r['global_step']}: stall {r['stall_seconds']:.3f} s, "
+            f"switch {r.get('switch_seconds', 0.0):.3f} s, normal step "
+            f"{r.get('normal_step_seconds', 0.0):.3f} s, "
             f"{r['bytes_moved']} bytes moved"
         )
+    _check_weights(result)
+    for name in ("hostA", "hostB"):
+        _wait_until(lambda n=name: not hosts.worker_pids(n), 30, name)
+
+
+def _check_weights(result, epochs=2) -> None:
+    """The final weights, table included, equal one process (1e-5)."""
     sys.path.insert(0, STRATEGY_WORKERS)
     try:
         import elastic_cases as cases
     finally:
         sys.path.remove(STRATEGY_WORKERS)
     assert "table/embeddings: rows per worker" in result["plan"]
-    reference = cases.table_reference(result["initial"])
+    reference = cases.table_reference(result["initial"], epochs=epochs)
     for got, want in zip(result["weights"], reference, strict=True):
         np.testing.assert_allclose(got, want, atol=1e-5)
-    for name in ("hostA", "hostB"):
-        _wait_until(lambda n=name: not hosts.worker_pids(n), 30, name)
+
+
+def _worker_on(hosts, name: str) -> int | None:
+    """The pid of the training process (not its guard) on host `name`."""
+    for pid in hosts.worker_pids(name):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if any(a.endswith(b"elastic_fit_worker.py") for a in argv) and not any(
+            b"remote_guard" in a for a in argv
+        ):
+            return pid
+    return None
+
+
+def test_a_lost_remote_worker_is_recovered(hosts, tmp_path):
+    """hostA:2 and hostB:1 from the start; the worker on hostB is killed
+    at step 12 (commits every 5 steps); the launcher names its host and
+    rank, the survivors on hostA replay from the last commit, and the
+    weights equal one process."""
+
+    def drive(proc, out_dir, slots, lines):
+        deadline = time.monotonic() + TIMEOUT
+        while time.monotonic() < deadline and proc.poll() is None:
+            if len(_sizes(out_dir)) >= 12:
+                os.kill(_worker_on(hosts, "hostB"), signal.SIGKILL)
+                break
+            time.sleep(0.05)
+        while time.monotonic() < deadline and proc.poll() is None:
+            if any("exited with" in x for x in lines):
+                # hostB is gone from discovery too: no joiner replaces it.
+                _write(slots, "hostA:2\n")
+                os.remove(os.path.join(out_dir, "pace"))
+                return
+            time.sleep(0.05)
+
+    code, output, out_dir = _run_job(
+        hosts, tmp_path, "hostA:2\nhostB:1\n", drive, 0, epochs=1
+    )
+    assert code == 0, output[-8000:]
+    assert "task 2 on host hostB exited with code 137 (rank 2)" in output, (
+        output[-4000:]
+    )
+    with open(out_dir / "rank0.pkl", "rb") as f:
+        result = pickle.load(f)
+    assert [
+        (r["reason"], r["old_size"], r["new_size"]) for r in result["resizes"]
+    ] == [("lost_worker", 3, 2)], result["resizes"]
+    _check_weights(result, epochs=1)

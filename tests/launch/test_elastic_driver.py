@@ -3,6 +3,7 @@ workers (the switch itself is tested with TensorFlow in
 tests/strategy/test_elastic_multiprocess.py)."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -11,6 +12,7 @@ import pytest
 from keras_hybrid.launch.elastic_driver import check_bounds
 from keras_hybrid.launch.host_discovery import HostDiscovery
 from keras_hybrid.launch.host_discovery import parse_slots
+from keras_hybrid.launch.ssh import SSH_COMMAND_ENV
 
 CLI = [sys.executable, "-m", "keras_hybrid.run"]
 
@@ -197,3 +199,85 @@ def test_too_few_left_fail_after_the_timeout(tmp_path):
         "--min-np 2, and host discovery reported 1 slot(s) for 1 s"
         in proc.stderr
     )
+
+
+_FAKE_SSH = """#!/bin/sh
+# ssh stand-in: skips `-o OPTION` pairs, then runs the remote command here
+# with FAKE_HOST set to the host it was given.
+while [ "$1" = "-o" ]; do shift 2; done
+FAKE_HOST="$1" exec sh -c "$2"
+"""
+
+_READDRESSED = """
+import json, os, sys, time
+task = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+d = os.environ["KERAS_HYBRID_ELASTIC_DIR"]
+slots = sys.argv[1]
+def wait(name):
+    while not os.path.exists(os.path.join(d, name)):
+        time.sleep(0.05)
+    with open(os.path.join(d, name)) as f:
+        return json.load(f)
+print(json.dumps({"task": task, "host": os.environ["FAKE_HOST"],
+                  "cluster": json.loads(os.environ["TF_CONFIG"])
+                  ["cluster"]["worker"]}))
+if task == 0:
+    with open(slots + ".tmp", "w") as f:
+        f.write("hostX:2\\nhostY:1\\n")
+    os.replace(slots + ".tmp", slots)
+    print(json.dumps({"plan1": wait("plan-1.json")}))
+    with open(os.path.join(d, "recovered-1.json"), "w") as f:
+        f.write("{}")
+    wait("joined")
+elif task == 2:
+    with open(os.path.join(d, "joined"), "w") as f:
+        f.write("{}")
+"""
+
+
+def test_a_joiner_on_a_new_host_comes_after_a_readdress(tmp_path):
+    """Discovery names hostX, then hostY too: tasks run on their hosts
+    (through the ssh client), the members get a readdress plan whose
+    cluster names hostY, and the joiner starts there on that cluster."""
+    fake_ssh = tmp_path / "fake_ssh"
+    fake_ssh.write_text(_FAKE_SSH)
+    fake_ssh.chmod(0o755)
+    slots = tmp_path / "slots"
+    slots.write_text("hostX:2\n")
+    proc = subprocess.run(
+        [*CLI, "--min-np", "2", "--max-np", "3", "--elastic-dir", tmp_path]
+        + ["--discovery-interval", "0.1", "--grace_seconds", "1"]
+        + ["--host-discovery-script", _script(tmp_path, f"cat {slots}")]
+        + [sys.executable, "-c", _READDRESSED, str(slots)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, SSH_COMMAND_ENV: str(fake_ssh)},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "started task 2 on host hostY (joiner)" in proc.stderr
+    assert "with a buddy copy" in proc.stderr  # no shared /dev/shm
+    lines = [line.partition("] ")[2] for line in proc.stdout.splitlines()]
+    seen = [json.loads(line) for line in lines if line.startswith("{")]
+    tasks = {r["task"]: r for r in seen if "task" in r}
+    assert {t: r["host"] for t, r in tasks.items()} == {
+        0: "hostX",
+        1: "hostX",
+        2: "hostY",
+    }
+    old = tasks[0]["cluster"]
+    assert [a.rpartition(":")[0] for a in old] == [
+        "hostX",
+        "hostX",
+        "127.0.0.1",  # not placed yet: never contacted
+    ]
+    (plan,) = [r["plan1"] for r in seen if "plan1" in r]
+    assert plan["reason"] == "readdress"
+    assert plan["members"] == [0, 1] and plan["lost"] == []
+    assert [a.rpartition(":")[0] for a in plan["cluster"]] == [
+        "hostX",
+        "hostX",
+        "hostY",
+    ]
+    assert not set(plan["cluster"]) & set(old)  # new ports for everyone
+    assert tasks[2]["cluster"] == plan["cluster"]

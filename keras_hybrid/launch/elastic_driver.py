@@ -246,9 +246,10 @@ class ElasticDriver:
                 self._lose(task, code)
                 continue
             logger.error(
-                "%s exited with %s; stopping the job (%s).",
+                "%s exited with %s%s; stopping the job (%s).",
                 self._procs[task].where(),
                 exit_codes.describe_returncode(code),
+                self._procs[task].hint(),
                 "task 0 leads TensorFlow's collectives"
                 if task == 0
                 else "a joiner that was not admitted yet",
@@ -302,10 +303,11 @@ class ElasticDriver:
         self._after_readdress = []
         self.members = [t for t in self.members if t != task]
         logger.warning(
-            "%s exited with %s (rank %d); %d workers are left (tasks %s).",
+            "%s exited with %s (rank %d)%s; %d workers are left (tasks %s).",
             self._procs[task].where(),
             exit_codes.describe_returncode(code),
             rank,
+            self._procs[task].hint(),
             len(self.members),
             self.members,
         )

@@ -14,6 +14,7 @@ import threading
 import time
 
 from keras_hybrid.launch.output_forwarder import OutputForwarder
+from keras_hybrid.launch.ssh import SSH_FAILURE_EXIT_CODE
 from keras_hybrid.launch.ssh import forwarded_env
 from keras_hybrid.launch.ssh import ssh_command
 
@@ -109,6 +110,15 @@ class ElasticProcess:
         """String. `task T` or `task T on host H`, for logs."""
         return f"task {self.task}" + (
             f" on host {self.host}" if self.remote else ""
+        )
+
+    def hint(self) -> str:
+        """String. Why a remote worker's code may be ssh's own, or ``."""
+        if not self.remote or self.proc.returncode != SSH_FAILURE_EXIT_CODE:
+            return ""
+        return (
+            f" (ssh's own failure code: it could not reach host "
+            f"{self.host}, or lost the connection to it)"
         )
 
 

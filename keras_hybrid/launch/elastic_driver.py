@@ -407,8 +407,21 @@ class ElasticDriver:
     # -- membership changes
 
     def _discover(self) -> list[tuple[str, int]]:
-        """Discovery's `(host, slots)`; other hosts need `elastic_dir`."""
-        return host_slots.check_hosts(self.discovery.slots(), self.multi_host)
+        """Discovery's `(host, slots)`. Other hosts need `elastic_dir`:
+        before the first workers start their absence raises; later the
+        other hosts are left out (logged once), the workers kept."""
+        discovered = self.discovery.slots()
+        if not self.members:
+            return host_slots.check_hosts(discovered, self.multi_host)
+        try:
+            return host_slots.check_hosts(discovered, self.multi_host)
+        except ValueError as error:
+            self.discovery.log_once(f"{error} Leaving those hosts out.")
+            return [
+                (h, n)
+                for h, n in discovered
+                if host_slots.host_key(h) == host_slots.LOCAL
+            ]
 
     def _wait_for_slots(self, needed: int) -> list | None:
         deadline = time.monotonic() + self.wait_seconds

@@ -43,7 +43,7 @@ class HostDiscovery:
             ).stdout
             hosts = parse_slots(out)
         except (OSError, subprocess.SubprocessError, ValueError) as error:
-            self._log_once(
+            self.log_once(
                 f"host discovery script {self.script!r} failed ({error}); "
                 "keeping the previous answer"
             )
@@ -55,7 +55,8 @@ class HostDiscovery:
         """Int. The number of slots the script reports now."""
         return sum(slots for _, slots in self.slots())
 
-    def _log_once(self, message: str) -> None:
+    def log_once(self, message: str) -> None:
+        """Logs `message` as a warning the first time only."""
         if message not in self._logged:
             self._logged.add(message)
             logger.warning("%s", message)

@@ -107,6 +107,11 @@ def remote_hosts(discovered: list[tuple[str, int]]) -> list[str]:
     return [h for h in merge_slots(discovered) if h != LOCAL]
 
 
+def local_only(discovered: list) -> list:
+    """The entries of `discovered` that name this machine."""
+    return [(h, n) for h, n in discovered if host_key(h) == LOCAL]
+
+
 def check_hosts(discovered: list, multi_host: bool) -> list:
     """Returns `discovered`.
 

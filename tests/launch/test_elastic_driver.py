@@ -281,3 +281,28 @@ def test_a_joiner_on_a_new_host_comes_after_a_readdress(tmp_path):
     ]
     assert not set(plan["cluster"]) & set(old)  # new ports for everyone
     assert tasks[2]["cluster"] == plan["cluster"]
+
+
+def test_other_hosts_later_without_elastic_dir_are_left_out(tmp_path):
+    slots = tmp_path / "slots"
+    slots.write_text("localhost:2\n")
+    worker = (
+        "import json, os, time\n"
+        "task = json.loads(os.environ['TF_CONFIG'])['task']['index']\n"
+        "if task == 0:\n"
+        f"    open({str(slots)!r}, 'w').write('localhost:2\\nnode7:2\\n')\n"
+        "    time.sleep(1.5)\n"
+    )
+    proc = subprocess.run(
+        [*CLI, "--min-np", "2", "--max-np", "4"]
+        + ["--discovery-interval", "0.1", "--grace_seconds", "1"]
+        + ["--host-discovery-script", _script(tmp_path, f"cat {slots}")]
+        + [sys.executable, "-c", worker],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "named other hosts ['node7']" in proc.stderr
+    assert proc.stderr.count("Leaving those hosts out.") == 1, proc.stderr
+    assert "started task 2" not in proc.stderr

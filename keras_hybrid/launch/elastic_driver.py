@@ -29,7 +29,6 @@ survivors and grows the job back with joiners; else it stops the job.
 
 import dataclasses
 import logging
-import os
 import secrets
 import signal
 import tempfile
@@ -44,6 +43,9 @@ from keras_hybrid.launch.elastic_envs import ElasticSettings
 from keras_hybrid.launch.elastic_envs import task_envs
 from keras_hybrid.launch.elastic_process import ElasticProcesses
 from keras_hybrid.launch.host_discovery import HostDiscovery
+from keras_hybrid.launch.plan_channel import ChannelServer
+from keras_hybrid.launch.plan_channel import FileChannel
+from keras_hybrid.launch.ssh import reach_address
 
 logger = logging.getLogger(__name__)
 _TICK = 0.05
@@ -117,36 +119,28 @@ class ElasticDriver:
         self.poll_seconds = poll_seconds
         self.wait_seconds = wait_seconds
         self.grace_seconds = grace_seconds
-        # Other hosts only with a directory they share (the plan files).
-        self.multi_host = elastic_dir is not None
+        self.elastic_dir = elastic_dir
         self.directory = tempfile.mkdtemp(
             prefix="keras_hybrid_elastic_", dir=elastic_dir
         )
-        self.commit_dir = make_commit_dir(
-            commit_store,
-            commit_dir,
-            self.directory,
-            single_host=not self.multi_host,
-        )
-        logger.info(
-            "partitioned tables are committed %s",
-            f"to files under {self.commit_dir}"
-            if self.commit_dir
-            else "with a buddy copy on the next worker",
-        )
+        # Set by `_setup` from discovery's first answer.
+        self.multi_host = elastic_dir is not None
+        self.channel = FileChannel(self.directory)
+        self.commit_dir: str | None = None
+        self._commit = (commit_store, commit_dir)
         self._settings = ElasticSettings(
             self.directory,
             min_np,
             max_np,
             str(secrets.randbelow(2**31)),
             int(commit_interval),
-            self.commit_dir,
+            None,
             threads,
             env,
             self.multi_host,
         )
         self._placed: dict[int, str] = {}  # members' (and joiners') hosts
-        self._envs, self.cluster = self._make_envs()
+        self._envs, self.cluster = [], []
         self.members: list[int] = []
         self.generation = 0
         self._workers = ElasticProcesses(command, grace_seconds)
@@ -160,6 +154,33 @@ class ElasticDriver:
         self._recovering: int | None = None  # generation of a recovery
         self._after_readdress: list = []  # joiners to start after it
         self.recoveries: list[dict] = []
+
+    def _setup(self, discovered: list) -> None:
+        """Picks the plan channel and the commit store: a job whose first
+        discovery names other hosts is multi-host; without a shared
+        `elastic_dir` its plans travel over TCP (`plan_channel`), and
+        without a shared `commit_dir` its tables keep buddy copies."""
+        remote = host_slots.remote_hosts(discovered)
+        self.multi_host = self.elastic_dir is not None or bool(remote)
+        if remote and self.elastic_dir is None:
+            self.channel = ChannelServer(reach_address(remote[0]))
+            logger.info("plans are served at %s", self.channel.address)
+        store, commit_dir = self._commit
+        self.commit_dir = make_commit_dir(
+            store, commit_dir, self.directory, not self.multi_host
+        )
+        logger.info(
+            "partitioned tables are committed %s",
+            f"to files under {self.commit_dir}"
+            if self.commit_dir
+            else "with a buddy copy on the next worker",
+        )
+        self._settings = dataclasses.replace(
+            self._settings,
+            commit_dir=self.commit_dir,
+            multi_host=self.multi_host,
+            channel_env=self.channel.env(),
+        )
 
     def _make_envs(self) -> tuple:
         """Every task's variables on new ports, and the cluster."""
@@ -176,6 +197,8 @@ class ElasticDriver:
         try:
             return self._run(timeout)
         finally:
+            if isinstance(self.channel, ChannelServer):
+                self.channel.close()
             remove_commit_dir(self.commit_dir)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
@@ -185,6 +208,7 @@ class ElasticDriver:
         discovered = self._wait_for_slots(self.min_np)
         if discovered is None:
             return 1
+        self._setup(discovered)
         first = host_slots.plan_hosts({}, discovered, 0, self.max_np)
         self._placed = dict(first.start)
         self._envs, self.cluster = self._make_envs()
@@ -363,11 +387,11 @@ class ElasticDriver:
         self._envs, self.cluster = self._make_envs()
         if lost:
             em.write_recovery(
-                self.directory, generation, self.members, self.cluster, lost
+                self.channel, generation, self.members, self.cluster, lost
             )
         else:
             em.write_plan(
-                self.directory,
+                self.channel,
                 generation,
                 self.members,
                 "readdress",
@@ -394,11 +418,11 @@ class ElasticDriver:
         generation = self._recovering
         if generation is None:
             return
-        if os.path.exists(em.recovered_path(self.directory, generation)):
+        if self.channel.get(em.recovered_name(generation)) is not None:
             self._recovering = None
             if not self._after_readdress:
                 em.write_plan(
-                    self.directory, generation, self.members, "lost_worker"
+                    self.channel, generation, self.members, "lost_worker"
                 )
             else:
                 self._start_joiners(self._after_readdress)
@@ -407,12 +431,12 @@ class ElasticDriver:
     # -- membership changes
 
     def _discover(self) -> list[tuple[str, int]]:
-        """Discovery's `(host, slots)`. Other hosts need `elastic_dir`:
-        before the first workers start their absence raises; later the
-        other hosts are left out (logged once), the workers kept."""
+        """Discovery's `(host, slots)`. Its first answer decides whether
+        the job is multi-host (`_setup`); other hosts later in a one-host
+        job are left out (logged once)."""
         discovered = self.discovery.slots()
         if not self.members:
-            return host_slots.check_hosts(discovered, self.multi_host)
+            return discovered
         try:
             return host_slots.check_hosts(discovered, self.multi_host)
         except ValueError as error:
@@ -491,12 +515,12 @@ class ElasticDriver:
             return
         if not change.written:
             ready = [
-                os.path.exists(os.path.join(self.directory, f"ready-{t}"))
+                self.channel.get(f"ready-{t}") is not None
                 for t in change.joiners
             ]
             if all(ready):
                 em.write_plan(
-                    self.directory,
+                    self.channel,
                     change.generation,
                     change.members,
                     "discovery",
@@ -511,10 +535,8 @@ class ElasticDriver:
                     change.members,
                 )
             return
-        applied = os.path.join(
-            self.directory, f"applied-{change.generation}.json"
-        )
-        if os.path.exists(applied):
+        applied = f"applied-{change.generation}.json"
+        if self.channel.get(applied) is not None:
             for task in set(self.members) - set(change.members):
                 self._placed.pop(task, None)
             self.members = list(change.members)

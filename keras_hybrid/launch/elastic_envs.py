@@ -27,6 +27,8 @@ class ElasticSettings:
         extra_env: Optional dict. `--env` variables.
         multi_host: Boolean. Whether other hosts must reach this host's
             tasks (`host_slots.task_addresses`).
+        channel_env: Dict. The variables naming the launcher's plan
+            server (`plan_channel.ChannelServer.env`); empty for files.
     """
 
     directory: str
@@ -38,6 +40,7 @@ class ElasticSettings:
     threads: int | None
     extra_env: dict | None
     multi_host: bool
+    channel_env: dict = dataclasses.field(default_factory=dict)
 
 
 def task_envs(placed: dict[int, str], settings: ElasticSettings) -> tuple:
@@ -53,6 +56,7 @@ def task_envs(placed: dict[int, str], settings: ElasticSettings) -> tuple:
         em.SEED_ENV: settings.seed,
         em.COMMIT_INTERVAL_ENV: str(int(settings.commit_interval)),
         em.COMMIT_DIR_ENV: settings.commit_dir or "",
+        **settings.channel_env,
     }
     size = settings.max_np
     envs = [

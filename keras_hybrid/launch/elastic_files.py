@@ -1,9 +1,10 @@
 """The contract between the elastic launcher and its workers.
 
 Environment variables name the launcher's directory, the initial members,
-the bounds and the shared seed. The launcher and the workers then talk
-through files in that directory (one host, or `--elastic-dir`, a directory
-every host shares):
+the bounds and the shared seed. The launcher and the workers then exchange
+these messages on a board (`plan_channel`): files in that directory (one
+host, or `--elastic-dir`, a directory every host shares), or the
+launcher's TCP server (other hosts without a shared directory):
 
 - `plan-<g>.json`: the launcher's plan of generation g (members, reason);
 - `ready-<task>`: a joiner traced its step and waits to be admitted;
@@ -39,14 +40,15 @@ REASONS = ("discovery", "lost_worker", "readdress")
 
 
 def write_plan(
-    directory: str,
+    channel,
     generation: int,
     members,
     reason: str,
     joiners=(),
     cluster=None,
 ) -> None:
-    """Writes the plan of `generation` atomically (the launcher's side):
+    """Puts the plan of `generation` on `channel` (a `plan_channel`
+    board; the launcher's side):
     its members, why, which of them join (they receive the state), and
     for a `"readdress"` the new `cluster` addresses the members serve on
     (`strategy.elastic_recovery`, with nobody lost)."""
@@ -54,8 +56,8 @@ def write_plan(
         raise ValueError(
             f"`reason` must be one of {REASONS}. Received: reason={reason!r}"
         )
-    write_file(
-        os.path.join(directory, f"plan-{generation}.json"),
+    channel.put(
+        f"plan-{generation}.json",
         json.dumps(
             {
                 "generation": generation,
@@ -72,15 +74,13 @@ def write_plan(
     )
 
 
-def write_recovery(
-    directory: str, generation: int, members, cluster, lost
-) -> None:
-    """Writes the recovery plan of `generation` atomically (the launcher's
+def write_recovery(channel, generation: int, members, cluster, lost) -> None:
+    """Puts the recovery plan of `generation` on `channel` (the launcher's
     side): the surviving `members`, the new `cluster` addresses (every
     task's `host:port`, since TensorFlow serves collectives again on new
     ports) and the `lost` tasks."""
-    write_file(
-        recovery_path(directory, generation),
+    channel.put(
+        recovery_name(generation),
         json.dumps(
             {
                 "generation": generation,
@@ -93,12 +93,12 @@ def write_recovery(
     )
 
 
-def recovery_path(directory: str, generation: int) -> str:
-    return os.path.join(directory, f"recover-{generation}.json")
+def recovery_name(generation: int) -> str:
+    return f"recover-{generation}.json"
 
 
-def recovered_path(directory: str, generation: int) -> str:
-    return os.path.join(directory, f"recovered-{generation}.json")
+def recovered_name(generation: int) -> str:
+    return f"recovered-{generation}.json"
 
 
 def write_file(path: str, text: str) -> None:

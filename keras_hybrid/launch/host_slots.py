@@ -116,16 +116,17 @@ def check_hosts(discovered: list, multi_host: bool) -> list:
     """Returns `discovered`.
 
     Raises:
-        ValueError: If it names other hosts in a job without a shared
-            `--elastic-dir` (`multi_host` False).
+        ValueError: If it names other hosts in a one-host job
+            (`multi_host` False).
     """
     remote = remote_hosts(discovered)
     if remote and not multi_host:
         raise ValueError(
-            f"Host discovery named other hosts {remote}, whose workers "
-            "start over ssh and need the job's plan files: give "
-            "--elastic-dir, a directory that every host sees at the same "
-            "path (e.g. on NFS). Received: no --elastic-dir."
+            f"Host discovery named other hosts {remote} in a job that "
+            "started on this host only, whose workers serve on loopback "
+            "and read plans from local files. Name every host in the "
+            "discovery script's first answer, or give --elastic-dir, to "
+            "make the job multi-host."
         )
     return discovered
 

@@ -32,7 +32,6 @@ No private hook is touched here.
 """
 
 import json
-import os
 import re
 import threading
 import time
@@ -104,20 +103,16 @@ class ElasticRecovery:
     # -- the watcher thread
 
     def _latest_plan_generation(self) -> int:
-        directory = self._membership.directory
         generations = [0]
-        for name in os.listdir(directory):
+        for name in self._membership.channel.names():
             match = _PLAN.match(name)
             if match:
                 generations.append(int(match.group(1)))
         return max(generations)
 
     def _read_plan(self, generation: int) -> dict:
-        path = elastic_files.recovery_path(
-            self._membership.directory, generation
-        )
-        with open(path) as f:
-            return json.load(f)
+        name = elastic_files.recovery_name(generation)
+        return json.loads(self._membership.channel.get(name))
 
     def _watch(self) -> None:
         while not self._stop.wait(self._poll_seconds):
@@ -227,10 +222,8 @@ class ElasticRecovery:
             "normal_step_seconds": self._commit.normal_step_seconds(),
         }
         if membership.task == 0:
-            elastic_files.write_file(
-                elastic_files.recovered_path(
-                    membership.directory, plan["generation"]
-                ),
+            membership.channel.put(
+                elastic_files.recovered_name(plan["generation"]),
                 json.dumps({"generation": plan["generation"]}),
             )
         logging.info(

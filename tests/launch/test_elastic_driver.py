@@ -43,20 +43,6 @@ def test_discovery_keeps_the_last_answer_when_the_script_fails(tmp_path):
     assert discovery.total() == 3
 
 
-def test_other_hosts_need_a_shared_elastic_dir(tmp_path):
-    proc = subprocess.run(
-        [*CLI, "--min-np", "2", "--max-np", "3"]
-        + ["--host-discovery-script", _script(tmp_path, "echo node7:4")]
-        + [sys.executable, "-c", "pass"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert proc.returncode == 2
-    assert "named other hosts ['node7']" in proc.stderr, proc.stderr
-    assert "give --elastic-dir" in proc.stderr, proc.stderr
-
-
 def test_bounds_need_two_workers_at_least():
     with pytest.raises(ValueError, match="2 <= --min-np <= --max-np"):
         check_bounds(1, 4)
@@ -203,22 +189,24 @@ def test_too_few_left_fail_after_the_timeout(tmp_path):
 
 _FAKE_SSH = """#!/bin/sh
 # ssh stand-in: skips `-o OPTION` pairs, then runs the remote command here
-# with FAKE_HOST set to the host it was given.
+# with FAKE_HOST set to the host it was given; every host is this one.
 while [ "$1" = "-o" ]; do shift 2; done
+if [ "$1" = "-G" ]; then echo "hostname 127.0.0.1"; exit 0; fi
 FAKE_HOST="$1" exec sh -c "$2"
 """
 
 _READDRESSED = """
 import json, os, sys, time
+from keras_hybrid.launch.plan_channel import channel_from_env
 task = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
-d = os.environ["KERAS_HYBRID_ELASTIC_DIR"]
+channel = channel_from_env()
 slots = sys.argv[1]
 def wait(name):
-    while not os.path.exists(os.path.join(d, name)):
+    while channel.get(name) is None:
         time.sleep(0.05)
-    with open(os.path.join(d, name)) as f:
-        return json.load(f)
+    return json.loads(channel.get(name))
 print(json.dumps({"task": task, "host": os.environ["FAKE_HOST"],
+                  "tcp": "KERAS_HYBRID_ELASTIC_CHANNEL" in os.environ,
                   "cluster": json.loads(os.environ["TF_CONFIG"])
                   ["cluster"]["worker"]}))
 if task == 0:
@@ -226,26 +214,28 @@ if task == 0:
         f.write("hostX:2\\nhostY:1\\n")
     os.replace(slots + ".tmp", slots)
     print(json.dumps({"plan1": wait("plan-1.json")}))
-    with open(os.path.join(d, "recovered-1.json"), "w") as f:
-        f.write("{}")
+    channel.put("recovered-1.json", "{}")
     wait("joined")
 elif task == 2:
-    with open(os.path.join(d, "joined"), "w") as f:
-        f.write("{}")
+    channel.put("joined", "{}")
 """
 
 
-def test_a_joiner_on_a_new_host_comes_after_a_readdress(tmp_path):
+@pytest.mark.parametrize("shared_dir", [False, True])
+def test_a_joiner_on_a_new_host_comes_after_a_readdress(tmp_path, shared_dir):
     """Discovery names hostX, then hostY too: tasks run on their hosts
     (through the ssh client), the members get a readdress plan whose
-    cluster names hostY, and the joiner starts there on that cluster."""
+    cluster names hostY, and the joiner starts there on that cluster.
+    Plans travel over the launcher's TCP server, or through files in a
+    shared `--elastic-dir`."""
     fake_ssh = tmp_path / "fake_ssh"
     fake_ssh.write_text(_FAKE_SSH)
     fake_ssh.chmod(0o755)
     slots = tmp_path / "slots"
     slots.write_text("hostX:2\n")
     proc = subprocess.run(
-        [*CLI, "--min-np", "2", "--max-np", "3", "--elastic-dir", tmp_path]
+        [*CLI, "--min-np", "2", "--max-np", "3"]
+        + (["--elastic-dir", str(tmp_path)] if shared_dir else [])
         + ["--discovery-interval", "0.1", "--grace_seconds", "1"]
         + ["--host-discovery-script", _script(tmp_path, f"cat {slots}")]
         + [sys.executable, "-c", _READDRESSED, str(slots)],
@@ -260,6 +250,7 @@ def test_a_joiner_on_a_new_host_comes_after_a_readdress(tmp_path):
     lines = [line.partition("] ")[2] for line in proc.stdout.splitlines()]
     seen = [json.loads(line) for line in lines if line.startswith("{")]
     tasks = {r["task"]: r for r in seen if "task" in r}
+    assert {r["tcp"] for r in tasks.values()} == {not shared_dir}
     assert {t: r["host"] for t, r in tasks.items()} == {
         0: "hostX",
         1: "hostX",

@@ -8,7 +8,8 @@ address is not in the members' cluster: they serve again on one that has
 it, then the joiners start on hostB: 2 -> 4 across hosts), then `hostA:2`
 and `hostB:1` (4 -> 3: task 3 on hostB retires). The plain `fit` script
 (`tests/strategy/workers/elastic_fit_worker.py`, a partitioned
-`Embedding` with Adam beside a dense part) records `strategy.size` in a
+`Embedding` with Adam beside a dense part; plans over the launcher's TCP
+server, tables committed with buddy copies) records `strategy.size` in a
 callback; the sizes must show 2, 4, 3, each of the 80 steps once, and
 the final weights, table included, equal one process (1e-5). No worker is
 left on either host. A second test kills the worker on hostB: the
@@ -107,7 +108,8 @@ def _run_job(
             *("--min-np", "2", "--max-np", "4", "--threads", "1"),
             *("--host-discovery-script", str(script)),
             *("--discovery-interval", "0.2", "--grace_seconds", "3"),
-            *("--elastic-dir", str(tmp_path), "--commit-interval", "5"),
+            "--commit-interval",
+            "5",
             *(sys.executable, WORKER, f"--out_dir={out_dir}"),
             *(f"--epochs={epochs}", "--batch_size=12", "--num_samples=480"),
             *("--step_sleep=0.1", f"--hold_at_step={hold_at_step}"),
@@ -150,6 +152,8 @@ def _wait_until(condition, timeout: float, what: str) -> None:
 def test_grow_onto_a_new_host_then_shrink_equals_one_process(hosts, tmp_path):
     code, output, out_dir = _run_job(hosts, tmp_path, "hostA:2\n", _drive, 30)
     assert code == 0, output[-8000:]
+    # Plans travelled over TCP to the address hostA reaches us on.
+    assert "plans are served at 10.78.0.254:" in output, output[-4000:]
     # Every worker started over ssh, on its host.
     for where in ("task 0 on host hostA", "task 3 on host hostB"):
         assert f"started {where}" in output, output[-4000:]

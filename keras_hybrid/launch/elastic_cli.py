@@ -67,15 +67,16 @@ def add_elastic_flags(parser: argparse.ArgumentParser) -> None:
         help="Directory shared by every worker for the directory store; "
         "the job's folder in it is removed at the end. Default: one under "
         "/dev/shm (else under the elastic run directory) on one host; "
-        "with --elastic-dir, the buddy copy unless this is given.",
+        "on several hosts, the buddy copy unless this is given.",
     )
     group.add_argument(
         "--elastic-dir",
         metavar="DIR",
         help="Directory every host sees at the same path (e.g. on NFS), "
-        "for the plan files of the launcher and the workers. Required when "
-        "the discovery script names other hosts; their workers start over "
-        "ssh. Default: a local temporary directory (one host).",
+        "for the plan files of the launcher and the workers; makes the job "
+        "multi-host. Default: a local temporary directory on one host; "
+        "over TCP from the launcher when discovery's first answer names "
+        "other hosts (their workers start over ssh).",
     )
 
 

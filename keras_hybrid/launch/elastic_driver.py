@@ -85,9 +85,10 @@ class ElasticDriver:
         commit_dir: Optional string. The shared directory holding the
             job's commit folder. Defaults to one under /dev/shm.
         elastic_dir: Optional string. A directory every host shares, for
-            the job's plan files; required when discovery names other
-            hosts (their workers start over ssh). Defaults to a local
-            temporary directory (one host).
+            the job's plan files (the job is then multi-host). Defaults to
+            a local temporary directory, or, when discovery's first
+            answer names other hosts, the launcher's TCP server
+            (`plan_channel`).
     """
 
     def __init__(

@@ -31,6 +31,7 @@ import dataclasses
 import logging
 import secrets
 import signal
+import socket
 import tempfile
 import time
 
@@ -46,6 +47,7 @@ from keras_hybrid.launch.host_discovery import HostDiscovery
 from keras_hybrid.launch.plan_channel import ChannelServer
 from keras_hybrid.launch.plan_channel import FileChannel
 from keras_hybrid.launch.ssh import reach_address
+from keras_hybrid.launch.topology import LOOPBACK
 
 logger = logging.getLogger(__name__)
 _TICK = 0.05
@@ -138,7 +140,6 @@ class ElasticDriver:
             None,
             threads,
             env,
-            self.multi_host,
         )
         self._placed: dict[int, str] = {}  # members' (and joiners') hosts
         self._envs, self.cluster = [], []
@@ -163,8 +164,12 @@ class ElasticDriver:
         without a shared `commit_dir` its tables keep buddy copies."""
         remote = host_slots.remote_hosts(discovered)
         self.multi_host = self.elastic_dir is not None or bool(remote)
+        # How other hosts reach this one (its tasks, the plan server).
+        local = reach_address(remote[0]) if remote else LOOPBACK
+        if self.multi_host and not remote:
+            local = socket.getfqdn()
         if remote and self.elastic_dir is None:
-            self.channel = ChannelServer(reach_address(remote[0]))
+            self.channel = ChannelServer(local)
             logger.info("plans are served at %s", self.channel.address)
         store, commit_dir = self._commit
         self.commit_dir = make_commit_dir(
@@ -179,7 +184,7 @@ class ElasticDriver:
         self._settings = dataclasses.replace(
             self._settings,
             commit_dir=self.commit_dir,
-            multi_host=self.multi_host,
+            local_address=local,
             channel_env=self.channel.env(),
         )
 
@@ -492,7 +497,7 @@ class ElasticDriver:
         old = host_slots.hosts_of(self.cluster)
         self._placed.update(plan.start)
         new = host_slots.task_addresses(
-            self._placed, [0] * self.max_np, self.multi_host
+            self._placed, [0] * self.max_np, self._settings.local_address
         )
         if host_slots.hosts_of(new) == old:
             self._start_joiners(plan.start)

@@ -6,6 +6,7 @@ import dataclasses
 
 from keras_hybrid.launch import elastic_files as em
 from keras_hybrid.launch import host_slots
+from keras_hybrid.launch.topology import LOOPBACK
 from keras_hybrid.launch.topology import free_ports
 from keras_hybrid.launch.worker_env import worker_env
 from keras_hybrid.launch.worker_spec import WorkerSpec
@@ -25,8 +26,9 @@ class ElasticSettings:
             for the buddy copy.
         threads: Optional int. Threads per worker.
         extra_env: Optional dict. `--env` variables.
-        multi_host: Boolean. Whether other hosts must reach this host's
-            tasks (`host_slots.task_addresses`).
+        local_address: String. The address of this host's tasks
+            (`host_slots.task_addresses`): loopback on one host, else how
+            other hosts reach it. Defaults to loopback.
         channel_env: Dict. The variables naming the launcher's plan
             server (`plan_channel.ChannelServer.env`); empty for files.
     """
@@ -39,7 +41,7 @@ class ElasticSettings:
     commit_dir: str | None
     threads: int | None
     extra_env: dict | None
-    multi_host: bool
+    local_address: str = LOOPBACK
     channel_env: dict = dataclasses.field(default_factory=dict)
 
 
@@ -48,7 +50,7 @@ def task_envs(placed: dict[int, str], settings: ElasticSettings) -> tuple:
     `placed` (others on a loopback placeholder), and the cluster's
     addresses: `(envs, cluster)`."""
     ports = free_ports(settings.max_np)
-    cluster = host_slots.task_addresses(placed, ports, settings.multi_host)
+    cluster = host_slots.task_addresses(placed, ports, settings.local_address)
     contract = {
         em.DIR_ENV: settings.directory,
         em.MIN_NP_ENV: str(settings.min_np),

@@ -6,7 +6,6 @@ Pure functions of the placement (task -> host) and of discovery's answer;
 """
 
 import dataclasses
-import socket
 
 from keras_hybrid.launch.ssh import is_local_host
 from keras_hybrid.launch.topology import LOOPBACK
@@ -132,16 +131,15 @@ def check_hosts(discovered: list, multi_host: bool) -> list:
 
 
 def task_addresses(
-    placed: dict[int, str], ports: list[int], multi_host: bool
+    placed: dict[int, str], ports: list[int], local: str = LOOPBACK
 ) -> list[str]:
     """Every task's `host:port` for the cluster of `len(ports)` tasks.
 
-    A task runs on its host's address; this machine's tasks on loopback,
-    or on this machine's name when other hosts must reach them
-    (`multi_host`). Tasks not placed get a loopback placeholder: TF never
-    contacts a task that does not run.
+    A task runs on its host's address; this machine's tasks on `local`
+    (loopback, or how other hosts reach this one in a multi-host job).
+    Tasks not placed get a loopback placeholder: TF never contacts a task
+    that does not run.
     """
-    local = socket.getfqdn() if multi_host else LOOPBACK
     addresses = []
     for task, port in enumerate(ports):
         host = placed.get(task)

@@ -1,8 +1,6 @@
 """Host bookkeeping of elastic jobs: slots per host to task starts and
 retirements, and the addresses of the cluster."""
 
-import socket
-
 from keras_hybrid.launch.host_slots import HostPlan
 from keras_hybrid.launch.host_slots import hosts_of
 from keras_hybrid.launch.host_slots import merge_slots
@@ -77,16 +75,15 @@ def test_local_names_are_one_host():
 
 def test_addresses_are_on_each_tasks_host():
     placed = {0: "hostA", 2: "hostB"}
-    cluster = task_addresses(placed, [10, 11, 12], multi_host=True)
+    cluster = task_addresses(placed, [10, 11, 12])
     assert cluster == ["hostA:10", "127.0.0.1:11", "hostB:12"]
     assert hosts_of(cluster) == ["hostA", "127.0.0.1", "hostB"]
 
 
-def test_local_tasks_use_this_machines_name_across_hosts():
+def test_local_tasks_use_the_address_other_hosts_reach():
     placed = {0: "localhost", 1: "hostB"}
-    assert task_addresses(placed, [5, 6], multi_host=False)[0] == (
-        "127.0.0.1:5"
-    )
-    assert task_addresses(placed, [5, 6], multi_host=True)[0] == (
-        f"{socket.getfqdn()}:5"
-    )
+    assert task_addresses(placed, [5, 6]) == ["127.0.0.1:5", "hostB:6"]
+    assert task_addresses(placed, [5, 6], "10.0.0.7") == [
+        "10.0.0.7:5",
+        "hostB:6",
+    ]

@@ -31,23 +31,20 @@ import dataclasses
 import logging
 import secrets
 import signal
-import socket
 import tempfile
 import time
 
 from keras_hybrid.launch import elastic_files as em
 from keras_hybrid.launch import exit_codes
 from keras_hybrid.launch import host_slots
-from keras_hybrid.launch.commit_store import make_commit_dir
 from keras_hybrid.launch.commit_store import remove_commit_dir
 from keras_hybrid.launch.elastic_envs import ElasticSettings
 from keras_hybrid.launch.elastic_envs import task_envs
 from keras_hybrid.launch.elastic_process import ElasticProcesses
+from keras_hybrid.launch.elastic_setup import setup_job
 from keras_hybrid.launch.host_discovery import HostDiscovery
 from keras_hybrid.launch.plan_channel import ChannelServer
 from keras_hybrid.launch.plan_channel import FileChannel
-from keras_hybrid.launch.ssh import reach_address
-from keras_hybrid.launch.topology import LOOPBACK
 
 logger = logging.getLogger(__name__)
 _TICK = 0.05
@@ -158,33 +155,18 @@ class ElasticDriver:
         self.recoveries: list[dict] = []
 
     def _setup(self, discovered: list) -> None:
-        """Picks the plan channel and the commit store: a job whose first
-        discovery names other hosts is multi-host; without a shared
-        `elastic_dir` its plans travel over TCP (`plan_channel`), and
-        without a shared `commit_dir` its tables keep buddy copies."""
-        remote = host_slots.remote_hosts(discovered)
-        self.multi_host = self.elastic_dir is not None or bool(remote)
-        # How other hosts reach this one (its tasks, the plan server).
-        local = reach_address(remote[0]) if remote else LOOPBACK
-        if self.multi_host and not remote:
-            local = socket.getfqdn()
-        if remote and self.elastic_dir is None:
-            self.channel = ChannelServer(local)
-            logger.info("plans are served at %s", self.channel.address)
+        """Multi-host or not, the plan channel and the commit store
+        (`elastic_setup`), from discovery's first answer."""
         store, commit_dir = self._commit
-        self.commit_dir = make_commit_dir(
-            store, commit_dir, self.directory, not self.multi_host
+        setup = setup_job(
+            discovered, self.directory, self.elastic_dir, store, commit_dir
         )
-        logger.info(
-            "partitioned tables are committed %s",
-            f"to files under {self.commit_dir}"
-            if self.commit_dir
-            else "with a buddy copy on the next worker",
-        )
+        self.multi_host, self.channel = setup.multi_host, setup.channel
+        self.commit_dir = setup.commit_dir
         self._settings = dataclasses.replace(
             self._settings,
             commit_dir=self.commit_dir,
-            local_address=local,
+            local_address=setup.local_address,
             channel_env=self.channel.env(),
         )
 
@@ -454,22 +436,9 @@ class ElasticDriver:
             ]
 
     def _wait_for_slots(self, needed: int) -> list | None:
-        deadline = time.monotonic() + self.wait_seconds
-        while True:
-            discovered = self._discover()
-            slots = sum(n for _, n in discovered)
-            if slots >= needed:
-                return discovered
-            if time.monotonic() >= deadline:
-                logger.error(
-                    "host discovery reported %d slots, fewer than --min-np "
-                    "%d, for %g s (--elastic-timeout); giving up.",
-                    slots,
-                    needed,
-                    self.wait_seconds,
-                )
-                return None
-            time.sleep(self.poll_seconds)
+        return self.discovery.wait_for(
+            needed, self.wait_seconds, self.poll_seconds
+        )
 
     def _plan_change(self, discovered: list) -> None:
         slots = sum(n for _, n in discovered)

@@ -2,6 +2,7 @@
 
 import logging
 import subprocess
+import time
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +51,28 @@ class HostDiscovery:
             return list(self._last)
         self._last = hosts
         return list(hosts)
+
+    def wait_for(
+        self, needed: int, timeout_seconds: float, poll_seconds: float
+    ) -> list[tuple[str, int]] | None:
+        """Runs the script until it reports `needed` slots; returns its
+        answer, or None (logged) after `timeout_seconds`."""
+        deadline = time.monotonic() + timeout_seconds
+        while True:
+            hosts = self.slots()
+            slots = sum(n for _, n in hosts)
+            if slots >= needed:
+                return hosts
+            if time.monotonic() >= deadline:
+                logger.error(
+                    "host discovery reported %d slots, fewer than --min-np "
+                    "%d, for %g s (--elastic-timeout); giving up.",
+                    slots,
+                    needed,
+                    timeout_seconds,
+                )
+                return None
+            time.sleep(poll_seconds)
 
     def total(self) -> int:
         """Int. The number of slots the script reports now."""

@@ -2,6 +2,7 @@
 mode) and the code path they select."""
 
 import argparse
+import os
 
 from keras_hybrid.launch import validation
 from keras_hybrid.launch.elastic_driver import ElasticDriver
@@ -13,7 +14,7 @@ from keras_hybrid.launch.host_discovery import HostDiscovery
 def add_elastic_flags(parser: argparse.ArgumentParser) -> None:
     """Adds `--min-np`, `--max-np`, `--host-discovery-script`,
     `--discovery-interval`, `--elastic-timeout`, `--commit-interval`,
-    `--commit-store` and `--commit-dir`."""
+    `--commit-store`, `--commit-dir` and `--elastic-dir`."""
     group = parser.add_argument_group("elastic training (docs/elastic.md)")
     group.add_argument(
         "--host-discovery-script",
@@ -65,7 +66,17 @@ def add_elastic_flags(parser: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="Directory shared by every worker for the directory store; "
         "the job's folder in it is removed at the end. Default: one under "
-        "/dev/shm (else under the elastic run directory).",
+        "/dev/shm (else under the elastic run directory) on one host; "
+        "on several hosts, the buddy copy unless this is given.",
+    )
+    group.add_argument(
+        "--elastic-dir",
+        metavar="DIR",
+        help="Directory every host sees at the same path (e.g. on NFS), "
+        "for the plan files of the launcher and the workers; makes the job "
+        "multi-host. Default: a local temporary directory on one host; "
+        "over TCP from the launcher when discovery's first answer names "
+        "other hosts (their workers start over ssh).",
     )
 
 
@@ -104,6 +115,11 @@ def run_elastic(args, command: list[str], extra_env: dict) -> int:
             "--commit-interval must be a positive number of global steps. "
             f"Received: --commit-interval {args.commit_interval}."
         )
+    if args.elastic_dir is not None and not os.path.isdir(args.elastic_dir):
+        raise ValueError(
+            "--elastic-dir must be an existing directory that every host "
+            f"sees at the same path. Received: {args.elastic_dir!r}."
+        )
     driver = ElasticDriver(
         command,
         args.min_np,
@@ -117,5 +133,6 @@ def run_elastic(args, command: list[str], extra_env: dict) -> int:
         commit_interval=args.commit_interval,
         commit_store=args.commit_store,
         commit_dir=args.commit_dir,
+        elastic_dir=args.elastic_dir,
     )
     return driver.run(timeout=args.timeout)

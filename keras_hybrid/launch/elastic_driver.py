@@ -1,21 +1,26 @@
 """`ElasticDriver`: runs a job whose workers come and go with discovery.
 
-The cluster in every worker's `TF_CONFIG` lists `max_np` tasks (loopback
-addresses, ports chosen at start); a task that is not running is never
-contacted. The driver polls the discovery script; when slots appear it
-starts joiners for free task indices and, once every joiner has reached
-`fit` (its `ready-<task>` file), writes the next membership plan. When
-slots disappear it writes a plan without the highest tasks (task 0, TF's
-collective leader, never leaves). The workers switch at a train-step
-boundary (`keras_hybrid.strategy.elastic_resize`) and rank 0 writes
-`applied-<g>.json`; only then is the next change planned. Retired
+The cluster in every worker's `TF_CONFIG` lists `max_np` tasks, each on
+its host (`host_slots`; a task not running is never contacted). The
+driver polls the discovery script; each host gets its slots' tasks
+(`host_slots.plan_hosts`): joiners start on new slots (over ssh on other
+hosts, `elastic_process`), on the next free task ids, and once every
+joiner reached `fit` (its `ready-<task>` file) the driver writes the next
+membership plan. A host with fewer slots retires its highest tasks
+(task 0, TF's collective leader, never leaves). The workers switch at a
+train-step boundary (`keras_hybrid.strategy.elastic_resize`) and rank 0
+writes `applied-<g>.json`; only then is the next change planned. Retired
 workers exit 0. The job ends when task 0 exits.
+
+A joiner on a host that the members' cluster lacks comes after a
+re-address: a `readdress` plan with a cluster that has it, which the
+members carry out at a step boundary through the recovery path
+(`keras_hybrid.strategy.elastic_recovery`, new ports, nobody lost).
 
 When a member other than task 0 dies, the driver picks new ports for
 every task and writes `recover-<g>.json` (the survivors and the new
 addresses); the survivors abort their collectives, serve again on the new
-ports and resume from their last commit
-(`keras_hybrid.strategy.elastic_recovery`). Once rank 0 wrote
+ports and resume from their last commit. Once rank 0 wrote
 `recovered-<g>.json`, the driver writes `plan-<g>.json` for later
 joiners. If fewer than `min_np` survive, the driver waits up to
 `wait_seconds` for discovery to report `min_np` slots, then recovers the
@@ -24,24 +29,22 @@ survivors and grows the job back with joiners; else it stops the job.
 
 import dataclasses
 import logging
-import os
 import secrets
 import signal
-import subprocess
-import sys
 import tempfile
-import threading
 import time
 
 from keras_hybrid.launch import elastic_files as em
 from keras_hybrid.launch import exit_codes
-from keras_hybrid.launch.commit_store import make_commit_dir
+from keras_hybrid.launch import host_slots
 from keras_hybrid.launch.commit_store import remove_commit_dir
+from keras_hybrid.launch.elastic_envs import ElasticSettings
+from keras_hybrid.launch.elastic_envs import task_envs
+from keras_hybrid.launch.elastic_process import ElasticProcesses
+from keras_hybrid.launch.elastic_setup import setup_job
 from keras_hybrid.launch.host_discovery import HostDiscovery
-from keras_hybrid.launch.output_forwarder import OutputForwarder
-from keras_hybrid.launch.topology import free_ports
-from keras_hybrid.launch.topology import local_specs
-from keras_hybrid.launch.worker_env import worker_env
+from keras_hybrid.launch.plan_channel import ChannelServer
+from keras_hybrid.launch.plan_channel import FileChannel
 
 logger = logging.getLogger(__name__)
 _TICK = 0.05
@@ -80,6 +83,11 @@ class ElasticDriver:
             `"buddy"`: to a buddy copy (`launch.commit_store`).
         commit_dir: Optional string. The shared directory holding the
             job's commit folder. Defaults to one under /dev/shm.
+        elastic_dir: Optional string. A directory every host shares, for
+            the job's plan files (the job is then multi-host). Defaults to
+            a local temporary directory, or, when discovery's first
+            answer names other hosts, the launcher's TCP server
+            (`plan_channel`).
     """
 
     def __init__(
@@ -97,6 +105,7 @@ class ElasticDriver:
         commit_interval: int = em.DEFAULT_COMMIT_INTERVAL,
         commit_store: str = "directory",
         commit_dir: str | None = None,
+        elastic_dir: str | None = None,
     ) -> None:
         check_bounds(min_np, max_np)
         if int(commit_interval) < 1:
@@ -110,29 +119,31 @@ class ElasticDriver:
         self.poll_seconds = poll_seconds
         self.wait_seconds = wait_seconds
         self.grace_seconds = grace_seconds
-        self.directory = tempfile.mkdtemp(prefix="keras_hybrid_elastic_")
-        # Every elastic worker runs on this host (`local_specs`).
-        self.commit_dir = make_commit_dir(
-            commit_store, commit_dir, self.directory, single_host=True
+        self.elastic_dir = elastic_dir
+        self.directory = tempfile.mkdtemp(
+            prefix="keras_hybrid_elastic_", dir=elastic_dir
         )
-        logger.info(
-            "partitioned tables are committed %s",
-            f"to files under {self.commit_dir}"
-            if self.commit_dir
-            else "with a buddy copy on the next worker",
+        # Set by `_setup` from discovery's first answer.
+        self.multi_host = elastic_dir is not None
+        self.channel = FileChannel(self.directory)
+        self.commit_dir: str | None = None
+        self._commit = (commit_store, commit_dir)
+        self._settings = ElasticSettings(
+            self.directory,
+            min_np,
+            max_np,
+            str(secrets.randbelow(2**31)),
+            int(commit_interval),
+            None,
+            threads,
+            env,
         )
-        self._worker_settings = {
-            "threads": threads,
-            "extra_env": env,
-            em.COMMIT_INTERVAL_ENV: str(int(commit_interval)),
-            em.SEED_ENV: str(secrets.randbelow(2**31)),
-        }
-        self._envs, self.cluster = self._make_envs()
+        self._placed: dict[int, str] = {}  # members' (and joiners') hosts
+        self._envs, self.cluster = [], []
         self.members: list[int] = []
         self.generation = 0
-        self._procs: dict[int, subprocess.Popen] = {}
-        self._forwarders: list[OutputForwarder] = []
-        self._locks = (threading.Lock(), threading.Lock())
+        self._workers = ElasticProcesses(command, grace_seconds)
+        self._procs = self._workers.procs
         self._change: _Change | None = None
         self._signals: list[int] = []
         self._dismissed: set[int] = set()  # joiners stopped at the end
@@ -140,33 +151,28 @@ class ElasticDriver:
         self._short_since: float | None = None  # waiting for slots
         self._short_lost: list[int] = []
         self._recovering: int | None = None  # generation of a recovery
+        self._after_readdress: list = []  # joiners to start after it
         self.recoveries: list[dict] = []
 
+    def _setup(self, discovered: list) -> None:
+        """Multi-host or not, the plan channel and the commit store
+        (`elastic_setup`), from discovery's first answer."""
+        store, commit_dir = self._commit
+        setup = setup_job(
+            discovered, self.directory, self.elastic_dir, store, commit_dir
+        )
+        self.multi_host, self.channel = setup.multi_host, setup.channel
+        self.commit_dir = setup.commit_dir
+        self._settings = dataclasses.replace(
+            self._settings,
+            commit_dir=self.commit_dir,
+            local_address=setup.local_address,
+            channel_env=self.channel.env(),
+        )
+
     def _make_envs(self) -> tuple:
-        """Every task's environment on new loopback ports, and the
-        cluster's addresses."""
-        settings = self._worker_settings
-        specs = local_specs(free_ports(self.max_np))
-        cluster = [spec.address for spec in specs]
-        envs = [
-            {
-                **os.environ,
-                **worker_env(
-                    spec,
-                    cluster,
-                    threads=settings["threads"],
-                    extra_env=settings["extra_env"],
-                ),
-                em.DIR_ENV: self.directory,
-                em.MIN_NP_ENV: str(self.min_np),
-                em.MAX_NP_ENV: str(self.max_np),
-                em.SEED_ENV: settings[em.SEED_ENV],
-                em.COMMIT_INTERVAL_ENV: settings[em.COMMIT_INTERVAL_ENV],
-                em.COMMIT_DIR_ENV: self.commit_dir or "",
-            }
-            for spec in specs
-        ]
-        return envs, cluster
+        """Every task's variables on new ports, and the cluster."""
+        return task_envs(self._placed, self._settings)
 
     def run(self, timeout: float | None = None) -> int:
         """Runs the job; returns its exit code (0 when task 0 finished and
@@ -179,16 +185,22 @@ class ElasticDriver:
         try:
             return self._run(timeout)
         finally:
+            if isinstance(self.channel, ChannelServer):
+                self.channel.close()
             remove_commit_dir(self.commit_dir)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
 
     def _run(self, timeout: float | None) -> int:
         deadline = time.monotonic() + timeout if timeout else None
-        slots = self._wait_for_slots(self.min_np)
-        if slots is None:
+        discovered = self._wait_for_slots(self.min_np)
+        if discovered is None:
             return 1
-        self.members = list(range(min(slots, self.max_np)))
+        self._setup(discovered)
+        first = host_slots.plan_hosts({}, discovered, 0, self.max_np)
+        self._placed = dict(first.start)
+        self._envs, self.cluster = self._make_envs()
+        self.members = sorted(self._placed)
         for task in self.members:
             self._start(task, self.members)
         next_poll = time.monotonic() + self.poll_seconds
@@ -219,7 +231,7 @@ class ElasticDriver:
                 and time.monotonic() >= next_poll
             ):
                 next_poll = time.monotonic() + self.poll_seconds
-                self._plan_change(self.discovery.total())
+                self._plan_change(self._discover())
             time.sleep(_TICK)
 
     # -- processes
@@ -228,27 +240,10 @@ class ElasticDriver:
         env = dict(self._envs[task])
         if members is not None:
             env[em.MEMBERS_ENV] = ",".join(str(t) for t in members)
-        else:
-            env.pop(em.MEMBERS_ENV, None)
-        proc = subprocess.Popen(
-            self.command,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
-        self._procs[task] = proc
+        proc = self._workers.start(task, self._placed[task], env)
         self._lost.discard(task)  # a joiner may reuse a lost task's index
-        for pipe, sink, lock in (
-            (proc.stdout, sys.stdout, self._locks[0]),
-            (proc.stderr, sys.stderr, self._locks[1]),
-        ):
-            forwarder = OutputForwarder(pipe, sink, f"[{task}] ", lock)
-            forwarder.start()
-            self._forwarders.append(forwarder)
         logger.info(
-            "started task %d (%s)", task, "member" if members else "joiner"
+            "started %s (%s)", proc.where(), "member" if members else "joiner"
         )
 
     def _check_processes(self) -> int | None:
@@ -263,9 +258,10 @@ class ElasticDriver:
                 self._lose(task, code)
                 continue
             logger.error(
-                "task %d exited with %s; stopping the job (%s).",
-                task,
+                "%s exited with %s%s; stopping the job (%s).",
+                self._procs[task].where(),
                 exit_codes.describe_returncode(code),
+                self._procs[task].hint(),
                 "task 0 leads TensorFlow's collectives"
                 if task == 0
                 else "a joiner that was not admitted yet",
@@ -290,25 +286,10 @@ class ElasticDriver:
         return 0
 
     def _signal(self, task: int, sig: int) -> None:
-        proc = self._procs[task]
-        if proc.poll() is None:
-            try:
-                os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                pass
+        self._workers.signal(task, sig)
 
     def _stop_all(self, sig: int, code: int) -> int:
-        for task in self._procs:
-            self._signal(task, sig)
-        deadline = time.monotonic() + self.grace_seconds
-        while any(p.poll() is None for p in self._procs.values()):
-            if time.monotonic() >= deadline:
-                for task in self._procs:
-                    self._signal(task, signal.SIGKILL)
-                break
-            time.sleep(_TICK)
-        for forwarder in self._forwarders:
-            forwarder.join(timeout=5.0)
+        self._workers.stop_all(sig)
         return code
 
     # -- lost workers
@@ -317,6 +298,7 @@ class ElasticDriver:
         """A member died: drops a planned change, and recovers the
         survivors now or once discovery reports enough slots."""
         self._lost.add(task)
+        rank = self.members.index(task)
         change = self._change
         if change is not None:
             # Joiners of a change that did not happen wait for a plan
@@ -324,17 +306,24 @@ class ElasticDriver:
             for joiner in change.joiners:
                 self._dismissed.add(joiner)
                 self._signal(joiner, signal.SIGTERM)
+                self._placed.pop(joiner, None)
             if change.written:
                 self.generation = max(self.generation, change.generation)
             self._change = None
+        for joiner, _ in self._after_readdress:
+            self._placed.pop(joiner, None)
+        self._after_readdress = []
         self.members = [t for t in self.members if t != task]
         logger.warning(
-            "task %d exited with %s; %d workers are left (tasks %s).",
-            task,
+            "%s exited with %s (rank %d)%s; %d workers are left (tasks %s).",
+            self._procs[task].where(),
             exit_codes.describe_returncode(code),
+            rank,
+            self._procs[task].hint(),
             len(self.members),
             self.members,
         )
+        self._placed.pop(task, None)
         if len(self.members) >= self.min_np:
             self._recover([task])
             return
@@ -354,7 +343,7 @@ class ElasticDriver:
         survivors once discovery reports `min_np` slots (joiners then grow
         the job back); returns the job's exit code (1) when `wait_seconds`
         ran out."""
-        slots = self.discovery.total()
+        slots = sum(n for _, n in self._discover())
         if slots >= self.min_np:
             self._short_since = None
             self._recover(self._short_lost)
@@ -379,24 +368,36 @@ class ElasticDriver:
         return self._stop_all(signal.SIGTERM, 1)
 
     def _recover(self, lost: list) -> None:
-        """Writes the survivors' recovery plan on new ports."""
+        """Writes the survivors' recovery plan on new ports; with nobody
+        `lost`, the members' plan to serve on a new cluster that has the
+        hosts of `_after_readdress` (at a step boundary, no abort)."""
         generation = self.generation + 1
         self._envs, self.cluster = self._make_envs()
-        em.write_recovery(
-            self.directory, generation, self.members, self.cluster, lost
-        )
+        if lost:
+            em.write_recovery(
+                self.channel, generation, self.members, self.cluster, lost
+            )
+        else:
+            em.write_plan(
+                self.channel,
+                generation,
+                self.members,
+                "readdress",
+                cluster=self.cluster,
+            )
         self.generation = generation
         self._recovering = generation
         self.recoveries.append(
             {"generation": generation, "members": list(self.members)}
         )
         logger.info(
-            "generation %d planned (lost worker %s): %d survivors %s on new "
-            "ports",
+            "generation %d planned (%s %s): %d members %s on new ports %s",
             generation,
-            lost,
+            "lost worker" if lost else "re-address for joiners",
+            lost or self._after_readdress,
             len(self.members),
             self.members,
+            self.cluster,
         )
 
     def _advance_recovery(self) -> None:
@@ -405,33 +406,42 @@ class ElasticDriver:
         generation = self._recovering
         if generation is None:
             return
-        if os.path.exists(em.recovered_path(self.directory, generation)):
-            em.write_plan(
-                self.directory, generation, self.members, "lost_worker"
-            )
+        if self.channel.get(em.recovered_name(generation)) is not None:
             self._recovering = None
+            if not self._after_readdress:
+                em.write_plan(
+                    self.channel, generation, self.members, "lost_worker"
+                )
+            else:
+                self._start_joiners(self._after_readdress)
+                self._after_readdress = []
 
     # -- membership changes
 
-    def _wait_for_slots(self, needed: int) -> int | None:
-        deadline = time.monotonic() + self.wait_seconds
-        while True:
-            slots = self.discovery.total()
-            if slots >= needed:
-                return slots
-            if time.monotonic() >= deadline:
-                logger.error(
-                    "host discovery reported %d slots, fewer than --min-np "
-                    "%d, for %g s (--elastic-timeout); giving up.",
-                    slots,
-                    needed,
-                    self.wait_seconds,
-                )
-                return None
-            time.sleep(self.poll_seconds)
+    def _discover(self) -> list[tuple[str, int]]:
+        """Discovery's `(host, slots)`. Its first answer decides whether
+        the job is multi-host (`_setup`); other hosts later in a one-host
+        job are left out (logged once)."""
+        discovered = self.discovery.slots()
+        if not self.members:
+            return discovered
+        try:
+            return host_slots.check_hosts(discovered, self.multi_host)
+        except ValueError as error:
+            self.discovery.log_once(f"{error} Leaving those hosts out.")
+            return [
+                (h, n)
+                for h, n in discovered
+                if host_slots.host_key(h) == host_slots.LOCAL
+            ]
 
-    def _plan_change(self, slots: int) -> None:
-        target = max(self.min_np, min(self.max_np, slots))
+    def _wait_for_slots(self, needed: int) -> list | None:
+        return self.discovery.wait_for(
+            needed, self.wait_seconds, self.poll_seconds
+        )
+
+    def _plan_change(self, discovered: list) -> None:
+        slots = sum(n for _, n in discovered)
         if slots < self.min_np:
             logger.warning(
                 "host discovery reports %d slots, fewer than --min-np %d; "
@@ -440,23 +450,39 @@ class ElasticDriver:
                 self.min_np,
                 len(self.members),
             )
-        if target == len(self.members):
-            return
-        generation = self.generation + 1
-        if target < len(self.members):
-            members = self.members[:target]
-            self._change = _Change(generation, members, [])
-            return
         busy = set(self.members) | {
             t for t, p in self._procs.items() if p.poll() is None
         }
-        free = [t for t in range(self.max_np) if t not in busy]
-        joiners = free[: target - len(self.members)]
-        if not joiners:
+        plan = host_slots.plan_hosts(
+            self._placed, discovered, self.min_np, self.max_np, busy
+        )
+        generation = self.generation + 1
+        if plan.retire:
+            members = [t for t in self.members if t not in plan.retire]
+            self._change = _Change(generation, members, [])
             return
+        if not plan.start:
+            return
+        old = host_slots.hosts_of(self.cluster)
+        self._placed.update(plan.start)
+        new = host_slots.task_addresses(
+            self._placed, [0] * self.max_np, self._settings.local_address
+        )
+        if host_slots.hosts_of(new) == old:
+            self._start_joiners(plan.start)
+            return
+        # The members' server definition lacks a joiner's host: they
+        # serve again on a cluster that has it, then the joiners start.
+        self._after_readdress = list(plan.start)
+        self._recover([])
+
+    def _start_joiners(self, start: list) -> None:
+        joiners = [task for task, _ in start]
         for task in joiners:
             self._start(task, None)
-        self._change = _Change(generation, self.members + joiners, joiners)
+        self._change = _Change(
+            self.generation + 1, self.members + joiners, joiners
+        )
 
     def _advance_change(self) -> None:
         change = self._change
@@ -464,12 +490,12 @@ class ElasticDriver:
             return
         if not change.written:
             ready = [
-                os.path.exists(os.path.join(self.directory, f"ready-{t}"))
+                self.channel.get(f"ready-{t}") is not None
                 for t in change.joiners
             ]
             if all(ready):
                 em.write_plan(
-                    self.directory,
+                    self.channel,
                     change.generation,
                     change.members,
                     "discovery",
@@ -484,10 +510,10 @@ class ElasticDriver:
                     change.members,
                 )
             return
-        applied = os.path.join(
-            self.directory, f"applied-{change.generation}.json"
-        )
-        if os.path.exists(applied):
+        applied = f"applied-{change.generation}.json"
+        if self.channel.get(applied) is not None:
+            for task in set(self.members) - set(change.members):
+                self._placed.pop(task, None)
             self.members = list(change.members)
             self.generation = change.generation
             self._change = None

@@ -1,9 +1,10 @@
 """The contract between the elastic launcher and its workers.
 
 Environment variables name the launcher's directory, the initial members,
-the bounds and the shared seed. The launcher and the workers then talk
-through files in that directory (one host, or a directory every host
-shares):
+the bounds and the shared seed. The launcher and the workers then exchange
+these messages on a board (`plan_channel`): files in that directory (one
+host, or `--elastic-dir`, a directory every host shares), or the
+launcher's TCP server (other hosts without a shared directory):
 
 - `plan-<g>.json`: the launcher's plan of generation g (members, reason);
 - `ready-<task>`: a joiner traced its step and waits to be admitted;
@@ -38,40 +39,53 @@ STATE_GROUP_KEY_BASE = 1 << 20
 # (`comm.tf_communicator`, from 1 << 24), below 2**31
 # (`ElasticMembership.pair_group_key`).
 PAIR_GROUP_KEY_BASE = 1 << 26
-REASONS = ("discovery", "lost_worker")
+# Why a generation was formed. A "readdress" keeps the members but serves
+# them on a new cluster that names a joiner's host (`write_plan`).
+REASONS = ("discovery", "lost_worker", "readdress")
 
 
 def write_plan(
-    directory: str, generation: int, members, reason: str, joiners=()
+    channel,
+    generation: int,
+    members,
+    reason: str,
+    joiners=(),
+    cluster=None,
 ) -> None:
-    """Writes the plan of `generation` atomically (the launcher's side):
-    its members, why, and which of them join (they receive the state)."""
+    """Puts the plan of `generation` on `channel` (a `plan_channel`
+    board; the launcher's side):
+    its members, why, which of them join (they receive the state), and
+    for a `"readdress"` the new `cluster` addresses the members serve on
+    (`strategy.elastic_recovery`, with nobody lost)."""
     if reason not in REASONS:
         raise ValueError(
             f"`reason` must be one of {REASONS}. Received: reason={reason!r}"
         )
-    write_file(
-        os.path.join(directory, f"plan-{generation}.json"),
+    channel.put(
+        f"plan-{generation}.json",
         json.dumps(
             {
                 "generation": generation,
                 "members": sorted(members),
                 "reason": reason,
                 "joiners": sorted(joiners),
+                **(
+                    {"cluster": list(cluster), "lost": []}
+                    if cluster is not None
+                    else {}
+                ),
             }
         ),
     )
 
 
-def write_recovery(
-    directory: str, generation: int, members, cluster, lost
-) -> None:
-    """Writes the recovery plan of `generation` atomically (the launcher's
+def write_recovery(channel, generation: int, members, cluster, lost) -> None:
+    """Puts the recovery plan of `generation` on `channel` (the launcher's
     side): the surviving `members`, the new `cluster` addresses (every
     task's `host:port`, since TensorFlow serves collectives again on new
     ports) and the `lost` tasks."""
-    write_file(
-        recovery_path(directory, generation),
+    channel.put(
+        recovery_name(generation),
         json.dumps(
             {
                 "generation": generation,
@@ -84,12 +98,12 @@ def write_recovery(
     )
 
 
-def recovery_path(directory: str, generation: int) -> str:
-    return os.path.join(directory, f"recover-{generation}.json")
+def recovery_name(generation: int) -> str:
+    return f"recover-{generation}.json"
 
 
-def recovered_path(directory: str, generation: int) -> str:
-    return os.path.join(directory, f"recovered-{generation}.json")
+def recovered_name(generation: int) -> str:
+    return f"recovered-{generation}.json"
 
 
 def write_file(path: str, text: str) -> None:

@@ -2,8 +2,7 @@
 
 import logging
 import subprocess
-
-from keras_hybrid.launch.ssh import is_local_host
+import time
 
 logger = logging.getLogger(__name__)
 
@@ -34,12 +33,7 @@ class HostDiscovery:
         self._logged: set[str] = set()
 
     def slots(self) -> list[tuple[str, int]]:
-        """Runs the script; returns `[(host, slots), ...]` in its order.
-
-        Raises:
-            NotImplementedError: If a host is not this machine (elastic
-                jobs run on one host for now, see docs/elastic.md).
-        """
+        """Runs the script; returns `[(host, slots), ...]` in its order."""
         try:
             out = subprocess.run(
                 [self.script],
@@ -50,26 +44,42 @@ class HostDiscovery:
             ).stdout
             hosts = parse_slots(out)
         except (OSError, subprocess.SubprocessError, ValueError) as error:
-            self._log_once(
+            self.log_once(
                 f"host discovery script {self.script!r} failed ({error}); "
                 "keeping the previous answer"
             )
             return list(self._last)
-        remote = [host for host, _ in hosts if not is_local_host(host)]
-        if remote:
-            raise NotImplementedError(
-                "Elastic jobs run on one host for now; the discovery script "
-                f"named other hosts: {remote}. Print `localhost:SLOTS`, or "
-                "use a fixed job (`--hosts`) across hosts."
-            )
         self._last = hosts
         return list(hosts)
+
+    def wait_for(
+        self, needed: int, timeout_seconds: float, poll_seconds: float
+    ) -> list[tuple[str, int]] | None:
+        """Runs the script until it reports `needed` slots; returns its
+        answer, or None (logged) after `timeout_seconds`."""
+        deadline = time.monotonic() + timeout_seconds
+        while True:
+            hosts = self.slots()
+            slots = sum(n for _, n in hosts)
+            if slots >= needed:
+                return hosts
+            if time.monotonic() >= deadline:
+                logger.error(
+                    "host discovery reported %d slots, fewer than --min-np "
+                    "%d, for %g s (--elastic-timeout); giving up.",
+                    slots,
+                    needed,
+                    timeout_seconds,
+                )
+                return None
+            time.sleep(poll_seconds)
 
     def total(self) -> int:
         """Int. The number of slots the script reports now."""
         return sum(slots for _, slots in self.slots())
 
-    def _log_once(self, message: str) -> None:
+    def log_once(self, message: str) -> None:
+        """Logs `message` as a warning the first time only."""
         if message not in self._logged:
             self._logged.add(message)
             logger.warning("%s", message)

@@ -3,6 +3,8 @@
 import os
 import re
 import shlex
+import socket
+import subprocess
 import sys
 
 from keras_hybrid.launch.validation import LOCAL_HOSTS
@@ -79,6 +81,45 @@ def ssh_client(environ: dict[str, str] | None = None) -> list[str]:
             f"a command such as 'ssh -F ./ssh_config'. Received: {value!r}."
         )
     return [*client, *SSH_OPTIONS]
+
+
+def reach_address(host: str, client: list[str] | None = None) -> str:
+    """This machine's address on the route to `host`, for a server that
+    `host` must reach (the elastic launcher's plans).
+
+    `host` is resolved as ssh resolves it (`ssh -G`: `HostName` of the ssh
+    configuration, e.g. `KERAS_HYBRID_SSH_COMMAND='ssh -F config'`); the
+    source address of a UDP socket connected to it is the answer (nothing
+    is sent). Falls back to this machine's fully qualified name.
+
+    Args:
+        host: String. A remote host as the discovery script names it.
+        client: List of strings or `None`. The ssh client. Defaults to
+            `ssh_client()`.
+
+    Returns:
+        String. An address or host name.
+    """
+    name = host
+    try:
+        shown = subprocess.run(
+            [*(client or ssh_client()), "-G", host],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout
+        for line in shown.splitlines():
+            key, _, value = line.partition(" ")
+            if key == "hostname" and value:
+                name = value.strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            sock.connect((name, 9))
+            return sock.getsockname()[0]
+    except OSError:
+        return socket.getfqdn()
 
 
 def forwarded_env(environ: dict[str, str]) -> dict[str, str]:

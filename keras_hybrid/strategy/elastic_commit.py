@@ -40,6 +40,18 @@ from keras_hybrid.strategy.call_fence import active as active_fence
 _KEEP = 2  # commits kept: survivors may be one step apart
 
 
+class PlannedReaddress(Exception):
+    """Stops `fit` after a commit at a step boundary, for the launcher's
+    plan `generation` that serves the members on a new cluster (a
+    joiner's host was not in it); `ElasticRecovery` carries it out."""
+
+    def __init__(self, generation: int) -> None:
+        super().__init__(
+            f"keras-hybrid elastic: re-address in generation {generation}"
+        )
+        self.generation = generation
+
+
 class ElasticCommit(keras.callbacks.Callback):
     """Copies the training state to host memory every `interval` steps.
 
@@ -96,13 +108,17 @@ class ElasticCommit(keras.callbacks.Callback):
         now = time.perf_counter()
         if self.last_step_end is not None:
             self.step_gaps.append(now - self.last_step_end)
-        if self._due():
+        readdress = self._membership.readdress
+        if self._due() or readdress is not None:
             epoch, next_batch = self._epoch, batch + 1
             steps = (self.params or {}).get("steps")
             if steps is not None and next_batch >= steps:
                 epoch, next_batch = epoch + 1, 0
             self.take(epoch, next_batch)
         self.last_step_end = time.perf_counter()
+        if readdress is not None:
+            self._membership.readdress = None
+            raise PlannedReaddress(readdress)
 
     def on_train_end(self, logs=None):
         self.wait_for_writes()

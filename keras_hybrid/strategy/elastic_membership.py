@@ -8,7 +8,8 @@ generation `g` with group key `GROUP_KEY_BASE + g`; TF's collective leader,
 task 0, never leaves. A worker's rank is its task's index in the sorted
 member list, which is also the order of its slice of each global batch.
 
-The launcher and the workers talk through files (`launch.elastic_files`).
+The launcher and the workers exchange plans (`launch.elastic_files`) on a
+board: files, or the launcher's TCP server (`launch.plan_channel`).
 No private hook is touched here.
 """
 
@@ -30,7 +31,8 @@ from keras_hybrid.launch.elastic_files import MIN_NP_ENV
 from keras_hybrid.launch.elastic_files import PAIR_GROUP_KEY_BASE
 from keras_hybrid.launch.elastic_files import SEED_ENV
 from keras_hybrid.launch.elastic_files import STATE_GROUP_KEY_BASE
-from keras_hybrid.launch.elastic_files import write_file
+from keras_hybrid.launch.plan_channel import FileChannel
+from keras_hybrid.launch.plan_channel import channel_from_env
 
 
 class ElasticMembership:
@@ -66,11 +68,16 @@ class ElasticMembership:
         self.commit_interval = commit_interval
         self.commit_dir = commit_dir
         self.directory = directory
+        # Where the launcher's plans are: files in `directory`, or its
+        # TCP server (`from_env`).
+        self.channel = FileChannel(directory)
         self.min_np = min_np
         self.max_np = max_np
         self.seed = seed
         self.generation = 0
         self.global_step = 0  # train steps of the job so far
+        # A re-address plan's generation, agreed at this step's end.
+        self.readdress: int | None = None
         self.members: list[int] = [] if members is None else sorted(members)
         self.rebuild_variables()
         if members is not None:
@@ -98,7 +105,7 @@ class ElasticMembership:
         if not directory:
             return None
         members = os.environ.get(MEMBERS_ENV)
-        return cls(
+        membership = cls(
             task,
             directory,
             None if not members else [int(t) for t in members.split(",")],
@@ -108,6 +115,8 @@ class ElasticMembership:
             int(os.environ.get(COMMIT_INTERVAL_ENV, DEFAULT_COMMIT_INTERVAL)),
             os.environ.get(COMMIT_DIR_ENV) or None,
         )
+        membership.channel = channel_from_env(directory)
+        return membership
 
     # -- where this process sits
 
@@ -193,20 +202,14 @@ class ElasticMembership:
 
     # -- the launcher's files
 
-    def plan_path(self, generation: int) -> str:
-        return os.path.join(self.directory, f"plan-{generation}.json")
-
     def read_plan(self, generation: int) -> dict | None:
         """The launcher's plan for `generation`, or None if not written."""
-        path = self.plan_path(generation)
-        if not os.path.exists(path):
-            return None
-        with open(path) as f:
-            return json.load(f)
+        text = self.channel.get(f"plan-{generation}.json")
+        return None if text is None else json.loads(text)
 
     def announce_ready(self) -> None:
         """Tells the launcher that this joiner reached `fit`."""
-        write_file(os.path.join(self.directory, f"ready-{self.task}"), "")
+        self.channel.put(f"ready-{self.task}", "")
 
     def wait_for_admission(self, poll_seconds: float = 0.05) -> dict:
         """Blocks until a plan names this task; returns it."""
@@ -222,7 +225,5 @@ class ElasticMembership:
 
     def report_applied(self, event: dict) -> None:
         """Tells the launcher (rank 0) that a generation took effect."""
-        path = os.path.join(
-            self.directory, f"applied-{event['generation']}.json"
-        )
-        write_file(path, json.dumps(event))
+        name = f"applied-{event['generation']}.json"
+        self.channel.put(name, json.dumps(event))

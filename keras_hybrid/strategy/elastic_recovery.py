@@ -1,5 +1,10 @@
 """`ElasticRecovery`: the survivors of a lost worker go on from a commit.
 
+The same path serves a planned re-address (`PlannedReaddress`): a joiner
+on a host that the members' cluster lacks needs them to serve on a new
+cluster; they commit at a step boundary and go through steps 1 to 4
+below with nobody lost, so no step is replayed.
+
 When a member dies, the launcher writes `recover-<g>.json`: the survivors
 and new addresses for every task. A thread of each survivor watches the
 elastic directory and, on that plan, aborts this process's collectives,
@@ -27,7 +32,6 @@ No private hook is touched here.
 """
 
 import json
-import os
 import re
 import threading
 import time
@@ -42,6 +46,7 @@ from keras_hybrid._compat import tf as tf_compat
 from keras_hybrid.launch import elastic_files
 from keras_hybrid.strategy import cluster
 from keras_hybrid.strategy import elastic_buddy
+from keras_hybrid.strategy.elastic_commit import PlannedReaddress
 from keras_hybrid.strategy.elastic_commit import broadcast_values
 from keras_hybrid.strategy.elastic_commit import is_partitioned
 from keras_hybrid.strategy.elastic_commit import state_bytes
@@ -98,20 +103,16 @@ class ElasticRecovery:
     # -- the watcher thread
 
     def _latest_plan_generation(self) -> int:
-        directory = self._membership.directory
         generations = [0]
-        for name in os.listdir(directory):
+        for name in self._membership.channel.names():
             match = _PLAN.match(name)
             if match:
                 generations.append(int(match.group(1)))
         return max(generations)
 
     def _read_plan(self, generation: int) -> dict:
-        path = elastic_files.recovery_path(
-            self._membership.directory, generation
-        )
-        with open(path) as f:
-            return json.load(f)
+        name = elastic_files.recovery_name(generation)
+        return json.loads(self._membership.channel.get(name))
 
     def _watch(self) -> None:
         while not self._stop.wait(self._poll_seconds):
@@ -148,7 +149,12 @@ class ElasticRecovery:
             The `error` itself if no recovery plan comes (the error was not
             caused by a lost worker).
         """
-        plan = self._wait_for_plan(error)
+        if isinstance(error, PlannedReaddress):
+            # Every member committed at the same step boundary: nothing
+            # is aborted, lost or replayed.
+            plan = self._membership.read_plan(error.generation)
+        else:
+            plan = self._wait_for_plan(error)
         if plan is None:
             raise error
         self._attempted = plan["generation"]
@@ -199,7 +205,7 @@ class ElasticRecovery:
             "generation": plan["generation"],
             "global_step": commit["global_step"],
             "epoch": commit["epoch"],
-            "reason": "lost_worker",
+            "reason": plan.get("reason", "lost_worker"),
             "old_size": old_size,
             "new_size": len(plan["members"]),
             "joined": [],
@@ -216,10 +222,8 @@ class ElasticRecovery:
             "normal_step_seconds": self._commit.normal_step_seconds(),
         }
         if membership.task == 0:
-            elastic_files.write_file(
-                elastic_files.recovered_path(
-                    membership.directory, plan["generation"]
-                ),
+            membership.channel.put(
+                elastic_files.recovered_name(plan["generation"]),
                 json.dumps({"generation": plan["generation"]}),
             )
         logging.info(
@@ -392,12 +396,13 @@ class ElasticRecovery:
         )
         communicator.stats.record_resize(event)
         logging.info(
-            "keras-hybrid elastic: resize at global step %d (lost worker "
-            "%s): %d -> %d workers, %d bytes moved, stall %.3f s (from the "
+            "keras-hybrid elastic: resize at global step %d (%s %s): %d "
+            "-> %d workers, %d bytes moved, stall %.3f s (from the "
             "last good step to the first replayed step %.3f s, normal step "
             "%.3f s, failure seen after %.3f s, recovery %.3f s, then fit "
             "restarted and traced its step again)",
             event["global_step"],
+            event["reason"].replace("_", " "),
             event["left"],
             event["old_size"],
             event["new_size"],

@@ -136,7 +136,12 @@ class ElasticResize(keras.callbacks.Callback):
         if agreed[0] == 0:
             return
         members = [int(t) for t in agreed[3 : 3 + agreed[2]]]
-        self._switch(int(agreed[0]), members, elastic_files.REASONS[agreed[1]])
+        reason = elastic_files.REASONS[agreed[1]]
+        if reason == "readdress":
+            # `ElasticCommit` commits after this step, then stops `fit`.
+            self._membership.readdress = int(agreed[0])
+            return
+        self._switch(int(agreed[0]), members, reason)
 
     def _switch(self, generation: int, members: list, reason: str) -> None:
         start = time.perf_counter()

@@ -3,6 +3,7 @@ workers (the switch itself is tested with TensorFlow in
 tests/strategy/test_elastic_multiprocess.py)."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -11,6 +12,7 @@ import pytest
 from keras_hybrid.launch.elastic_driver import check_bounds
 from keras_hybrid.launch.host_discovery import HostDiscovery
 from keras_hybrid.launch.host_discovery import parse_slots
+from keras_hybrid.launch.ssh import SSH_COMMAND_ENV
 
 CLI = [sys.executable, "-m", "keras_hybrid.run"]
 
@@ -39,12 +41,6 @@ def test_discovery_keeps_the_last_answer_when_the_script_fails(tmp_path):
     assert discovery.total() == 3
     slots.unlink()  # cat fails
     assert discovery.total() == 3
-
-
-def test_discovery_refuses_other_hosts(tmp_path):
-    discovery = HostDiscovery(_script(tmp_path, "echo node7:4"))
-    with pytest.raises(NotImplementedError, match="one host"):
-        discovery.slots()
 
 
 def test_bounds_need_two_workers_at_least():
@@ -189,3 +185,115 @@ def test_too_few_left_fail_after_the_timeout(tmp_path):
         "--min-np 2, and host discovery reported 1 slot(s) for 1 s"
         in proc.stderr
     )
+
+
+_FAKE_SSH = """#!/bin/sh
+# ssh stand-in: skips `-o OPTION` pairs, then runs the remote command here
+# with FAKE_HOST set to the host it was given; every host is this one.
+while [ "$1" = "-o" ]; do shift 2; done
+if [ "$1" = "-G" ]; then echo "hostname 127.0.0.1"; exit 0; fi
+FAKE_HOST="$1" exec sh -c "$2"
+"""
+
+_READDRESSED = """
+import json, os, sys, time
+from keras_hybrid.launch.plan_channel import channel_from_env
+task = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+channel = channel_from_env()
+slots = sys.argv[1]
+def wait(name):
+    while channel.get(name) is None:
+        time.sleep(0.05)
+    return json.loads(channel.get(name))
+print(json.dumps({"task": task, "host": os.environ["FAKE_HOST"],
+                  "tcp": "KERAS_HYBRID_ELASTIC_CHANNEL" in os.environ,
+                  "cluster": json.loads(os.environ["TF_CONFIG"])
+                  ["cluster"]["worker"]}))
+if task == 0:
+    with open(slots + ".tmp", "w") as f:
+        f.write("hostX:2\\nhostY:1\\n")
+    os.replace(slots + ".tmp", slots)
+    print(json.dumps({"plan1": wait("plan-1.json")}))
+    channel.put("recovered-1.json", "{}")
+    wait("joined")
+elif task == 2:
+    channel.put("joined", "{}")
+"""
+
+
+@pytest.mark.parametrize("shared_dir", [False, True])
+def test_a_joiner_on_a_new_host_comes_after_a_readdress(tmp_path, shared_dir):
+    """Discovery names hostX, then hostY too: tasks run on their hosts
+    (through the ssh client), the members get a readdress plan whose
+    cluster names hostY, and the joiner starts there on that cluster.
+    Plans travel over the launcher's TCP server, or through files in a
+    shared `--elastic-dir`."""
+    fake_ssh = tmp_path / "fake_ssh"
+    fake_ssh.write_text(_FAKE_SSH)
+    fake_ssh.chmod(0o755)
+    slots = tmp_path / "slots"
+    slots.write_text("hostX:2\n")
+    proc = subprocess.run(
+        [*CLI, "--min-np", "2", "--max-np", "3"]
+        + (["--elastic-dir", str(tmp_path)] if shared_dir else [])
+        + ["--discovery-interval", "0.1", "--grace_seconds", "1"]
+        + ["--host-discovery-script", _script(tmp_path, f"cat {slots}")]
+        + [sys.executable, "-c", _READDRESSED, str(slots)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, SSH_COMMAND_ENV: str(fake_ssh)},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "started task 2 on host hostY (joiner)" in proc.stderr
+    assert "with a buddy copy" in proc.stderr  # no shared /dev/shm
+    lines = [line.partition("] ")[2] for line in proc.stdout.splitlines()]
+    seen = [json.loads(line) for line in lines if line.startswith("{")]
+    tasks = {r["task"]: r for r in seen if "task" in r}
+    assert {r["tcp"] for r in tasks.values()} == {not shared_dir}
+    assert {t: r["host"] for t, r in tasks.items()} == {
+        0: "hostX",
+        1: "hostX",
+        2: "hostY",
+    }
+    old = tasks[0]["cluster"]
+    assert [a.rpartition(":")[0] for a in old] == [
+        "hostX",
+        "hostX",
+        "127.0.0.1",  # not placed yet: never contacted
+    ]
+    (plan,) = [r["plan1"] for r in seen if "plan1" in r]
+    assert plan["reason"] == "readdress"
+    assert plan["members"] == [0, 1] and plan["lost"] == []
+    assert [a.rpartition(":")[0] for a in plan["cluster"]] == [
+        "hostX",
+        "hostX",
+        "hostY",
+    ]
+    assert not set(plan["cluster"]) & set(old)  # new ports for everyone
+    assert tasks[2]["cluster"] == plan["cluster"]
+
+
+def test_other_hosts_later_without_elastic_dir_are_left_out(tmp_path):
+    slots = tmp_path / "slots"
+    slots.write_text("localhost:2\n")
+    worker = (
+        "import json, os, time\n"
+        "task = json.loads(os.environ['TF_CONFIG'])['task']['index']\n"
+        "if task == 0:\n"
+        f"    open({str(slots)!r}, 'w').write('localhost:2\\nnode7:2\\n')\n"
+        "    time.sleep(1.5)\n"
+    )
+    proc = subprocess.run(
+        [*CLI, "--min-np", "2", "--max-np", "4"]
+        + ["--discovery-interval", "0.1", "--grace_seconds", "1"]
+        + ["--host-discovery-script", _script(tmp_path, f"cat {slots}")]
+        + [sys.executable, "-c", worker],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "named other hosts ['node7']" in proc.stderr
+    assert proc.stderr.count("Leaving those hosts out.") == 1, proc.stderr
+    assert "started task 2" not in proc.stderr

@@ -1,0 +1,76 @@
+"""The variables the elastic launcher gives each task: `TF_CONFIG` on
+the cluster of every task's host, and the elastic contract
+(`elastic_files`)."""
+
+import dataclasses
+
+from keras_hybrid.launch import elastic_files as em
+from keras_hybrid.launch import host_slots
+from keras_hybrid.launch.topology import LOOPBACK
+from keras_hybrid.launch.topology import free_ports
+from keras_hybrid.launch.worker_env import worker_env
+from keras_hybrid.launch.worker_spec import WorkerSpec
+
+
+@dataclasses.dataclass(frozen=True)
+class ElasticSettings:
+    """What every task of one elastic job shares.
+
+    Args:
+        directory: String. The plan files' directory (`DIR_ENV`).
+        min_np: Int. Fewest workers.
+        max_np: Int. Most workers (tasks in the cluster).
+        seed: String. The job's TF seed.
+        commit_interval: Int. Global steps between two commits.
+        commit_dir: Optional string. The directory store's folder; None
+            for the buddy copy.
+        threads: Optional int. Threads per worker.
+        extra_env: Optional dict. `--env` variables.
+        local_address: String. The address of this host's tasks
+            (`host_slots.task_addresses`): loopback on one host, else how
+            other hosts reach it. Defaults to loopback.
+        channel_env: Dict. The variables naming the launcher's plan
+            server (`plan_channel.ChannelServer.env`); empty for files.
+    """
+
+    directory: str
+    min_np: int
+    max_np: int
+    seed: str
+    commit_interval: int
+    commit_dir: str | None
+    threads: int | None
+    extra_env: dict | None
+    local_address: str = LOOPBACK
+    channel_env: dict = dataclasses.field(default_factory=dict)
+
+
+def task_envs(placed: dict[int, str], settings: ElasticSettings) -> tuple:
+    """Every task's variables on new ports, each task on its host in
+    `placed` (others on a loopback placeholder), and the cluster's
+    addresses: `(envs, cluster)`."""
+    ports = free_ports(settings.max_np)
+    cluster = host_slots.task_addresses(placed, ports, settings.local_address)
+    contract = {
+        em.DIR_ENV: settings.directory,
+        em.MIN_NP_ENV: str(settings.min_np),
+        em.MAX_NP_ENV: str(settings.max_np),
+        em.SEED_ENV: settings.seed,
+        em.COMMIT_INTERVAL_ENV: str(int(settings.commit_interval)),
+        em.COMMIT_DIR_ENV: settings.commit_dir or "",
+        **settings.channel_env,
+    }
+    size = settings.max_np
+    envs = [
+        {
+            **worker_env(
+                WorkerSpec(task, size, task, size, "", port),
+                cluster,
+                threads=settings.threads,
+                extra_env=settings.extra_env,
+            ),
+            **contract,
+        }
+        for task, port in enumerate(ports)
+    ]
+    return envs, cluster

@@ -1,0 +1,177 @@
+"""The worker processes of an elastic job: on this host, or over ssh.
+
+A remote worker runs under `remote_guard` through `ssh_command`, as the
+workers of a fixed `--hosts` job do: the ssh client's stdin stays open,
+signals travel as lines on it, and closing it (SIGKILL to the client, the
+launcher's death, a broken link) stops the remote worker.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from keras_hybrid.launch.output_forwarder import OutputForwarder
+from keras_hybrid.launch.ssh import SSH_FAILURE_EXIT_CODE
+from keras_hybrid.launch.ssh import forwarded_env
+from keras_hybrid.launch.ssh import ssh_command
+
+LOCAL = "localhost"
+_TICK = 0.05
+
+
+class ElasticProcess:
+    """Starts and signals one worker.
+
+    Args:
+        task: Int. The worker's task index.
+        host: String. `"localhost"` or a host reached over ssh.
+        command: List of strings. Program and arguments.
+        contract: Dict. The launcher's variables for this worker.
+        grace_seconds: Float. What a remote guard waits between SIGTERM
+            and SIGKILL when its connection closes.
+    """
+
+    def __init__(
+        self,
+        task: int,
+        host: str,
+        command: list[str],
+        contract: dict[str, str],
+        grace_seconds: float,
+    ) -> None:
+        self.task = task
+        self.host = host
+        self.remote = host != LOCAL
+        if self.remote:
+            argv = ssh_command(
+                host,
+                os.getcwd(),
+                {**forwarded_env(os.environ), **contract},
+                command,
+                grace_seconds=grace_seconds,
+            )
+            env = dict(os.environ)
+        else:
+            argv, env = list(command), {**os.environ, **contract}
+        self.proc = subprocess.Popen(
+            argv,
+            env=env,
+            stdin=subprocess.PIPE if self.remote else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def stdout(self):
+        return self.proc.stdout
+
+    @property
+    def stderr(self):
+        return self.proc.stderr
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def send(self, sig: int) -> None:
+        """Sends `sig`: to the process group here, as a line to a remote
+        guard (SIGKILL ends the ssh client, and the guard kills)."""
+        if self.proc.poll() is not None:
+            self.close()
+            return
+        if self.remote and sig != signal.SIGKILL:
+            try:
+                self.proc.stdin.write(f"{int(sig)}\n".encode())
+                self.proc.stdin.flush()
+            except (OSError, ValueError):
+                pass
+            return
+        try:
+            os.killpg(self.proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def close(self) -> None:
+        """Closes a remote guard's stdin (it stops its worker on EOF)."""
+        if self.proc.stdin is not None:
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass
+
+    def where(self) -> str:
+        """String. `task T` or `task T on host H`, for logs."""
+        return f"task {self.task}" + (
+            f" on host {self.host}" if self.remote else ""
+        )
+
+    def hint(self) -> str:
+        """String. Why a remote worker's code may be ssh's own, or ``."""
+        if not self.remote or self.proc.returncode != SSH_FAILURE_EXIT_CODE:
+            return ""
+        return (
+            f" (ssh's own failure code: it could not reach host "
+            f"{self.host}, or lost the connection to it)"
+        )
+
+
+class ElasticProcesses:
+    """The job's workers by task, their forwarded output, and stopping
+    them all.
+
+    Args:
+        command: List of strings. Program and arguments of every worker.
+        grace_seconds: Float. Seconds between the polite signal and
+            SIGKILL in `stop_all` (and a remote guard's own grace).
+    """
+
+    def __init__(self, command: list[str], grace_seconds: float) -> None:
+        self.command = list(command)
+        self.grace_seconds = grace_seconds
+        self.procs: dict[int, ElasticProcess] = {}
+        self._forwarders: list[OutputForwarder] = []
+        self._locks = (threading.Lock(), threading.Lock())
+
+    def start(self, task: int, host: str, contract: dict) -> ElasticProcess:
+        """Starts `task` on `host` (over ssh unless `"localhost"`) with
+        the launcher's `contract` variables; its output lines get a
+        `[task]` prefix."""
+        proc = ElasticProcess(
+            task, host, self.command, contract, self.grace_seconds
+        )
+        self.procs[task] = proc
+        for pipe, sink, lock in (
+            (proc.stdout, sys.stdout, self._locks[0]),
+            (proc.stderr, sys.stderr, self._locks[1]),
+        ):
+            forwarder = OutputForwarder(pipe, sink, f"[{task}] ", lock)
+            forwarder.start()
+            self._forwarders.append(forwarder)
+        return proc
+
+    def signal(self, task: int, sig: int) -> None:
+        self.procs[task].send(sig)
+
+    def stop_all(self, sig: int) -> None:
+        """Sends `sig` to every worker, SIGKILL after the grace period,
+        and waits for their last output."""
+        for proc in self.procs.values():
+            proc.send(sig)
+        deadline = time.monotonic() + self.grace_seconds
+        while any(p.poll() is None for p in self.procs.values()):
+            if time.monotonic() >= deadline:
+                for proc in self.procs.values():
+                    proc.send(signal.SIGKILL)
+                break
+            time.sleep(_TICK)
+        for proc in self.procs.values():
+            proc.close()
+        for forwarder in self._forwarders:
+            forwarder.join(timeout=5.0)

@@ -1,0 +1,154 @@
+"""Where an elastic job's tasks run: slots per host to task starts and
+retirements, and the cluster addresses that follow.
+
+Pure functions of the placement (task -> host) and of discovery's answer;
+`ElasticDriver` carries them out. Imports nothing heavy.
+"""
+
+import dataclasses
+
+from keras_hybrid.launch.ssh import is_local_host
+from keras_hybrid.launch.topology import LOOPBACK
+
+# The name of this machine's slots in a placement (`localhost`,
+# `127.0.0.1` are one host).
+LOCAL = "localhost"
+
+
+@dataclasses.dataclass(frozen=True)
+class HostPlan:
+    """The next change of an elastic job's placement.
+
+    Args:
+        retire: List of ints. Tasks to retire (a planned shrink).
+        start: List of `(task, host)` pairs. Joiners to start (a grow).
+            Empty when `retire` is not: one change at a time.
+    """
+
+    retire: list
+    start: list
+
+
+def host_key(host: str) -> str:
+    """String. `host`, or `LOCAL` for any name of this machine."""
+    return LOCAL if is_local_host(host) else host
+
+
+def merge_slots(discovered: list[tuple[str, int]]) -> dict[str, int]:
+    """Slots per host (`host_key`), in discovery's order; a host named on
+    several lines gets their sum."""
+    slots: dict[str, int] = {}
+    for host, count in discovered:
+        key = host_key(host)
+        slots[key] = slots.get(key, 0) + int(count)
+    return slots
+
+
+def plan_hosts(
+    placed: dict[int, str],
+    discovered: list[tuple[str, int]],
+    min_np: int,
+    max_np: int,
+    busy: set | frozenset = frozenset(),
+) -> HostPlan:
+    """Which tasks to retire or start so that each host runs its slots.
+
+    A host with fewer slots than tasks retires its highest tasks (task 0,
+    TensorFlow's collective leader, never), but the job keeps `min_np`
+    tasks. Otherwise each host with free slots gets joiners, in
+    discovery's order, on the lowest free task ids, up to `max_np` tasks.
+
+    Args:
+        placed: Dict of int to string. The members' tasks and hosts.
+        discovered: List of `(host, slots)`, as from `HostDiscovery`.
+        min_np: Int. Fewest tasks.
+        max_np: Int. Most tasks (task ids are `0 .. max_np - 1`).
+        busy: Set of ints. Task ids not free (processes still running).
+
+    Returns:
+        `HostPlan`.
+
+    Example:
+
+    ```python
+    plan_hosts({0: "a", 1: "a"}, [("a", 2), ("b", 2)], 2, 8)
+    # HostPlan(retire=[], start=[(2, "b"), (3, "b")])
+    ```
+    """
+    slots = merge_slots(discovered)
+    retire = []
+    for host in sorted(set(placed.values())):
+        tasks = sorted(t for t, h in placed.items() if h == host and t != 0)
+        extra = sum(h == host for h in placed.values()) - slots.get(host, 0)
+        if extra > 0:
+            retire += tasks[len(tasks) - min(extra, len(tasks)) :]
+    retire.sort()
+    keep = len(placed) - len(retire)
+    if keep < min_np:
+        retire = retire[min_np - keep :]
+    if retire:
+        return HostPlan(retire, [])
+    taken = set(placed) | set(busy)
+    free = [t for t in range(max_np) if t not in taken]
+    room = max_np - len(placed)
+    start = []
+    for host, count in slots.items():
+        need = count - sum(h == host for h in placed.values())
+        for _ in range(max(0, min(need, room - len(start)))):
+            if not free:
+                break
+            start.append((free.pop(0), host))
+    return HostPlan([], start)
+
+
+def remote_hosts(discovered: list[tuple[str, int]]) -> list[str]:
+    """The hosts of `discovered` that are not this machine."""
+    return [h for h in merge_slots(discovered) if h != LOCAL]
+
+
+def local_only(discovered: list) -> list:
+    """The entries of `discovered` that name this machine."""
+    return [(h, n) for h, n in discovered if host_key(h) == LOCAL]
+
+
+def check_hosts(discovered: list, multi_host: bool) -> list:
+    """Returns `discovered`.
+
+    Raises:
+        ValueError: If it names other hosts in a one-host job
+            (`multi_host` False).
+    """
+    remote = remote_hosts(discovered)
+    if remote and not multi_host:
+        raise ValueError(
+            f"Host discovery named other hosts {remote} in a job that "
+            "started on this host only, whose workers serve on loopback "
+            "and read plans from local files. Name every host in the "
+            "discovery script's first answer, or give --elastic-dir, to "
+            "make the job multi-host."
+        )
+    return discovered
+
+
+def task_addresses(
+    placed: dict[int, str], ports: list[int], local: str = LOOPBACK
+) -> list[str]:
+    """Every task's `host:port` for the cluster of `len(ports)` tasks.
+
+    A task runs on its host's address; this machine's tasks on `local`
+    (loopback, or how other hosts reach this one in a multi-host job).
+    Tasks not placed get a loopback placeholder: TF never contacts a task
+    that does not run.
+    """
+    addresses = []
+    for task, port in enumerate(ports):
+        host = placed.get(task)
+        if host is None or host == LOCAL:
+            host = local if host else LOOPBACK
+        addresses.append(f"{host}:{port}")
+    return addresses
+
+
+def hosts_of(cluster: list[str]) -> list[str]:
+    """The host part of each `host:port` address."""
+    return [address.rpartition(":")[0] for address in cluster]

@@ -1,0 +1,165 @@
+"""How the elastic launcher and its workers exchange plans.
+
+The messages (`elastic_files`: `plan-<g>.json`, `ready-<task>`,
+`applied-<g>.json`, `recover-<g>.json`, `recovered-<g>.json`) are named
+texts on a board that both sides read and write:
+
+- `FileChannel`: files in one directory (one host, or `--elastic-dir`
+  shared by every host);
+- `ChannelServer` / `ChannelClient`: the launcher keeps the board in
+  memory and serves it over TCP (`multiprocessing.connection`, with an
+  authentication key in the workers' environment), so hosts need no
+  shared filesystem.
+
+Imports nothing heavy: the launcher runs without TensorFlow.
+"""
+
+import os
+import secrets
+import threading
+from multiprocessing import AuthenticationError
+from multiprocessing.connection import Client
+from multiprocessing.connection import Listener
+
+from keras_hybrid.launch.elastic_files import DIR_ENV
+from keras_hybrid.launch.elastic_files import write_file
+
+# `host:port` of the launcher's board, and its key (hex); unset: files.
+CHANNEL_ENV = "KERAS_HYBRID_ELASTIC_CHANNEL"
+AUTHKEY_ENV = "KERAS_HYBRID_ELASTIC_AUTHKEY"
+
+
+class FileChannel:
+    """The board as files in `directory` (written atomically)."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    def put(self, name: str, text: str) -> None:
+        write_file(os.path.join(self.directory, name), text)
+
+    def get(self, name: str) -> str | None:
+        try:
+            with open(os.path.join(self.directory, name)) as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
+
+    def names(self) -> list[str]:
+        return sorted(os.listdir(self.directory))
+
+    def env(self) -> dict[str, str]:
+        return {}
+
+
+class ChannelServer:
+    """The launcher's board in memory, served over TCP.
+
+    Args:
+        advertise: String. The host name or address the workers reach
+            this process on.
+        bind: String. The address to listen on. Defaults to all.
+    """
+
+    def __init__(self, advertise: str, bind: str = "0.0.0.0") -> None:
+        self.authkey = secrets.token_bytes(16)
+        self._listener = Listener((bind, 0), authkey=self.authkey)
+        self.address = f"{advertise}:{self._listener.address[1]}"
+        self._items: dict[str, str] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+        threading.Thread(
+            target=self._accept, name="keras_hybrid_plans", daemon=True
+        ).start()
+
+    def put(self, name: str, text: str) -> None:
+        with self._lock:
+            self._items[name] = text
+
+    def get(self, name: str) -> str | None:
+        with self._lock:
+            return self._items.get(name)
+
+    def names(self) -> list[str]:
+        with self._lock:
+            return sorted(self._items)
+
+    def env(self) -> dict[str, str]:
+        """The workers' variables that name this board."""
+        return {CHANNEL_ENV: self.address, AUTHKEY_ENV: self.authkey.hex()}
+
+    def close(self) -> None:
+        self._closed = True
+        self._listener.close()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                conn = self._listener.accept()
+            except (OSError, EOFError, AuthenticationError):
+                if self._closed:
+                    return
+                continue  # e.g. a peer without the key
+            threading.Thread(
+                target=self._serve, args=(conn,), daemon=True
+            ).start()
+
+    def _serve(self, conn) -> None:
+        with conn:
+            while True:
+                try:
+                    op, *args = conn.recv()
+                except (EOFError, OSError):
+                    return
+                answer = {"put": self.put, "get": self.get}.get(op)
+                conn.send(self.names() if op == "names" else answer(*args))
+
+
+class ChannelClient:
+    """A worker's end of `ChannelServer` (one connection, thread-safe;
+    reconnects once after a broken connection).
+
+    Args:
+        address: String. The server's `host:port`.
+        authkey: Bytes. The server's key.
+    """
+
+    def __init__(self, address: str, authkey: bytes) -> None:
+        host, _, port = address.rpartition(":")
+        self._address = (host, int(port))
+        self._authkey = authkey
+        self._conn = None
+        self._lock = threading.Lock()
+
+    def put(self, name: str, text: str) -> None:
+        self._request("put", name, text)
+
+    def get(self, name: str) -> str | None:
+        return self._request("get", name)
+
+    def names(self) -> list[str]:
+        return self._request("names")
+
+    def _request(self, *request):
+        with self._lock:
+            for attempt in range(2):
+                try:
+                    if self._conn is None:
+                        self._conn = Client(
+                            self._address, authkey=self._authkey
+                        )
+                    self._conn.send(request)
+                    return self._conn.recv()
+                except (OSError, EOFError):
+                    self._conn = None
+                    if attempt:
+                        raise
+
+
+def channel_from_env(directory: str | None = None):
+    """The board the launcher named in this worker's environment: its
+    TCP server, else files in `directory` (default `$DIR_ENV`)."""
+    address = os.environ.get(CHANNEL_ENV)
+    if address:
+        return ChannelClient(address, bytes.fromhex(os.environ[AUTHKEY_ENV]))
+    return FileChannel(directory or os.environ[DIR_ENV])

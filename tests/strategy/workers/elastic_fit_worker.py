@@ -6,13 +6,19 @@ discovery output) and, on the chief, sleeps `step_sleep` seconds per step
 while the file `pace` exists and waits at step `hold_at_step` while
 `hold` exists, so that joiners have time to start. The chief (or the one
 process) saves the final weights. Ranks seed differently on purpose,
-except for `--model=table`: its partitioned table keeps each worker's own
-initial rows, so every rank seeds alike and the chief saves the initial
-weights for the reference.
+except for the models with tables (all but `mlp`): a partitioned table
+keeps each worker's own initial rows, so every rank seeds alike and the
+chief saves the initial weights for the reference.
+
+`--kill_rank`, if set, makes the worker of that rank die by SIGKILL at
+its `--kill_after`-th step while the job has `--kill_size` workers, after
+writing `--slots_after` into the discovery file `--slots_file` (its slot
+is gone): a grow, a shrink and a lost worker in one job.
 """
 
 import json
 import os
+import signal
 import time
 
 import elastic_cases as cases  # noqa: I001  (sits beside this script)
@@ -36,9 +42,12 @@ flags.DEFINE_integer(
     "hold_at_step", 0, "Chief waits at this step while out_dir/hold exists."
 )
 flags.DEFINE_string("optimizer", "adam", "sgd or adam.")
-flags.DEFINE_enum(
-    "model", "mlp", cases.MODELS, "mlp, or table (a partitioned Embedding)."
-)
+flags.DEFINE_enum("model", "mlp", cases.MODELS, "mlp, or a model with tables.")
+flags.DEFINE_integer("kill_rank", -1, "Rank of the worker that dies.")
+flags.DEFINE_integer("kill_size", 3, "Job size at which it dies.")
+flags.DEFINE_integer("kill_after", 5, "Its steps at that size before.")
+flags.DEFINE_string("slots_file", None, "Discovery output to rewrite.")
+flags.DEFINE_string("slots_after", "localhost:2", "Slots after the death.")
 
 
 class SizeLog(keras.callbacks.Callback):
@@ -51,9 +60,11 @@ class SizeLog(keras.callbacks.Callback):
         self.step = 0
         # Each traced train step the chief ran, and how often it was traced.
         self.steps = {}
+        self.steps_at_kill_size = 0
 
     def on_train_batch_end(self, batch, logs=None):
         self.step += 1
+        self._maybe_die()
         if not self.strategy.is_chief:
             return
         traced = keras_compat.traced_step_of(self.model.train_function)
@@ -75,10 +86,22 @@ class SizeLog(keras.callbacks.Callback):
                 raise RuntimeError("The test never released the hold.")
             time.sleep(0.05)
 
+    def _maybe_die(self):
+        strategy = self.strategy
+        if strategy.rank != FLAGS.kill_rank or strategy.size != FLAGS.kill_size:
+            return
+        self.steps_at_kill_size += 1
+        if self.steps_at_kill_size != FLAGS.kill_after:
+            return
+        with open(FLAGS.slots_file + ".tmp", "w") as f:
+            f.write(FLAGS.slots_after + "\n")
+        os.replace(FLAGS.slots_file + ".tmp", FLAGS.slots_file)
+        os.kill(os.getpid(), signal.SIGKILL)
+
 
 def main(argv):
     del argv
-    table = FLAGS.model == "table"
+    table = FLAGS.model != "mlp"
     strategy = kh.HybridStrategy(
         variable_kinds=SPARSE_TABLES if table else {".*": "dense"}
     )

@@ -93,7 +93,7 @@ class ElasticFitTest(TestCase):
         self.assertEqual(grow["table_bytes"] + shrink["table_bytes"], 0)
 
 
-def _run_job(worker_args: list) -> tuple:
+def _run_job(worker_args: list, shrink: bool = True) -> tuple:
     """Runs the worker elastically under `_drive`; returns the launcher's
     output, the chief's result and the sizes its callback recorded."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -118,6 +118,7 @@ def _run_job(worker_args: list) -> tuple:
                 "--step_sleep=0.1",
                 "--hold_at_step=10",
                 f"--slots_file={slots}",
+                "--timeout_seconds=60",
                 *worker_args,
             ],
             stdout=subprocess.PIPE,
@@ -132,7 +133,7 @@ def _run_job(worker_args: list) -> tuple:
         )
         reader.start()
         try:
-            _drive(proc, out_dir, slots, lines)
+            _drive(proc, out_dir, slots, lines, shrink)
             proc.wait(timeout=TIMEOUT)
         finally:
             if proc.poll() is None:
@@ -150,10 +151,10 @@ def _run_job(worker_args: list) -> tuple:
     return output, result, sizes
 
 
-def _drive(proc, out_dir: str, slots: str, lines: list) -> None:
+def _drive(proc, out_dir: str, slots: str, lines: list, shrink: bool) -> None:
     """Rewrites the discovery output as training goes: 4 slots once
-    the job trains, 3 once 4 workers trained 3 steps, then lets the
-    chief run at full speed."""
+    the job trains, 3 once 4 workers trained 3 steps (if `shrink`), then
+    lets the chief run at full speed."""
     deadline = time.monotonic() + TIMEOUT
     stage = 0
     while time.monotonic() < deadline and proc.poll() is None:
@@ -163,7 +164,7 @@ def _drive(proc, out_dir: str, slots: str, lines: list) -> None:
             stage = 1
         elif stage == 1 and any("generation 1 planned" in x for x in lines):
             os.remove(os.path.join(out_dir, "hold"))
-            stage = 2
+            stage = 2 if shrink else 3
         elif stage == 2 and sizes.count(4) >= 3:
             _write(slots, "localhost:3\n")
             stage = 3
@@ -212,12 +213,17 @@ class ElasticAcceptanceTest(TestCase):
     the shrink, and the job finishes on 2 workers."""
 
     MODEL = "custom_table"
+    # Partitioned; the 2-row position table stays dense (fewer rows than
+    # --max-np), although `.*embeddings` names it too.
+    TABLES = ("tok_pos/token/embeddings",)
+    KILL_RANK = 1  # its rows go to rank 2, a joiner
 
     def test_grow_shrink_and_lost_worker_equal_one_process(self):
         output, result, sizes = _run_job(
             [
                 f"--model={self.MODEL}",
-                *("--kill_rank=1", "--kill_size=3", "--kill_after=5"),
+                f"--kill_rank={self.KILL_RANK}",
+                *("--kill_size=3", "--kill_after=5"),
             ]
         )
         changes = [
@@ -226,9 +232,8 @@ class ElasticAcceptanceTest(TestCase):
         self.assertEqual(changes, [2, 4, 3, 2], output[-4000:])
         # 80 global batches, plus the ones replayed after the loss.
         self.assertGreater(len(sizes), 80)
-        self.assertIn(
-            "tok_pos/token/embeddings: rows per worker", result["plan"]
-        )
+        for table in self.TABLES:
+            self.assertIn(f"{table}: rows per worker", result["plan"])
         reference = cases.table_reference(result["initial"], name=self.MODEL)
         for got, want in zip(result["weights"], reference, strict=True):
             np.testing.assert_allclose(got, want, atol=1e-5)
@@ -240,5 +245,43 @@ class ElasticAcceptanceTest(TestCase):
             reasons,
             [("discovery", 2, 4), ("discovery", 4, 3), ("lost_worker", 3, 2)],
         )
-        self.assertEqual(result["resizes"][2]["left"], [1])
-        self.assertIn("lost worker [1]", output)
+        self.assertEqual(result["resizes"][2]["left"], [self.KILL_RANK])
+        self.assertIn(f"lost worker [{self.KILL_RANK}]", output)
+
+
+class ElasticLossNearGrowTest(TestCase):
+    """A worker lost within a step of a grow, before the new members'
+    first commit: the survivors agree on the commit taken before the
+    joiners came, which the joiners lack. They receive its layout from
+    rank 0 (`elastic_layout`), the lost member's rows come from its file
+    (the directory store), and the tables are re-balanced over the
+    survivors, joiners included."""
+
+    def test_rank_1_lost_in_the_first_step_after_a_grow(self):
+        output, result, sizes = _run_job(
+            [
+                "--model=table",
+                *("--kill_rank=1", "--kill_size=4", "--kill_after=1"),
+                *("--kill_on=begin", "--slots_after=localhost:3"),
+            ],
+            shrink=False,
+        )
+        changes = [
+            s for i, s in enumerate(sizes) if i == 0 or sizes[i - 1] != s
+        ]
+        self.assertEqual(changes, [2, 3], output[-4000:])
+        self.assertIn("table/embeddings: rows per worker", result["plan"])
+        reference = cases.table_reference(result["initial"])
+        for got, want in zip(result["weights"], reference, strict=True):
+            np.testing.assert_allclose(got, want, atol=1e-5)
+        self.assertIn("generation 1 planned: 2 -> 4 workers", output)
+        # The grow's record waits for the end of its first step (its
+        # stall), which the loss cut short: only the loss is recorded.
+        (lost,) = result["resizes"]
+        self.assertEqual((lost["old_size"], lost["new_size"]), (4, 3))
+        self.assertEqual(lost["reason"], "lost_worker")
+        self.assertEqual(lost["left"], [1])
+        # The commit predates the grow (at global step 10): rank 0 sent
+        # the joiners the replicated state, and no table rows.
+        self.assertLess(lost["global_step"], 10)
+        self.assertGreater(lost["bytes_moved"], lost["table_bytes"])

@@ -11,7 +11,9 @@ keeps each worker's own initial rows, so every rank seeds alike and the
 chief saves the initial weights for the reference.
 
 `--kill_rank`, if set, makes the worker of that rank die by SIGKILL at
-its `--kill_after`-th step while the job has `--kill_size` workers, after
+its `--kill_after`-th step while the job has `--kill_size` workers (at
+its end, or with `--kill_on=begin` at its start: within a step of the
+resize to that size, before its first commit, for `--kill_after=1`), after
 writing `--slots_after` into the discovery file `--slots_file` (its slot
 is gone): a grow, a shrink and a lost worker in one job.
 """
@@ -46,7 +48,11 @@ flags.DEFINE_enum("model", "mlp", cases.MODELS, "mlp, or a model with tables.")
 flags.DEFINE_integer("kill_rank", -1, "Rank of the worker that dies.")
 flags.DEFINE_integer("kill_size", 3, "Job size at which it dies.")
 flags.DEFINE_integer("kill_after", 5, "Its steps at that size before.")
+flags.DEFINE_enum(
+    "kill_on", "end", ("begin", "end"), "At the end or the start of it."
+)
 flags.DEFINE_string("slots_file", None, "Discovery output to rewrite.")
+flags.DEFINE_float("timeout_seconds", 300.0, "Strategy's timeout_seconds.")
 flags.DEFINE_string("slots_after", "localhost:2", "Slots after the death.")
 
 
@@ -62,9 +68,16 @@ class SizeLog(keras.callbacks.Callback):
         self.steps = {}
         self.steps_at_kill_size = 0
 
+    def on_train_batch_begin(self, batch, logs=None):
+        if FLAGS.kill_on == "begin":
+            self._maybe_die(self.steps_at_kill_size + 1)
+
     def on_train_batch_end(self, batch, logs=None):
         self.step += 1
-        self._maybe_die()
+        if self._at_kill_size():
+            self.steps_at_kill_size += 1
+            if FLAGS.kill_on == "end":
+                self._maybe_die(self.steps_at_kill_size)
         if not self.strategy.is_chief:
             return
         traced = keras_compat.traced_step_of(self.model.train_function)
@@ -86,12 +99,15 @@ class SizeLog(keras.callbacks.Callback):
                 raise RuntimeError("The test never released the hold.")
             time.sleep(0.05)
 
-    def _maybe_die(self):
+    def _at_kill_size(self) -> bool:
         strategy = self.strategy
-        if strategy.rank != FLAGS.kill_rank or strategy.size != FLAGS.kill_size:
-            return
-        self.steps_at_kill_size += 1
-        if self.steps_at_kill_size != FLAGS.kill_after:
+        return (
+            strategy.rank == FLAGS.kill_rank
+            and strategy.size == FLAGS.kill_size
+        )
+
+    def _maybe_die(self, step_at_kill_size: int):
+        if not self._at_kill_size() or step_at_kill_size != FLAGS.kill_after:
             return
         with open(FLAGS.slots_file + ".tmp", "w") as f:
             f.write(FLAGS.slots_after + "\n")
@@ -103,7 +119,8 @@ def main(argv):
     del argv
     table = FLAGS.model != "mlp"
     strategy = kh.HybridStrategy(
-        variable_kinds=SPARSE_TABLES if table else {".*": "dense"}
+        variable_kinds=SPARSE_TABLES if table else {".*": "dense"},
+        timeout_seconds=FLAGS.timeout_seconds,
     )
     x, y = cases.make_data(FLAGS.model, FLAGS.num_samples)
     seed = 100 if table else 100 + strategy.rank

@@ -93,9 +93,12 @@ class ElasticFitTest(TestCase):
         self.assertEqual(grow["table_bytes"] + shrink["table_bytes"], 0)
 
 
-def _run_job(worker_args: list, shrink: bool = True) -> tuple:
-    """Runs the worker elastically under `_drive`; returns the launcher's
-    output, the chief's result and the sizes its callback recorded."""
+def _run_job(
+    worker_args: list, shrink: bool = True, flags: tuple = ()
+) -> tuple:
+    """Runs the worker elastically under `_drive` (with the launcher's
+    extra `flags`); returns the launcher's output, the chief's result and
+    the sizes its callback recorded."""
     with tempfile.TemporaryDirectory() as tmp:
         out_dir = os.path.join(tmp, "elastic")
         os.makedirs(out_dir)
@@ -113,6 +116,7 @@ def _run_job(worker_args: list, shrink: bool = True) -> tuple:
                 *("--min-np", "2", "--max-np", "4", "--threads", "1"),
                 *("--host-discovery-script", script),
                 *("--discovery-interval", "0.2"),
+                *flags,
                 *(sys.executable, WORKER, f"--out_dir={out_dir}"),
                 *ARGS,
                 "--step_sleep=0.1",

@@ -10,7 +10,8 @@ except for the models with tables (all but `mlp`): a partitioned table
 keeps each worker's own initial rows, so every rank seeds alike and the
 chief saves the initial weights for the reference.
 
-`--kill_rank`, if set, makes the worker of that rank die by SIGKILL at
+`--kill_rank`, if set, makes the worker of that rank (or of each rank of
+a comma-separated list) die by SIGKILL at
 its `--kill_after`-th step while the job has `--kill_size` workers (at
 its end, or with `--kill_on=begin` at its start: within a step of the
 resize to that size, before its first commit, for `--kill_after=1`), after
@@ -45,7 +46,7 @@ flags.DEFINE_integer(
 )
 flags.DEFINE_string("optimizer", "adam", "sgd or adam.")
 flags.DEFINE_enum("model", "mlp", cases.MODELS, "mlp, or a model with tables.")
-flags.DEFINE_integer("kill_rank", -1, "Rank of the worker that dies.")
+flags.DEFINE_list("kill_rank", [], "Ranks of the workers that die.")
 flags.DEFINE_integer("kill_size", 3, "Job size at which it dies.")
 flags.DEFINE_integer("kill_after", 5, "Its steps at that size before.")
 flags.DEFINE_enum(
@@ -102,7 +103,7 @@ class SizeLog(keras.callbacks.Callback):
     def _at_kill_size(self) -> bool:
         strategy = self.strategy
         return (
-            strategy.rank == FLAGS.kill_rank
+            str(strategy.rank) in FLAGS.kill_rank
             and strategy.size == FLAGS.kill_size
         )
 

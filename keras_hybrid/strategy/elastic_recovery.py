@@ -188,6 +188,11 @@ class ElasticRecovery:
             )
         commit, moved = self._agree(plan["members"])
         _check_tables(self._model, commit, plan["members"], error)
+        if moved and self._commit.find(commit["global_step"]) is None:
+            # Kept like the others' copy: without any commit, this joiner
+            # alone would commit at `fit`'s restart (a collective with the
+            # buddy store, which the others never join).
+            self._commit.commits.append(commit)
         tables = self._rebuild(commit, plan["members"])
         self._commit.restore_position(commit)
         model = self._model
@@ -396,6 +401,9 @@ class ElasticRecovery:
             "fenced": fenced,
             "values": values if comm.rank == 0 else received,
             "tables": tables,
+            # Not a generation of this worker: the next commit follows the
+            # first step of the survivors' group, as on the others.
+            "generation": -1,
         }
 
     def finish(self, communicator) -> None:

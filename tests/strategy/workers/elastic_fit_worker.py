@@ -110,10 +110,26 @@ class SizeLog(keras.callbacks.Callback):
     def _maybe_die(self, step_at_kill_size: int):
         if not self._at_kill_size() or step_at_kill_size != FLAGS.kill_after:
             return
+        if FLAGS.kill_on == "begin":
+            _wait_until_applied()
         with open(FLAGS.slots_file + ".tmp", "w") as f:
             f.write(FLAGS.slots_after + "\n")
         os.replace(FLAGS.slots_file + ".tmp", FLAGS.slots_file)
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _wait_until_applied() -> None:
+    """Waits until the launcher knows the latest plan took effect, so that
+    it counts the joiners among the survivors (a loss it sees first
+    cancels the grow and stops them)."""
+    directory = os.environ["KERAS_HYBRID_ELASTIC_DIR"]
+    plans = [n for n in os.listdir(directory) if n.startswith("plan-")]
+    latest = max(int(n[len("plan-") : -len(".json")]) for n in plans)
+    applied = os.path.join(directory, f"applied-{latest}.json")
+    deadline = time.monotonic() + 60
+    while not os.path.exists(applied) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)  # the launcher reads it every tick
 
 
 def main(argv):

@@ -253,6 +253,16 @@ class ElasticAcceptanceTest(TestCase):
         self.assertIn(f"lost worker [{self.KILL_RANK}]", output)
 
 
+class ElasticAcceptanceSharedTableTest(ElasticAcceptanceTest):
+    """The same on a functional model that looks one table up twice (the
+    two lookups' gradients meet on the owner), losing rank 2, whose rows
+    go to rank 0."""
+
+    MODEL = "shared"
+    TABLES = ("table/embeddings",)
+    KILL_RANK = 2
+
+
 class ElasticLossNearGrowTest(TestCase):
     """A worker lost within a step of a grow, before the new members'
     first commit: the survivors agree on the commit taken before the

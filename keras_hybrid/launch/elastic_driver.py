@@ -479,6 +479,9 @@ class ElasticDriver:
     def _start_joiners(self, start: list) -> None:
         joiners = [task for task, _ in start]
         for task in joiners:
+            # An earlier process of this task (lost or retired) may have
+            # left its `ready-<task>`: only the new process's counts.
+            self.channel.remove(f"ready-{task}")
             self._start(task, None)
         self._change = _Change(
             self.generation + 1, self.members + joiners, joiners

@@ -14,6 +14,7 @@ texts on a board that both sides read and write:
 Imports nothing heavy: the launcher runs without TensorFlow.
 """
 
+import contextlib
 import os
 import secrets
 import threading
@@ -47,6 +48,11 @@ class FileChannel:
 
     def names(self) -> list[str]:
         return sorted(os.listdir(self.directory))
+
+    def remove(self, name: str) -> None:
+        """Removes `name` if it is there (the launcher's side only)."""
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(self.directory, name))
 
     def env(self) -> dict[str, str]:
         return {}
@@ -83,6 +89,11 @@ class ChannelServer:
     def names(self) -> list[str]:
         with self._lock:
             return sorted(self._items)
+
+    def remove(self, name: str) -> None:
+        """Removes `name` if it is there (the launcher's side only)."""
+        with self._lock:
+            self._items.pop(name, None)
 
     def env(self) -> dict[str, str]:
         """The workers' variables that name this board."""

@@ -119,6 +119,7 @@ def make_plan(
     num_shards: int,
     overrides: dict | None = None,
     link: cost_rule.Link | None = None,
+    min_rows: int | None = None,
 ) -> RoutingPlan:
     """Decides the kind of each variable and lays out sparse ones.
 
@@ -128,6 +129,11 @@ def make_plan(
         overrides: Optional dict `{path or regex: "dense" | "sparse"}`.
             An exact path wins over regexes; a regex must full-match.
         link: Optional `cost_rule.Link`. Defaults to `Link()`.
+        min_rows: Optional int. A variable with fewer rows stays dense,
+            overrides included. Defaults to `num_shards`. An elastic job
+            passes its most workers (`--max-np`): a resize spreads every
+            partitioned table over up to that many, each holding at
+            least one row.
 
     Returns:
         A `RoutingPlan`.
@@ -138,9 +144,10 @@ def make_plan(
     """
     overrides = kind_overrides.check_overrides(overrides)
     link = link or cost_rule.Link()
+    min_rows = max(num_shards, min_rows or 0)
     entries = []
     for facts in variables:
-        kind, source, reason, cost = _decide(facts, num_shards, link)
+        kind, source, reason, cost = _decide(facts, num_shards, link, min_rows)
         forced = kind_overrides.override_for(facts.path, overrides)
         if forced is None and facts.keras_path:
             forced = kind_overrides.override_for(facts.keras_path, overrides)
@@ -153,9 +160,9 @@ def make_plan(
                     f"A scalar cannot be partitioned by rows. Received: "
                     f"{facts.path!r} with shape () made sparse."
                 )
-            if facts.shape[0] < num_shards:
+            if facts.shape[0] < min_rows:
                 kind, source = "dense", "too few rows"
-                reason = f"{facts.shape[0]} rows for {num_shards} shards"
+                reason = _too_few(facts.shape[0], num_shards, min_rows)
             else:
                 partition = RowPartition.create(facts.shape[0], num_shards)
         entries.append(
@@ -173,13 +180,20 @@ def make_plan(
     return RoutingPlan(tuple(entries), num_shards)
 
 
-def _decide(facts: VariableFacts, num_shards: int, link):
+def _too_few(rows: int, num_shards: int, min_rows: int) -> str:
+    """The reason of a table kept dense for having fewer than `min_rows`."""
+    if min_rows == num_shards:
+        return f"{rows} rows for {num_shards} shards"
+    return f"{rows} rows for up to {min_rows} shards (elastic --max-np)"
+
+
+def _decide(facts: VariableFacts, num_shards: int, link, min_rows: int):
     """`(kind, source, reason, cost)` of one variable, overrides aside."""
     if not facts.shape:
         return "dense", "not a table", "a scalar", None
-    if facts.shape[0] < num_shards:
-        rows = f"{facts.shape[0]} rows for {num_shards} shards"
-        return "dense", "too few rows", rows, None
+    if facts.shape[0] < min_rows:
+        reason = _too_few(facts.shape[0], num_shards, min_rows)
+        return "dense", "too few rows", reason, None
     if facts.blocker:
         return "dense", "blocked", facts.blocker, None
     if facts.use == "whole":

@@ -16,6 +16,7 @@ No private hook is touched here.
 import contextlib
 import json
 import os
+import re
 import time
 
 import tensorflow as tf
@@ -212,18 +213,54 @@ class ElasticMembership:
         self.channel.put(f"ready-{self.task}", "")
 
     def wait_for_admission(self, poll_seconds: float = 0.05) -> dict:
-        """Blocks until a plan names this task; returns it."""
-        generation = 1
+        """Blocks until a plan admits this process; returns it.
+
+        The plans of an earlier process of this task (a joiner or member
+        that was lost or left, and that this process replaces) are not
+        this one's admission: only a plan naming this task among its
+        joiners after the last record of that end counts (see
+        `admission`).
+        """
         while True:
-            plan = self.read_plan(generation)
-            if plan is None:
-                time.sleep(poll_seconds)
-                continue
-            if self.task in plan["members"]:
+            plan = admission(self.channel, self.task)
+            if plan is not None:
                 return plan
-            generation += 1
+            time.sleep(poll_seconds)
 
     def report_applied(self, event: dict) -> None:
         """Tells the launcher (rank 0) that a generation took effect."""
         name = f"applied-{event['generation']}.json"
         self.channel.put(name, json.dumps(event))
+
+
+_RECORD = re.compile(r"(plan|recover)-(\d+)\.json$")
+
+
+def admission(channel, task: int) -> dict | None:
+    """The plan that admits the current process of `task`, or None yet.
+
+    Reads the launcher's plans and recovery plans in generation order: a
+    plan naming `task` among its joiners admits it; a later recovery that
+    lost it, or a plan without it, ends that admission (it was an earlier
+    process of the task). Pure but for reading the plan `channel`
+    (`launch.plan_channel`: files or the launcher over TCP).
+    """
+    records = []
+    for name in channel.names():
+        match = _RECORD.match(name)
+        if match:
+            records.append((int(match.group(2)), match.group(1), name))
+    admitted = None
+    for _, kind, name in sorted(records):
+        text = channel.get(name)
+        if text is None:
+            continue
+        record = json.loads(text)
+        if kind == "recover":
+            if task in record["lost"]:
+                admitted = None
+        elif task in record.get("joiners", ()):
+            admitted = record
+        elif task not in record["members"]:
+            admitted = None
+    return admitted

@@ -18,7 +18,8 @@ fails at once. `fit` (see `elastic_patches`) catches the error and calls
 2. makes the survivors the group of every collective (generation g);
 3. agrees with the other survivors on the last commit they all hold
    (`ElasticCommit`), or receives it from rank 0 if this worker lacks it
-   (a joiner admitted after it), and gives every Keras variable new
+   (a joiner admitted after it; of partitioned tables, only their layout
+   at the commit: see `elastic_layout`), and gives every Keras variable new
    storage holding it (on TF 2.21 `assign` to a variable made before the
    reset does nothing); partitioned tables and their slots take their
    rows from the commit's own rows and buddy copies (`elastic_buddy`) and
@@ -46,11 +47,12 @@ from keras_hybrid._compat import tf as tf_compat
 from keras_hybrid.launch import elastic_files
 from keras_hybrid.strategy import cluster
 from keras_hybrid.strategy import elastic_buddy
+from keras_hybrid.strategy import elastic_layout
 from keras_hybrid.strategy.elastic_commit import PlannedReaddress
 from keras_hybrid.strategy.elastic_commit import broadcast_values
 from keras_hybrid.strategy.elastic_commit import is_partitioned
-from keras_hybrid.strategy.elastic_commit import state_bytes
 from keras_hybrid.strategy.elastic_commit import state_variables
+from keras_hybrid.strategy.elastic_commit import variables_bytes
 from keras_hybrid.strategy.global_read_variable import GlobalReadVariable
 
 _PLAN = re.compile(r"recover-(\d+)\.json$")
@@ -191,7 +193,12 @@ class ElasticRecovery:
                 [t for t in plan["members"] if t != membership.task]
             )
         commit, moved = self._agree(plan["members"])
-        _check_tables(self._model, commit, moved, plan["members"], error)
+        _check_tables(self._model, commit, plan["members"], error)
+        if moved and self._commit.find(commit["global_step"]) is None:
+            # Kept like the others' copy: without any commit, this joiner
+            # alone would commit at `fit`'s restart (a collective with the
+            # buddy store, which the others never join).
+            self._commit.commits.append(commit)
         tables = self._rebuild(commit, plan["members"])
         self._commit.restore_position(commit)
         model = self._model
@@ -348,11 +355,15 @@ class ElasticRecovery:
         moved = 0
         if int(np.asarray(lacking)[0]):
             commit = self._receive_from_rank0(commit, step)
-            moved = state_bytes(self._model) * int(np.asarray(lacking)[0])
+            replicated = [
+                v for v in state_variables(self._model) if not is_partitioned(v)
+            ]
+            moved = variables_bytes(replicated) * int(np.asarray(lacking)[0])
         return commit, moved
 
     def _receive_from_rank0(self, commit: dict | None, step: int) -> dict:
-        """Rank 0 broadcasts its commit of `step` (position and values)."""
+        """Rank 0 broadcasts its commit of `step` (position and values,
+        and the layout of partitioned tables: see `elastic_layout`)."""
         comm = self._strategy.communicator
         variables = state_variables(self._model)
         if comm.rank == 0:
@@ -366,17 +377,37 @@ class ElasticRecovery:
         else:
             header = [0, 0, 0]
             values = [
-                np.zeros(v.shape, v.dtype.as_numpy_dtype) for v in variables
+                None
+                if is_partitioned(v)
+                else np.zeros(v.shape, tf.as_dtype(v.dtype).as_numpy_dtype)
+                for v in variables
             ]
         header = comm.broadcast(tf.constant(header, tf.int64), root=0)
-        received = [np.asarray(v) for v in broadcast_values(comm, values)]
+        # Partitioned tables have no value in a commit (None): their rows
+        # are in its `tables`, restored from the store.
+        replicated = [
+            i for i, v in enumerate(variables) if not is_partitioned(v)
+        ]
+        sent = broadcast_values(comm, [values[i] for i in replicated])
+        received = list(values)
+        for i, value in zip(replicated, sent, strict=True):
+            received[i] = np.asarray(value)
         epoch, batch, fenced = (int(v) for v in np.asarray(header))
+        tables = None
+        if any(is_partitioned(v) for v in variables):
+            tables = elastic_layout.broadcast_layout(
+                comm, commit["tables"] if commit is not None else None
+            )
         return {
             "global_step": step,
             "epoch": epoch,
             "batch": batch,
             "fenced": fenced,
             "values": values if comm.rank == 0 else received,
+            "tables": tables,
+            # Not a generation of this worker: the next commit follows the
+            # first step of the survivors' group, as on the others.
+            "generation": -1,
         }
 
     def finish(self, communicator) -> None:
@@ -415,20 +446,15 @@ class ElasticRecovery:
         )
 
 
-def _check_tables(model, commit: dict, moved: int, survivors, error) -> None:
+def _check_tables(model, commit: dict, survivors, error) -> None:
     """Raises on every survivor if `model` has partitioned tables and those
-    of `commit` cannot be restored over `survivors`."""
+    of `commit` cannot be restored over `survivors`.
+
+    A survivor admitted after `commit` (a loss within a step of a grow)
+    holds its layout only (`elastic_layout`): it needs no rows of it.
+    """
     if not any(is_partitioned(v) for v in state_variables(model)):
         return
-    if moved:
-        raise NotImplementedError(
-            "keras-hybrid elastic: a worker was lost within a step of a "
-            "resize, before the new members' first commit; the last commit "
-            "they all hold predates a member, which holds no rows of it. "
-            "Partitioned tables cannot be restored from it. Keep tables "
-            "replicated with HybridStrategy(variable_kinds={'.*': "
-            "'dense'}), or restart from a checkpoint."
-        ) from error
     try:
         elastic_buddy.check_survivable(commit["tables"], survivors)
     except NotImplementedError as unrecoverable:

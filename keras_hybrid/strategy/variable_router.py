@@ -80,7 +80,11 @@ class VariableRouter:
         """The `RoutingPlan` of every model variable created so far; a
         table's entry has the partition it has now (after any resize)."""
         plan = make_plan(
-            self._facts.values(), self._comm.size, self._overrides, self._link
+            self._facts.values(),
+            self._comm.size,
+            self._overrides,
+            self._link,
+            min_rows=self._comm.width,
         )
         entries = []
         for entry in plan.variables:
@@ -142,7 +146,12 @@ class VariableRouter:
         variable, initializer = info
         facts = self._facts_of(variable, initializer)
         self._facts[facts.path] = facts
-        entry = make_plan([facts], self._comm.size, self._overrides).variables
+        entry = make_plan(
+            [facts],
+            self._comm.size,
+            self._overrides,
+            min_rows=self._comm.width,
+        ).variables
         if entry[0].kind == "sparse":
             storage = table_factory.create_table(
                 variable, initializer, facts.path, entry[0], kwargs, self._comm

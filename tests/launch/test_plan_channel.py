@@ -61,3 +61,19 @@ def test_reach_address_resolves_as_ssh_does(tmp_path):
     client.write_text("#!/bin/sh\necho 'hostname 127.0.0.1'\n")
     client.chmod(0o755)
     assert reach_address("alias", [str(client)]) == "127.0.0.1"
+
+
+@pytest.mark.parametrize("kind", ["files", "server"])
+def test_the_launcher_removes_a_stale_ready_mark(kind, tmp_path):
+    # A replacement joiner must not be admitted on its predecessor's mark.
+    board = FileChannel(str(tmp_path)) if kind == "files" else None
+    board = board or ChannelServer("127.0.0.1")
+    try:
+        board.put("ready-2", "")
+        board.remove("ready-2")
+        board.remove("ready-3")  # absent: nothing to do
+        assert board.get("ready-2") is None
+        assert board.names() == []
+    finally:
+        if kind == "server":
+            board.close()

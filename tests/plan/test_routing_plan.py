@@ -108,6 +108,25 @@ class RoutingPlanTest(TestCase):
         self.assertEqual(plan["tied/embeddings"].kind, "dense")
         self.assertEqual(plan["dense/kernel"].kind, "sparse")
 
+    def test_tables_with_fewer_rows_than_max_workers_stay_dense(self):
+        # An elastic job of 2 workers that may grow to 4 (the position
+        # table of a Transformer, 2 rows, matched by `.*embeddings`): a
+        # grow could not give each of 4 workers a row, so it stays dense
+        # from the start, override or not.
+        position = VariableFacts("pos/embeddings", (2, 8), 4, True)
+        token = VariableFacts("tok/embeddings", (4, 8), 4, True)
+        overrides = {".*embeddings": "sparse"}
+        plan = make_plan([position, token], 2, overrides, min_rows=4)
+        self.assertEqual(plan["pos/embeddings"].kind, "dense")
+        self.assertEqual(plan["pos/embeddings"].source, "too few rows")
+        self.assertEqual(
+            plan["pos/embeddings"].reason,
+            "2 rows for up to 4 shards (elastic --max-np)",
+        )
+        self.assertEqual(plan["tok/embeddings"].kind, "sparse")
+        fixed = make_plan([position], 2, overrides)
+        self.assertEqual(fixed["pos/embeddings"].kind, "sparse")
+
     def test_regex_must_full_match(self):
         plan = make_plan(VARIABLES, 2, overrides={"dense": "sparse"})
         self.assertEqual(plan["dense/kernel"].kind, "dense")

@@ -51,53 +51,7 @@ class ElasticFitTest(TestCase):
     MODEL = "mlp"
 
     def test_grow_then_shrink_equals_one_process(self):
-        with tempfile.TemporaryDirectory() as tmp:
-            out_dir = os.path.join(tmp, "elastic")
-            os.makedirs(out_dir)
-            slots = os.path.join(tmp, "slots")
-            script = os.path.join(tmp, "hosts.sh")
-            with open(script, "w") as f:
-                f.write(f"#!/bin/sh\ncat {slots}\n")
-            os.chmod(script, 0o755)
-            _write(slots, "localhost:2\n")
-            _write(os.path.join(out_dir, "pace"), "")
-            _write(os.path.join(out_dir, "hold"), "")
-            proc = subprocess.Popen(
-                [
-                    *(sys.executable, "-m", "keras_hybrid.run"),
-                    *("--min-np", "2", "--max-np", "4", "--threads", "1"),
-                    *("--host-discovery-script", script),
-                    *("--discovery-interval", "0.2"),
-                    *(sys.executable, WORKER, f"--out_dir={out_dir}"),
-                    *ARGS,
-                    "--step_sleep=0.1",
-                    "--hold_at_step=10",
-                    f"--model={self.MODEL}",
-                ],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
-            )
-            lines = []
-            reader = threading.Thread(
-                target=lambda: lines.extend(iter(proc.stdout.readline, "")),
-                daemon=True,
-            )
-            reader.start()
-            try:
-                self._drive(proc, out_dir, slots, lines)
-                proc.wait(timeout=TIMEOUT)
-            finally:
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
-                reader.join(timeout=10)
-            output = "".join(lines)
-            self.assertEqual(proc.returncode, 0, output[-6000:])
-            with open(os.path.join(out_dir, "rank0.pkl"), "rb") as f:
-                result = pickle.load(f)
-            sizes = [row["size"] for row in _sizes(out_dir)]
+        output, result, sizes = _run_job([f"--model={self.MODEL}"])
         # Each step the script's own callback saw the current size.
         changes = [
             s for i, s in enumerate(sizes) if i == 0 or sizes[i - 1] != s
@@ -139,27 +93,90 @@ class ElasticFitTest(TestCase):
         self.assertEqual(shrink["bytes_moved"], 0)
         self.assertEqual(grow["table_bytes"] + shrink["table_bytes"], 0)
 
-    def _drive(self, proc, out_dir: str, slots: str, lines: list) -> None:
-        """Rewrites the discovery output as training goes: 4 slots once
-        the job trains, 3 once 4 workers trained 3 steps, then lets the
-        chief run at full speed."""
-        deadline = time.monotonic() + TIMEOUT
-        stage = 0
-        while time.monotonic() < deadline and proc.poll() is None:
-            sizes = [row["size"] for row in _sizes(out_dir)]
-            if stage == 0 and sizes:
-                _write(slots, "localhost:4\n")
-                stage = 1
-            elif stage == 1 and any("generation 1 planned" in x for x in lines):
-                os.remove(os.path.join(out_dir, "hold"))
-                stage = 2
-            elif stage == 2 and sizes.count(4) >= 3:
-                _write(slots, "localhost:3\n")
-                stage = 3
-            elif stage == 3 and sizes.count(3) >= 3:
-                os.remove(os.path.join(out_dir, "pace"))
-                return
-            time.sleep(0.1)
+
+def _run_job(
+    worker_args: list, shrink: bool = True, flags: tuple = ()
+) -> tuple:
+    """Runs the worker elastically under `_drive` (with the launcher's
+    extra `flags`); returns the launcher's output, the chief's result and
+    the sizes its callback recorded."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out_dir = os.path.join(tmp, "elastic")
+        os.makedirs(out_dir)
+        slots = os.path.join(tmp, "slots")
+        script = os.path.join(tmp, "hosts.sh")
+        with open(script, "w") as f:
+            f.write(f"#!/bin/sh\ncat {slots}\n")
+        os.chmod(script, 0o755)
+        _write(slots, "localhost:2\n")
+        _write(os.path.join(out_dir, "pace"), "")
+        _write(os.path.join(out_dir, "hold"), "")
+        proc = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "keras_hybrid.run"),
+                *("--min-np", "2", "--max-np", "4", "--threads", "1"),
+                *("--host-discovery-script", script),
+                *("--discovery-interval", "0.2"),
+                *flags,
+                *(sys.executable, WORKER, f"--out_dir={out_dir}"),
+                *ARGS,
+                "--step_sleep=0.1",
+                "--hold_at_step=10",
+                f"--slots_file={slots}",
+                "--timeout_seconds=60",
+                *worker_args,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        )
+        lines = []
+        reader = threading.Thread(
+            target=lambda: lines.extend(iter(proc.stdout.readline, "")),
+            daemon=True,
+        )
+        reader.start()
+        try:
+            _drive(proc, out_dir, slots, lines, shrink)
+            proc.wait(timeout=TIMEOUT)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            reader.join(timeout=10)
+        output = "".join(lines)
+        if proc.returncode != 0:
+            raise AssertionError(
+                f"exit code {proc.returncode}\n{output[-6000:]}"
+            )
+        with open(os.path.join(out_dir, "rank0.pkl"), "rb") as f:
+            result = pickle.load(f)
+        sizes = [row["size"] for row in _sizes(out_dir)]
+    return output, result, sizes
+
+
+def _drive(proc, out_dir: str, slots: str, lines: list, shrink: bool) -> None:
+    """Rewrites the discovery output as training goes: 4 slots once
+    the job trains, 3 once 4 workers trained 3 steps (if `shrink`), then
+    lets the chief run at full speed."""
+    deadline = time.monotonic() + TIMEOUT
+    stage = 0
+    while time.monotonic() < deadline and proc.poll() is None:
+        sizes = [row["size"] for row in _sizes(out_dir)]
+        if stage == 0 and sizes:
+            _write(slots, "localhost:4\n")
+            stage = 1
+        elif stage == 1 and any("generation 1 planned" in x for x in lines):
+            os.remove(os.path.join(out_dir, "hold"))
+            stage = 2 if shrink else 3
+        elif stage == 2 and sizes.count(4) >= 3:
+            _write(slots, "localhost:3\n")
+            stage = 3
+        elif stage == 3 and sizes.count(3) >= 3:
+            os.remove(os.path.join(out_dir, "pace"))
+            return
+        time.sleep(0.1)
 
 
 def _write(path: str, text: str) -> None:
@@ -201,3 +218,95 @@ class ElasticTableFitTest(ElasticFitTest):
         # one copy of the table's weights each.
         self.assertLess(grow["state_bytes"], 2 * cases.VOCAB * 8 * 4)
         self.assertEqual(shrink["bytes_moved"], shrink["table_bytes"])
+
+
+class ElasticAcceptanceTest(TestCase):
+    """The acceptance scenario of issue 14 in one job: a plain `fit` on a
+    subclassed model whose tables live in a custom layer (the placement
+    zoo's `TokenAndPosition`, Adam) grows 2 -> 4, shrinks 4 -> 3, then
+    rank 1 (its rows go to rank 2, a joiner) is SIGKILLed 5 steps after
+    the shrink, and the job finishes on 2 workers."""
+
+    MODEL = "custom_table"
+    # Partitioned; the 2-row position table stays dense (fewer rows than
+    # --max-np), although `.*embeddings` names it too.
+    TABLES = ("tok_pos/token/embeddings",)
+    KILL_RANK = 1  # its rows go to rank 2, a joiner
+
+    def test_grow_shrink_and_lost_worker_equal_one_process(self):
+        output, result, sizes = _run_job(
+            [
+                f"--model={self.MODEL}",
+                f"--kill_rank={self.KILL_RANK}",
+                *("--kill_size=3", "--kill_after=5"),
+            ]
+        )
+        changes = [
+            s for i, s in enumerate(sizes) if i == 0 or sizes[i - 1] != s
+        ]
+        self.assertEqual(changes, [2, 4, 3, 2], output[-4000:])
+        # 80 global batches, plus the ones replayed after the loss.
+        self.assertGreater(len(sizes), 80)
+        for table in self.TABLES:
+            self.assertIn(f"{table}: rows per worker", result["plan"])
+        reference = cases.table_reference(result["initial"], name=self.MODEL)
+        for got, want in zip(result["weights"], reference, strict=True):
+            np.testing.assert_allclose(got, want, atol=1e-5)
+        reasons = [
+            (r["reason"], r["old_size"], r["new_size"])
+            for r in result["resizes"]
+        ]
+        self.assertEqual(
+            reasons,
+            [("discovery", 2, 4), ("discovery", 4, 3), ("lost_worker", 3, 2)],
+        )
+        self.assertEqual(result["resizes"][2]["left"], [self.KILL_RANK])
+        self.assertIn(f"lost worker [{self.KILL_RANK}]", output)
+
+
+class ElasticAcceptanceSharedTableTest(ElasticAcceptanceTest):
+    """The same on a functional model that looks one table up twice (the
+    two lookups' gradients meet on the owner), losing rank 2, whose rows
+    go to rank 0."""
+
+    MODEL = "shared"
+    TABLES = ("table/embeddings",)
+    KILL_RANK = 2
+
+
+class ElasticLossNearGrowTest(TestCase):
+    """A worker lost within a step of a grow, before the new members'
+    first commit: the survivors agree on the commit taken before the
+    joiners came, which the joiners lack. They receive its layout from
+    rank 0 (`elastic_layout`), the lost member's rows come from its file
+    (the directory store), and the tables are re-balanced over the
+    survivors, joiners included."""
+
+    def test_rank_1_lost_in_the_first_step_after_a_grow(self):
+        output, result, sizes = _run_job(
+            [
+                "--model=table",
+                *("--kill_rank=1", "--kill_size=4", "--kill_after=1"),
+                *("--kill_on=begin", "--slots_after=localhost:3"),
+            ],
+            shrink=False,
+        )
+        changes = [
+            s for i, s in enumerate(sizes) if i == 0 or sizes[i - 1] != s
+        ]
+        self.assertEqual(changes, [2, 3], output[-4000:])
+        self.assertIn("table/embeddings: rows per worker", result["plan"])
+        reference = cases.table_reference(result["initial"])
+        for got, want in zip(result["weights"], reference, strict=True):
+            np.testing.assert_allclose(got, want, atol=1e-5)
+        self.assertIn("generation 1 planned: 2 -> 4 workers", output)
+        # The grow's record waits for the end of its first step (its
+        # stall), which the loss cut short: only the loss is recorded.
+        (lost,) = result["resizes"]
+        self.assertEqual((lost["old_size"], lost["new_size"]), (4, 3))
+        self.assertEqual(lost["reason"], "lost_worker")
+        self.assertEqual(lost["left"], [1])
+        # The commit predates the grow (at global step 10): rank 0 sent
+        # the joiners the replicated state, and no table rows.
+        self.assertLess(lost["global_step"], 10)
+        self.assertGreater(lost["bytes_moved"], lost["table_bytes"])

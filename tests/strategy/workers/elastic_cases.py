@@ -1,15 +1,104 @@
 """Models and data of the elastic `fit` worker, importable without its
-flags (the test builds the one-process reference from them)."""
+flags (the test builds the one-process reference from them).
+
+Besides the MLP and the functional `table` model, the shapes users write,
+taken from the placement zoo (`placement_shapes`) where it has them:
+`custom_table`, a subclassed model whose table lives in the zoo's custom
+layer `TokenAndPosition` (3000 x 32 token table, 2-row position table);
+`sequential`, a `Sequential` with an `Embedding`; `shared`, two lookups
+of one table; `two_dims`, two tables of different widths; `keras_rs`,
+keras-rs's `EmbedReduce` (if keras-rs is installed).
+"""
 
 import keras
 import numpy as np
+import placement_shapes as zoo  # noqa: I001  (sits beside this module)
 import tensorflow as tf
+from keras import ops
 
 from keras_hybrid.testing import models
 
-MODELS = ("mlp", "table")
+MODELS = (
+    "mlp",
+    "table",
+    "custom_table",
+    "sequential",
+    "shared",
+    "two_dims",
+    "keras_rs",
+)
 VOCAB = 500  # table rows: 500 virtual shards
 SEQ = 4  # ids per sample
+
+
+class CustomTableModel(keras.Model):
+    """Subclassed: the zoo's `TokenAndPosition` layer holds the tables;
+    their mean is concatenated with 8 dense features -> Dense -> Dense."""
+
+    def __init__(self, **kwargs):
+        super().__init__(name="custom_table", **kwargs)
+        self.tok_pos = zoo.TokenAndPosition(name="tok_pos")
+        self.hidden = keras.layers.Dense(16, activation="tanh", name="hidden")
+        self.head = keras.layers.Dense(3, name="head")
+
+    def call(self, inputs):
+        ids, features = inputs
+        x = ops.mean(self.tok_pos(ids), axis=1)
+        return self.head(self.hidden(ops.concatenate([x, features], -1)))
+
+
+def _with_features(name: str, embed) -> keras.Model:
+    """`embed(ids)` -> (batch, width), beside 8 features -> Dense -> 3."""
+    ids = keras.Input((SEQ,), dtype="int32", name="ids")
+    features = keras.Input((8,), name="features")
+    x = keras.layers.Concatenate(name="concat")([embed(ids), features])
+    x = keras.layers.Dense(16, activation="tanh", name="hidden")(x)
+    head = keras.layers.Dense(3, name="head")(x)
+    return keras.Model([ids, features], head, name=name)
+
+
+def _shared(ids):
+    table = keras.layers.Embedding(VOCAB, 8, name="table")
+    pool = keras.layers.GlobalAveragePooling1D(name="pool")
+    left = pool(table(ids[:, :2]))
+    return keras.layers.Multiply(name="mul")([left, pool(table(ids[:, 2:]))])
+
+
+def _two_dims(ids):
+    wide = keras.layers.Embedding(VOCAB, 8, name="wide")(ids[:, :2])
+    narrow = keras.layers.Embedding(VOCAB, 4, name="narrow")(ids[:, 2:])
+    return keras.layers.Concatenate(name="both")(
+        [keras.layers.Flatten()(wide), keras.layers.Flatten()(narrow)]
+    )
+
+
+def _keras_rs(ids):
+    import keras_rs
+
+    return keras_rs.layers.EmbedReduce(VOCAB, 8, combiner="mean", name="rs")(
+        ids
+    )
+
+
+def _sequential() -> keras.Model:
+    return keras.Sequential(
+        [
+            keras.Input((SEQ,), dtype="int32"),
+            keras.layers.Embedding(VOCAB, 8, name="table"),
+            keras.layers.GlobalAveragePooling1D(name="pool"),
+            keras.layers.Dense(16, activation="tanh", name="hidden"),
+            keras.layers.Dense(3, name="head"),
+        ],
+        name="sequential",
+    )
+
+
+_BUILDERS = {
+    "sequential": _sequential,
+    "shared": lambda: _with_features("shared", _shared),
+    "two_dims": lambda: _with_features("two_dims", _two_dims),
+    "keras_rs": lambda: _with_features("keras_rs", _keras_rs),
+}
 
 
 def build_model(name: str, seed: int) -> keras.Model:
@@ -18,9 +107,15 @@ def build_model(name: str, seed: int) -> keras.Model:
     features -> Dense(16) -> Dense(3)."""
     if name == "mlp":
         return models.build_model("sequential", seed=seed)
-    if name != "table":
+    if name not in MODELS:
         raise ValueError(f"`name` must be one of {MODELS}. Received: {name!r}")
     keras.utils.set_random_seed(seed)
+    if name == "custom_table":
+        model = CustomTableModel()
+        model(make_data(name, 2)[0])  # builds the weights
+        return model
+    if name in _BUILDERS:
+        return _BUILDERS[name]()
     ids = keras.Input((SEQ,), dtype="int32", name="ids")
     features = keras.Input((8,), name="features")
     x = keras.layers.Embedding(VOCAB, 8, name="table")(ids)
@@ -35,22 +130,35 @@ def make_data(name: str, num_samples: int):
     x, y = models.make_data(num_samples)
     if name == "mlp":
         return x, y
+    rows, seq = (
+        (zoo.ROWS, zoo.POSITIONS)
+        if name == "custom_table"
+        else (
+            VOCAB,
+            SEQ,
+        )
+    )
     rng = np.random.default_rng(1)
     # Zipf-ish repeats, hot ids scattered over the vocabulary.
-    ranks = (rng.zipf(1.3, size=(num_samples, SEQ)) - 1) % VOCAB
-    ids = rng.permutation(VOCAB)[ranks].astype("int32")
-    scores = rng.normal(size=(VOCAB, 3)).astype("float32")
+    ranks = (rng.zipf(1.3, size=(num_samples, seq)) - 1) % rows
+    ids = rng.permutation(rows)[ranks].astype("int32")
+    scores = rng.normal(size=(rows, 3)).astype("float32")
     y = np.argmax(scores[ids].sum(axis=1) + x[:, :3], axis=1)
+    if name == "sequential":
+        return ids, y.astype("int32")
     return (ids, x), y.astype("int32")
 
 
-def table_reference(initial, num_samples=480, epochs=2, batch_size=12):
-    """The `table` model trained by a plain Keras loop in one process on
-    the global batches in order (no shuffle), from the job's `initial`
-    weights, with the table's gradient made dense (summed per id, as the
-    strategy applies it for Adam). Returns the final weights."""
-    (ids, x), y = make_data("table", num_samples)
-    model = build_model("table", seed=100)
+def table_reference(
+    initial, num_samples=480, epochs=2, batch_size=12, name="table"
+):
+    """Model `name` (`table` by default) trained by a plain Keras loop in
+    one process on the global batches in order (no shuffle), from the
+    job's `initial` weights, with the table's gradient made dense (summed
+    per id, as the strategy applies it for Adam). Returns the final
+    weights."""
+    inputs, y = make_data(name, num_samples)
+    model = build_model(name, seed=100)
     model.set_weights(initial)
     optimizer = models.make_optimizer("adam")
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
@@ -59,9 +167,16 @@ def table_reference(initial, num_samples=480, epochs=2, batch_size=12):
         for start in range(0, num_samples, batch_size):
             batch = slice(start, start + batch_size)
             with tf.GradientTape() as tape:
-                logits = model([ids[batch], x[batch]], training=True)
+                logits = model(_rows(inputs, batch), training=True)
                 loss = loss_fn(y[batch], logits)
             grads = tape.gradient(loss, [v.value for v in variables])
             grads = [tf.convert_to_tensor(g) for g in grads]
             optimizer.apply(grads, variables)
     return model.get_weights()
+
+
+def _rows(inputs, batch: slice):
+    """Rows `batch` of an array or of a tuple of arrays."""
+    if isinstance(inputs, tuple):
+        return [a[batch] for a in inputs]
+    return inputs[batch]

@@ -6,13 +6,22 @@ discovery output) and, on the chief, sleeps `step_sleep` seconds per step
 while the file `pace` exists and waits at step `hold_at_step` while
 `hold` exists, so that joiners have time to start. The chief (or the one
 process) saves the final weights. Ranks seed differently on purpose,
-except for `--model=table`: its partitioned table keeps each worker's own
-initial rows, so every rank seeds alike and the chief saves the initial
-weights for the reference.
+except for the models with tables (all but `mlp`): a partitioned table
+keeps each worker's own initial rows, so every rank seeds alike and the
+chief saves the initial weights for the reference.
+
+`--kill_rank`, if set, makes the worker of that rank (or of each rank of
+a comma-separated list) die by SIGKILL at
+its `--kill_after`-th step while the job has `--kill_size` workers (at
+its end, or with `--kill_on=begin` at its start: within a step of the
+resize to that size, before its first commit, for `--kill_after=1`), after
+writing `--slots_after` into the discovery file `--slots_file` (its slot
+is gone): a grow, a shrink and a lost worker in one job.
 """
 
 import json
 import os
+import signal
 import time
 
 import elastic_cases as cases  # noqa: I001  (sits beside this script)
@@ -36,9 +45,16 @@ flags.DEFINE_integer(
     "hold_at_step", 0, "Chief waits at this step while out_dir/hold exists."
 )
 flags.DEFINE_string("optimizer", "adam", "sgd or adam.")
+flags.DEFINE_enum("model", "mlp", cases.MODELS, "mlp, or a model with tables.")
+flags.DEFINE_list("kill_rank", [], "Ranks of the workers that die.")
+flags.DEFINE_integer("kill_size", 3, "Job size at which it dies.")
+flags.DEFINE_integer("kill_after", 5, "Its steps at that size before.")
 flags.DEFINE_enum(
-    "model", "mlp", cases.MODELS, "mlp, or table (a partitioned Embedding)."
+    "kill_on", "end", ("begin", "end"), "At the end or the start of it."
 )
+flags.DEFINE_string("slots_file", None, "Discovery output to rewrite.")
+flags.DEFINE_float("timeout_seconds", 300.0, "Strategy's timeout_seconds.")
+flags.DEFINE_string("slots_after", "localhost:2", "Slots after the death.")
 
 
 class SizeLog(keras.callbacks.Callback):
@@ -51,9 +67,18 @@ class SizeLog(keras.callbacks.Callback):
         self.step = 0
         # Each traced train step the chief ran, and how often it was traced.
         self.steps = {}
+        self.steps_at_kill_size = 0
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if FLAGS.kill_on == "begin":
+            self._maybe_die(self.steps_at_kill_size + 1)
 
     def on_train_batch_end(self, batch, logs=None):
         self.step += 1
+        if self._at_kill_size():
+            self.steps_at_kill_size += 1
+            if FLAGS.kill_on == "end":
+                self._maybe_die(self.steps_at_kill_size)
         if not self.strategy.is_chief:
             return
         traced = keras_compat.traced_step_of(self.model.train_function)
@@ -75,12 +100,44 @@ class SizeLog(keras.callbacks.Callback):
                 raise RuntimeError("The test never released the hold.")
             time.sleep(0.05)
 
+    def _at_kill_size(self) -> bool:
+        strategy = self.strategy
+        return (
+            str(strategy.rank) in FLAGS.kill_rank
+            and strategy.size == FLAGS.kill_size
+        )
+
+    def _maybe_die(self, step_at_kill_size: int):
+        if not self._at_kill_size() or step_at_kill_size != FLAGS.kill_after:
+            return
+        if FLAGS.kill_on == "begin":
+            _wait_until_applied()
+        with open(FLAGS.slots_file + ".tmp", "w") as f:
+            f.write(FLAGS.slots_after + "\n")
+        os.replace(FLAGS.slots_file + ".tmp", FLAGS.slots_file)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _wait_until_applied() -> None:
+    """Waits until the launcher knows the latest plan took effect, so that
+    it counts the joiners among the survivors (a loss it sees first
+    cancels the grow and stops them)."""
+    directory = os.environ["KERAS_HYBRID_ELASTIC_DIR"]
+    plans = [n for n in os.listdir(directory) if n.startswith("plan-")]
+    latest = max(int(n[len("plan-") : -len(".json")]) for n in plans)
+    applied = os.path.join(directory, f"applied-{latest}.json")
+    deadline = time.monotonic() + 60
+    while not os.path.exists(applied) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)  # the launcher reads it every tick
+
 
 def main(argv):
     del argv
-    table = FLAGS.model == "table"
+    table = FLAGS.model != "mlp"
     strategy = kh.HybridStrategy(
-        variable_kinds=SPARSE_TABLES if table else {".*": "dense"}
+        variable_kinds=SPARSE_TABLES if table else {".*": "dense"},
+        timeout_seconds=FLAGS.timeout_seconds,
     )
     x, y = cases.make_data(FLAGS.model, FLAGS.num_samples)
     seed = 100 if table else 100 + strategy.rank

@@ -7,23 +7,21 @@ texts on a board that both sides read and write:
 - `FileChannel`: files in one directory (one host, or `--elastic-dir`
   shared by every host);
 - `ChannelServer` / `ChannelClient`: the launcher keeps the board in
-  memory and serves it over TCP (`multiprocessing.connection`, with an
-  authentication key in the workers' environment), so hosts need no
-  shared filesystem.
+  memory and serves it over TCP (`tcp_service`: `multiprocessing.
+  connection`, with an authentication key in the workers' environment),
+  so hosts need no shared filesystem.
 
 Imports nothing heavy: the launcher runs without TensorFlow.
 """
 
 import contextlib
 import os
-import secrets
 import threading
-from multiprocessing import AuthenticationError
-from multiprocessing.connection import Client
-from multiprocessing.connection import Listener
 
 from keras_hybrid.launch.elastic_files import DIR_ENV
 from keras_hybrid.launch.elastic_files import write_file
+from keras_hybrid.launch.tcp_service import TcpClient
+from keras_hybrid.launch.tcp_service import TcpService
 
 # `host:port` of the launcher's board, and its key (hex); unset: files.
 CHANNEL_ENV = "KERAS_HYBRID_ELASTIC_CHANNEL"
@@ -59,7 +57,7 @@ class FileChannel:
 
 
 class ChannelServer:
-    """The launcher's board in memory, served over TCP.
+    """The launcher's board in memory, served over TCP (`TcpService`).
 
     Args:
         advertise: String. The host name or address the workers reach
@@ -68,15 +66,13 @@ class ChannelServer:
     """
 
     def __init__(self, advertise: str, bind: str = "0.0.0.0") -> None:
-        self.authkey = secrets.token_bytes(16)
-        self._listener = Listener((bind, 0), authkey=self.authkey)
-        self.address = f"{advertise}:{self._listener.address[1]}"
         self._items: dict[str, str] = {}
         self._lock = threading.Lock()
-        self._closed = False
-        threading.Thread(
-            target=self._accept, name="keras_hybrid_plans", daemon=True
-        ).start()
+        self._service = TcpService(
+            advertise, self._answer, "keras_hybrid_plans", bind
+        )
+        self.address = self._service.address
+        self.authkey = self._service.authkey
 
     def put(self, name: str, text: str) -> None:
         with self._lock:
@@ -100,30 +96,11 @@ class ChannelServer:
         return {CHANNEL_ENV: self.address, AUTHKEY_ENV: self.authkey.hex()}
 
     def close(self) -> None:
-        self._closed = True
-        self._listener.close()
+        self._service.close()
 
-    def _accept(self) -> None:
-        while not self._closed:
-            try:
-                conn = self._listener.accept()
-            except (OSError, EOFError, AuthenticationError):
-                if self._closed:
-                    return
-                continue  # e.g. a peer without the key
-            threading.Thread(
-                target=self._serve, args=(conn,), daemon=True
-            ).start()
-
-    def _serve(self, conn) -> None:
-        with conn:
-            while True:
-                try:
-                    op, *args = conn.recv()
-                except (EOFError, OSError):
-                    return
-                answer = {"put": self.put, "get": self.get}.get(op)
-                conn.send(self.names() if op == "names" else answer(*args))
+    def _answer(self, conn, op: str, args: list) -> None:
+        answer = {"put": self.put, "get": self.get, "names": self.names}
+        conn.send(answer[op](*args))
 
 
 class ChannelClient:
@@ -136,35 +113,16 @@ class ChannelClient:
     """
 
     def __init__(self, address: str, authkey: bytes) -> None:
-        host, _, port = address.rpartition(":")
-        self._address = (host, int(port))
-        self._authkey = authkey
-        self._conn = None
-        self._lock = threading.Lock()
+        self._client = TcpClient(address, authkey)
 
     def put(self, name: str, text: str) -> None:
-        self._request("put", name, text)
+        self._client.request("put", name, text)
 
     def get(self, name: str) -> str | None:
-        return self._request("get", name)
+        return self._client.request("get", name)
 
     def names(self) -> list[str]:
-        return self._request("names")
-
-    def _request(self, *request):
-        with self._lock:
-            for attempt in range(2):
-                try:
-                    if self._conn is None:
-                        self._conn = Client(
-                            self._address, authkey=self._authkey
-                        )
-                    self._conn.send(request)
-                    return self._conn.recv()
-                except (OSError, EOFError):
-                    self._conn = None
-                    if attempt:
-                        raise
+        return self._client.request("names")
 
 
 def channel_from_env(directory: str | None = None):

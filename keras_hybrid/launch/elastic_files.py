@@ -25,9 +25,14 @@ MAX_NP_ENV = "KERAS_HYBRID_ELASTIC_MAX_NP"
 MIN_NP_ENV = "KERAS_HYBRID_ELASTIC_MIN_NP"
 SEED_ENV = "KERAS_HYBRID_ELASTIC_SEED"
 COMMIT_INTERVAL_ENV = "KERAS_HYBRID_ELASTIC_COMMIT_INTERVAL"
-# The shared directory of commits of partitioned tables; unset or empty: a
-# buddy copy (`strategy.elastic_store`, `strategy.elastic_buddy`).
+# The shared directory of commits of partitioned tables (the directory
+# store); unset or empty, with no commit server either: a buddy copy
+# (`strategy.elastic_store`, `strategy.elastic_buddy`).
 COMMIT_DIR_ENV = "KERAS_HYBRID_ELASTIC_COMMIT_DIR"
+# `host:port` of the launcher's commit server (the served store,
+# `commit_server`), and its key (hex).
+COMMIT_SERVER_ENV = "KERAS_HYBRID_ELASTIC_COMMIT_SERVER"
+COMMIT_AUTHKEY_ENV = "KERAS_HYBRID_ELASTIC_COMMIT_AUTHKEY"
 # Global steps between two commits when the launcher does not say.
 DEFAULT_COMMIT_INTERVAL = 10
 # Group keys of generation g; the plain job's group key is 1.

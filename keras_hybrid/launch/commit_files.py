@@ -1,0 +1,84 @@
+"""`CommitFiles`: the files of commits of partitioned tables in one
+directory.
+
+Each member's rows of a commit are one blob (an `.npz` file's bytes, made
+by `strategy.elastic_store`) at `<root>/commit-<step>-g<generation>/
+task-<t>.npz`, written to a temporary name then renamed, so a half-written
+file is never read. The workers use it on a directory they share (the
+directory store); the launcher's `commit_server.CommitServer` uses it on a
+directory of its own host and serves it to workers on other hosts (the
+served store). `commit_server.CommitClient` has the same methods.
+
+Imports nothing heavy: the launcher runs without TensorFlow.
+"""
+
+import contextlib
+import os
+import re
+
+_FOLDER = re.compile(r"commit-\d+-g\d+")
+
+
+def folder_name(global_step: int, generation: int) -> str:
+    """The folder of the commit of `global_step` by `generation`."""
+    return f"commit-{int(global_step)}-g{int(generation)}"
+
+
+class CommitFiles:
+    """Commit files under `root`.
+
+    Args:
+        root: String. The job's commit directory.
+    """
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+
+    def __repr__(self) -> str:
+        return f"files under {self.root!r}"
+
+    def path(self, folder: str, task: int) -> str:
+        """The file of `task`'s rows in the commit `folder`.
+
+        Raises:
+            ValueError: If `folder` is not a commit's folder name.
+        """
+        if not _FOLDER.fullmatch(str(folder)):
+            raise ValueError(
+                "A commit folder is named `commit-<step>-g<generation>`. "
+                f"Received: {folder!r}."
+            )
+        return os.path.join(self.root, folder, f"task-{int(task)}.npz")
+
+    def write(self, folder: str, task: int, data) -> None:
+        """Writes the blob `data` (bytes-like) as `task`'s file of
+        `folder`, atomically."""
+        final = self.path(folder, task)
+        os.makedirs(os.path.dirname(final), exist_ok=True)
+        temp = f"{final}.tmp{os.getpid()}"
+        with open(temp, "wb") as f:
+            f.write(data)
+        os.replace(temp, final)
+
+    def read(self, folder: str, task: int) -> bytes | None:
+        """`task`'s blob of `folder`, or None if it is not there."""
+        try:
+            with open(self.path(folder, task), "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
+
+    def exists(self, folder: str, task: int) -> bool:
+        return os.path.exists(self.path(folder, task))
+
+    def prune(self, task: int, keep: list) -> None:
+        """Removes `task`'s files of the commits whose folder is not in
+        `keep`; a folder left empty goes too."""
+        kept = set(keep)
+        for name in os.listdir(self.root):
+            if not _FOLDER.fullmatch(name) or name in kept:
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(self.path(name, task))
+            with contextlib.suppress(OSError):
+                os.rmdir(os.path.join(self.root, name))  # the last one

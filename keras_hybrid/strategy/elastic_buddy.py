@@ -112,9 +112,9 @@ def check_survivable(copy: dict | None, survivors) -> None:
         return
     members = copy["members"]
     gone = [t for t in members if t not in survivors]
-    if "folder" in copy:  # the directory store: every file is shared
+    if "folder" in copy:  # a file store: every member's file is readable
         for task in gone:
-            elastic_store.read_rows(copy["folder"], task, check_only=True)
+            elastic_store.read_rows(copy, task, check_only=True)
         return
     unrecoverable = [t for t in gone if _holder(members, t) not in survivors]
     if unrecoverable:
@@ -134,7 +134,7 @@ def check_survivable(copy: dict | None, survivors) -> None:
 
 def _holder(members: list, task: int, survivors=None) -> int:
     """The task that takes `task`'s rows: the next member (its buddy), or
-    with `survivors` (the directory store) the next surviving member."""
+    with `survivors` (a file store) the next surviving member."""
     i = members.index(task)
     for k in range(1, len(members) + 1):
         holder = members[(i + k) % len(members)]
@@ -149,7 +149,7 @@ def restored_rows(copy: TableCopy, members, survivors, task, lost=None):
     (`_holder`), and this survivor's rows under it (local order).
 
     Pure. `members` are the commit's tasks; `task` is this survivor.
-    `lost` (the directory store) maps each lost task this survivor holds
+    `lost` (a file store) maps each lost task this survivor holds
     to its rows of the table; without it the rows come from the buddy
     copy.
     """
@@ -182,7 +182,7 @@ def restored_rows(copy: TableCopy, members, survivors, task, lost=None):
 
 
 def _lost_rows(copy: dict, survivors, task) -> list | None:
-    """For the directory store, per table of `copy`: `{lost task: rows}`
+    """For a file store, per table of `copy`: `{lost task: rows}`
     for the lost members `task` takes over (read from their files)."""
     if "folder" not in copy:
         return None
@@ -191,7 +191,7 @@ def _lost_rows(copy: dict, survivors, task) -> list | None:
     for gone in members:
         if gone in survivors or _holder(members, gone, survivors) != task:
             continue
-        rows = elastic_store.read_rows(copy["folder"], gone)
+        rows = elastic_store.read_rows(copy, gone)
         for i, table_rows in enumerate(rows):
             lost[i].append((gone, table_rows))
     return [dict(pairs) for pairs in lost]

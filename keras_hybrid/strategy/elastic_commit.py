@@ -13,12 +13,14 @@ last two commits always include one that every survivor holds. A commit
 also follows each change of the members (a resize, a recovery): at the
 end of the first step that the new group trained, joiners included.
 
-Partitioned tables and their optimizer slots are committed to the
-workers' shared directory (`elastic_store`, no collective: a background
-thread writes each member's rows) when the launcher gives one, as it does
-by default on one host; otherwise with a buddy copy (`elastic_buddy`):
-each member keeps its own rows and those of the member before it, sent in
-one all-to-all per (dtype, row shape), so such a commit is a collective.
+Partitioned tables and their optimizer slots are committed to files
+(`elastic_store`, no collective: a background thread writes or uploads
+each member's rows) when the launcher names some: a directory the workers
+share (the directory store, by default on one host) or the launcher's
+commit server (the served store, by default on several hosts); otherwise
+with a buddy copy (`elastic_buddy`): each member keeps its own rows and
+those of the member before it, sent in one all-to-all per (dtype, row
+shape), so such a commit is a collective.
 
 No private hook is touched here.
 """
@@ -82,16 +84,16 @@ class ElasticCommit(keras.callbacks.Callback):
         self._epoch = 0
         self._generation = None  # the members' generation at step begin
         self.commit_bytes = 0  # buddy rows this member sent, all commits
-        root = getattr(self._membership, "commit_dir", None)
+        files = getattr(self._membership, "commit_files", None)
         self._store = (
-            elastic_store.DirectoryStore(root, self._membership.task)
-            if root
+            elastic_store.FileStore(files, self._membership.task)
+            if files is not None
             else None
         )
         logging.info(
             "keras-hybrid elastic: task %d commits partitioned tables %s",
             self._membership.task,
-            f"to files under {root}" if root else "with a buddy copy",
+            f"to {files!r}" if files is not None else "with a buddy copy",
         )
 
     # -- Keras hooks
@@ -202,7 +204,7 @@ class ElasticCommit(keras.callbacks.Callback):
         )
 
     def wait_for_writes(self) -> None:
-        """Waits for the directory store's last write (if any)."""
+        """Waits for the file store's last write (if any)."""
         if self._store is not None:
             self._store.wait()
 

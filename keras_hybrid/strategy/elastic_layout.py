@@ -6,7 +6,7 @@ came (`ElasticRecovery`). A joiner holds no copy of it, but needs none of
 its rows: it owned none of the commit's virtual shards, and a lost
 member's shards go to a surviving member of the commit (its buddy, or the
 next one reading its file). It needs the commit's layout only: its
-members, its folder (the directory store) and, per table and slot, the
+members, its folder (a file store, `elastic_store`) and, per table and slot, the
 path, the `RowPartition` at the commit, the row shape and the dtype. Rank
 0 broadcasts that layout as JSON bytes; a survivor that lacks the commit
 makes from it a copy with no rows of its own, and gets its rows in the
@@ -44,9 +44,10 @@ def layout_of(copy: dict) -> dict:
     return layout
 
 
-def copy_from_layout(layout: dict) -> dict:
+def copy_from_layout(layout: dict, files=None) -> dict:
     """A commit of tables with `layout` in which this worker holds no rows
-    (and no buddy copy)."""
+    (and no buddy copy); `files` are this worker's commit files (a file
+    store's, `ElasticMembership.commit_files`)."""
     copies = [
         TableCopy(
             path=t["path"],
@@ -59,13 +60,15 @@ def copy_from_layout(layout: dict) -> dict:
     copy = {"members": list(layout["members"]), "tables": copies, "bytes": 0}
     if "folder" in layout:
         copy["folder"] = layout["folder"]
+        copy["files"] = files
     return copy
 
 
-def broadcast_layout(comm, copy: dict | None) -> dict:
+def broadcast_layout(comm, copy: dict | None, files=None) -> dict:
     """Rank 0's commit of tables `copy` as every worker needs it: a worker
     that holds the commit keeps its own `copy`, one that lacks it (passes
-    None) gets a copy without rows from rank 0's layout.
+    None) gets a copy without rows from rank 0's layout, reading the files
+    of a file store from `files` (its own commit files).
 
     A collective over the workers of `comm`; call it only when the model
     has partitioned tables (rank 0's `copy` is then not None, and the
@@ -90,4 +93,5 @@ def broadcast_layout(comm, copy: dict | None) -> dict:
     received = np.asarray(comm.broadcast(tf.constant(sent), root=0))
     if copy is not None:
         return copy
-    return copy_from_layout(json.loads(received.astype(np.uint8).tobytes()))
+    layout = json.loads(received.astype(np.uint8).tobytes())
+    return copy_from_layout(layout, files)

@@ -21,7 +21,7 @@ import time
 
 import tensorflow as tf
 
-from keras_hybrid.launch.elastic_files import COMMIT_DIR_ENV
+from keras_hybrid.launch.commit_server import commit_files_from_env
 from keras_hybrid.launch.elastic_files import COMMIT_INTERVAL_ENV
 from keras_hybrid.launch.elastic_files import DEFAULT_COMMIT_INTERVAL
 from keras_hybrid.launch.elastic_files import DIR_ENV
@@ -49,9 +49,11 @@ class ElasticMembership:
         seed: Int. TF global seed shared by every worker of the job.
         commit_interval: Int. Global steps between two in-memory commits
             (`ElasticCommit`). Defaults to `DEFAULT_COMMIT_INTERVAL`.
-        commit_dir: Optional string. The workers' shared directory of
-            commits of partitioned tables (`elastic_store`); None: a buddy
-            copy (`elastic_buddy`).
+        commit_files: Optional. Where commits of partitioned tables go
+            (`elastic_store`): a shared directory
+            (`launch.commit_files.CommitFiles`) or the launcher's server
+            (`launch.commit_server.CommitClient`); None: a buddy copy
+            (`elastic_buddy`).
     """
 
     def __init__(
@@ -63,11 +65,11 @@ class ElasticMembership:
         max_np: int,
         seed: int,
         commit_interval: int = DEFAULT_COMMIT_INTERVAL,
-        commit_dir: str | None = None,
+        commit_files=None,
     ) -> None:
         self.task = task
         self.commit_interval = commit_interval
-        self.commit_dir = commit_dir
+        self.commit_files = commit_files
         self.directory = directory
         # Where the launcher's plans are: files in `directory`, or its
         # TCP server (`from_env`).
@@ -114,7 +116,7 @@ class ElasticMembership:
             int(os.environ[MAX_NP_ENV]),
             int(os.environ.get(SEED_ENV, "0")),
             int(os.environ.get(COMMIT_INTERVAL_ENV, DEFAULT_COMMIT_INTERVAL)),
-            os.environ.get(COMMIT_DIR_ENV) or None,
+            commit_files_from_env(),
         )
         membership.channel = channel_from_env(directory)
         return membership

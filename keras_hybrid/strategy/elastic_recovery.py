@@ -396,7 +396,9 @@ class ElasticRecovery:
         tables = None
         if any(is_partitioned(v) for v in variables):
             tables = elastic_layout.broadcast_layout(
-                comm, commit["tables"] if commit is not None else None
+                comm,
+                commit["tables"] if commit is not None else None,
+                self._membership.commit_files,
             )
         return {
             "global_step": step,

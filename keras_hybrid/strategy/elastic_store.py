@@ -1,13 +1,21 @@
-"""The directory store: a commit of partitioned tables in shared files.
+"""The file stores: a commit of partitioned tables in files.
 
-When the workers share a filesystem (`keras-hybrid-run --commit-dir`, by
-default a directory under /dev/shm on one host), each member writes its
-own rows of every partitioned table and optimizer slot at each commit to
-`DIR/commit-<global step>-g<generation>/task-<t>.npz`: a background
-thread writes the numpy snapshot already taken, to a temporary name then
-renamed, so a half-written file is never read. No collective runs at
-commit time. The next commit waits for the previous write. Each member
-removes its files of commits older than the last two it keeps.
+Each member writes its own rows of every partitioned table and optimizer
+slot at each commit as one `.npz` blob, `commit-<global step>-
+g<generation>/task-<t>.npz`, to where the launcher says
+(`ElasticMembership.commit_files`):
+
+- the directory store: files in a directory every worker shares
+  (`keras-hybrid-run --commit-dir`, by default one under /dev/shm on one
+  host; `launch.commit_files.CommitFiles`);
+- the served store: the launcher's commit server, which keeps the files
+  on its own host (`launch.commit_server.CommitClient`, over TCP).
+
+Both behave alike: the numpy snapshot is taken at the step boundary, then
+a background thread serializes it and writes or uploads it (a blob never
+appears half-written). No collective runs at commit time. The next commit
+waits for the previous write. Each member then removes its files of
+commits older than the last two it keeps.
 
 After a lost worker, the next surviving member in task order reads the
 lost one's rows from its file (`elastic_buddy.restored_rows`); a commit
@@ -18,14 +26,13 @@ No private hook is touched here.
 """
 
 import dataclasses
-import os
+import io
 import threading
 
 import numpy as np
 
+from keras_hybrid.launch.commit_files import folder_name
 from keras_hybrid.sparse.row_partition import RowPartition
-
-_PREFIX = "commit-"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,16 +54,18 @@ class TableCopy:
     buddy: np.ndarray
 
 
-class DirectoryStore:
-    """Writes this member's table rows of each commit to `root`.
+class FileStore:
+    """Writes this member's table rows of each commit to `files`.
 
     Args:
-        root: String. The job's commit directory (shared by the workers).
+        files: Where the job's commit files are: a `CommitFiles`
+            directory the workers share, or the launcher's
+            `CommitClient`.
         task: Int. This worker's task.
     """
 
-    def __init__(self, root: str, task: int) -> None:
-        self.root = root
+    def __init__(self, files, task: int) -> None:
+        self.files = files
         self.task = task
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
@@ -73,17 +82,15 @@ class DirectoryStore:
                 member's files in any other are removed.
 
         Returns:
-            `{"members", "tables": [TableCopy], "bytes": 0, "folder"}`, or
-            None without tables.
+            `{"members", "tables": [TableCopy], "bytes": 0, "folder",
+            "files"}`, or None without tables.
         """
         tables = list(tables)
         if not tables:
             return None
         self.wait()
         own = [np.array(t.stored_tensor()) for t in tables]
-        folder = os.path.join(
-            self.root, f"{_PREFIX}{int(global_step)}-g{int(generation)}"
-        )
+        folder = folder_name(global_step, generation)
         self._thread = threading.Thread(
             target=self._write,
             args=(folder, own, [*keep, folder]),
@@ -100,6 +107,7 @@ class DirectoryStore:
             "tables": copies,
             "bytes": 0,
             "folder": folder,
+            "files": self.files,
         }
 
     def wait(self) -> None:
@@ -111,42 +119,21 @@ class DirectoryStore:
             error, self._error = self._error, None
             raise RuntimeError(
                 f"keras-hybrid elastic: task {self.task} could not write "
-                f"its commit of partitioned tables under {self.root!r}: "
-                f"{error}. Give --commit-dir a writable directory with "
-                "room for every worker's table rows (twice)."
+                f"its commit of partitioned tables to {self.files!r}: "
+                f"{error}. The store needs room for every worker's table "
+                "rows (twice): give --commit-dir a writable directory, or "
+                "for --commit-store served keep the launcher running with "
+                "room under /dev/shm on its host."
             ) from error
 
     def _write(self, folder: str, arrays: list, keep: list) -> None:
         try:
-            os.makedirs(folder, exist_ok=True)
-            final = file_of(folder, self.task)
-            temp = final + ".tmp.npz"
-            np.savez(temp, *arrays)
-            os.replace(temp, final)
-            self._prune(keep)
+            blob = io.BytesIO()
+            np.savez(blob, *arrays)
+            self.files.write(folder, self.task, blob.getbuffer())
+            self.files.prune(self.task, keep)
         except OSError as error:  # reported by the next `wait`
             self._error = error
-
-    def _prune(self, keep: list) -> None:
-        """Removes this member's files of commits not in `keep`."""
-        kept = {os.path.basename(f) for f in keep}
-        for name in os.listdir(self.root):
-            if not name.startswith(_PREFIX) or name in kept:
-                continue
-            folder = os.path.join(self.root, name)
-            try:
-                os.remove(file_of(folder, self.task))
-            except FileNotFoundError:
-                pass
-            try:
-                os.rmdir(folder)  # the last member to leave it
-            except OSError:
-                pass
-
-
-def file_of(folder: str, task: int) -> str:
-    """The file of `task`'s rows in the commit `folder`."""
-    return os.path.join(folder, f"task-{int(task)}.npz")
 
 
 def complete(copy: dict | None, survivors) -> bool:
@@ -156,26 +143,35 @@ def complete(copy: dict | None, survivors) -> bool:
     if copy is None or "folder" not in copy:
         return True
     lost = [t for t in copy["members"] if t not in survivors]
-    return all(os.path.exists(file_of(copy["folder"], t)) for t in lost)
+    return all(copy["files"].exists(copy["folder"], t) for t in lost)
 
 
-def read_rows(folder: str, task: int, check_only: bool = False):
-    """`task`'s rows of each table of the commit `folder`, in order (None
-    with `check_only`: only checks the file is there).
+def read_rows(copy: dict, task: int, check_only: bool = False):
+    """`task`'s rows of each table of the commit `copy` (of a file store),
+    in order (None with `check_only`: only checks the file is there).
 
     Raises:
         NotImplementedError: If the file is missing (the task died before
             it was written).
+        OSError: If the files cannot be read (e.g. the launcher's commit
+            server is gone).
     """
-    path = file_of(folder, task)
-    if not os.path.exists(path):
+    files, folder = copy["files"], copy["folder"]
+    data = None
+    if check_only:
+        found = files.exists(folder, task)
+    else:
+        data = files.read(folder, task)
+        found = data is not None
+    if not found:
         raise NotImplementedError(
             f"keras-hybrid elastic: the rows of partitioned tables on task "
-            f"{task} are lost: its commit file {path!r} is missing (the "
-            "task died before writing it, or the directory is not shared). "
-            "Restart from a checkpoint."
+            f"{task} are lost: its commit file "
+            f"{files.path(folder, task)!r} is missing (the task died before "
+            "writing it, or the directory is not shared). Restart from a "
+            "checkpoint."
         )
     if check_only:
         return None
-    with np.load(path) as data:
-        return [data[f"arr_{i}"] for i in range(len(data.files))]
+    with np.load(io.BytesIO(data)) as arrays:
+        return [arrays[f"arr_{i}"] for i in range(len(arrays.files))]

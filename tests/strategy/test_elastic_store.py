@@ -1,7 +1,8 @@
-"""`elastic_store`: each member's table rows of a commit in shared files.
+"""`elastic_store`: each member's table rows of a commit in files.
 
 The multi-process runs are in `test_elastic_loss_multiprocess.py`; here
-the files and the restore from them, on the table of `test_elastic_buddy`
+the files (a shared directory) and the restore from them, on the table of
+`test_elastic_buddy`
 (12 rows of 2 columns whose value is the row id, 12 one-row virtual
 shards over the tasks [0, 1, 2]).
 """
@@ -11,6 +12,10 @@ import tempfile
 
 import numpy as np
 
+from keras_hybrid.launch.commit_files import CommitFiles
+from keras_hybrid.launch.commit_server import CommitClient
+from keras_hybrid.launch.commit_server import CommitServer
+from keras_hybrid.launch.elastic_files import COMMIT_AUTHKEY_ENV
 from keras_hybrid.sparse.row_partition import RowPartition
 from keras_hybrid.strategy import elastic_buddy
 from keras_hybrid.strategy import elastic_store
@@ -33,31 +38,37 @@ class _Shard:
         return self._rows
 
 
-def _commit_all(root: str, step: int, scale: float = 1.0) -> dict:
-    """Every task commits `step`; returns task 0's commit."""
+def _commit_all(root, step: int, scale: float = 1.0) -> dict:
+    """Every task commits `step` to `root` (a directory, or files); returns
+    task 0's commit."""
+    files = CommitFiles(root) if isinstance(root, str) else root
     commits = {}
     for task in MEMBERS:
-        store = elastic_store.DirectoryStore(root, task)
+        store = elastic_store.FileStore(files, task)
         commits[task] = store.take([_Shard(task, scale)], MEMBERS, step, 0, [])
         store.wait()
     return commits[0]
 
 
-class DirectoryStoreTest(TestCase):
+def _file_of(root: str, commit: dict, task: int) -> str:
+    return CommitFiles(root).path(commit["folder"], task)
+
+
+class FileStoreTest(TestCase):
     def test_files_hold_each_tasks_rows(self):
         with tempfile.TemporaryDirectory() as root:
             commit = _commit_all(root, 10)
             self.assertEqual(
-                sorted(os.listdir(commit["folder"])),
+                sorted(os.listdir(os.path.join(root, commit["folder"]))),
                 ["task-0.npz", "task-1.npz", "task-2.npz"],
             )
-            (rows,) = elastic_store.read_rows(commit["folder"], 1)
+            (rows,) = elastic_store.read_rows(commit, 1)
         np.testing.assert_array_equal(rows, TABLE[PARTITION.ids_on_shard(1)])
         self.assertEqual(commit["bytes"], 0)
 
     def test_a_member_keeps_the_files_of_its_last_two_commits(self):
         with tempfile.TemporaryDirectory() as root:
-            store = elastic_store.DirectoryStore(root, 1)
+            store = elastic_store.FileStore(CommitFiles(root), 1)
             kept = []
             for step in (10, 20, 30):
                 commit = store.take([_Shard(1)], MEMBERS, step, 0, kept[-1:])
@@ -84,7 +95,7 @@ class DirectoryStoreTest(TestCase):
     def test_a_missing_file_is_not_survivable_on_any_survivor(self):
         with tempfile.TemporaryDirectory() as root:
             commit = _commit_all(root, 10)
-            os.remove(elastic_store.file_of(commit["folder"], 2))
+            os.remove(_file_of(root, commit, 2))
             with self.assertRaisesRegex(
                 NotImplementedError, r"on task 2 are lost: its commit file"
             ):
@@ -92,7 +103,8 @@ class DirectoryStoreTest(TestCase):
 
     def test_a_failed_write_is_reported_by_the_next_commit(self):
         with tempfile.TemporaryDirectory() as root:
-            store = elastic_store.DirectoryStore(os.path.join(root, "file"), 0)
+            files = CommitFiles(os.path.join(root, "file"))
+            store = elastic_store.FileStore(files, 0)
             with open(os.path.join(root, "file"), "w"):
                 pass
             store.take([_Shard(0)], MEMBERS, 10, 0, [])
@@ -105,8 +117,43 @@ class CompleteTest(TestCase):
         with tempfile.TemporaryDirectory() as root:
             commit = _commit_all(root, 10)
             self.assertTrue(elastic_store.complete(commit, [0, 1]))
-            os.remove(elastic_store.file_of(commit["folder"], 2))
+            os.remove(_file_of(root, commit, 2))
             self.assertFalse(elastic_store.complete(commit, [0, 1]))
             # Task 2 survives: its file is not needed.
             self.assertTrue(elastic_store.complete(commit, [0, 2]))
         self.assertTrue(elastic_store.complete(None, [0]))
+
+
+class ServedStoreTest(TestCase):
+    """The same files through the launcher's `CommitServer` (the served
+    store): a lost task's rows come back from the server."""
+
+    def test_lost_rows_come_back_from_the_server(self):
+        with tempfile.TemporaryDirectory() as root:
+            server = CommitServer(root, "127.0.0.1")
+            try:
+                key = bytes.fromhex(server.env()[COMMIT_AUTHKEY_ENV])
+                client = CommitClient(server.address, key)
+                commit = _commit_all(client, 10)
+                self.assertIs(commit["files"], client)
+                self.assertTrue(elastic_store.complete(commit, [0, 2]))
+                elastic_buddy.check_survivable(commit, [0, 2])
+                (lost,) = elastic_buddy._lost_rows(commit, [0, 2], 2)
+                np.testing.assert_array_equal(
+                    lost[1], TABLE[PARTITION.ids_on_shard(1)]
+                )
+                os.remove(_file_of(root, commit, 1))
+                self.assertFalse(elastic_store.complete(commit, [0, 2]))
+                with self.assertRaisesRegex(
+                    NotImplementedError, "on task 1 are lost"
+                ):
+                    elastic_buddy.check_survivable(commit, [0, 2])
+            finally:
+                server.close()
+            # A failed upload is reported by the next commit.
+            store = elastic_store.FileStore(client, 0)
+            store.take([_Shard(0)], MEMBERS, 20, 0, [])
+            with self.assertRaisesRegex(
+                RuntimeError, "could not write .* commit server at"
+            ):
+                store.wait()

@@ -5,6 +5,8 @@ import argparse
 import os
 
 from keras_hybrid.launch import validation
+from keras_hybrid.launch.commit_store import STORES
+from keras_hybrid.launch.commit_store import choose_store
 from keras_hybrid.launch.elastic_driver import ElasticDriver
 from keras_hybrid.launch.elastic_driver import check_bounds
 from keras_hybrid.launch.elastic_files import DEFAULT_COMMIT_INTERVAL
@@ -54,12 +56,15 @@ def add_elastic_flags(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--commit-store",
-        choices=("directory", "buddy"),
-        default="directory",
+        choices=STORES,
+        default=None,
         help="Where commits keep partitioned tables: `directory` writes "
-        "each worker's rows to files in --commit-dir (no collective at "
-        "commit time); `buddy` sends them to the next worker (all-to-all). "
-        "Default: %(default)s.",
+        "each worker's rows to files in --commit-dir; `served` uploads "
+        "them to the launcher, which keeps them on its host (no shared "
+        "filesystem); both in the background, with no collective at "
+        "commit time. `buddy` sends them to the next worker (all-to-all "
+        "at the commit). Default: `directory` on one host or with "
+        "--commit-dir, else `served`.",
     )
     group.add_argument(
         "--commit-dir",
@@ -67,7 +72,7 @@ def add_elastic_flags(parser: argparse.ArgumentParser) -> None:
         help="Directory shared by every worker for the directory store; "
         "the job's folder in it is removed at the end. Default: one under "
         "/dev/shm (else under the elastic run directory) on one host; "
-        "on several hosts, the buddy copy unless this is given.",
+        "on several hosts, the served store unless this is given.",
     )
     group.add_argument(
         "--elastic-dir",
@@ -115,6 +120,9 @@ def run_elastic(args, command: list[str], extra_env: dict) -> int:
             "--commit-interval must be a positive number of global steps. "
             f"Received: --commit-interval {args.commit_interval}."
         )
+    # Before any worker starts; whether the hosts need a shared
+    # --commit-dir is checked once discovery named them.
+    choose_store(args.commit_store, args.commit_dir, single_host=True)
     if args.elastic_dir is not None and not os.path.isdir(args.elastic_dir):
         raise ValueError(
             "--elastic-dir must be an existing directory that every host "

@@ -78,11 +78,15 @@ class ElasticDriver:
         commit_interval: Int. Global steps between two in-memory commits
             of the workers' state. Defaults to
             `elastic_files.DEFAULT_COMMIT_INTERVAL`.
-        commit_store: String. `"directory"` (default): partitioned tables
+        commit_store: Optional string. `"directory"`: partitioned tables
             are committed to files in a directory the workers share;
-            `"buddy"`: to a buddy copy (`launch.commit_store`).
+            `"served"`: to files on this host, served over TCP;
+            `"buddy"`: to a buddy copy on the next worker
+            (`launch.commit_store`). Defaults to `"directory"` on one host
+            or with `commit_dir`, else `"served"`.
         commit_dir: Optional string. The shared directory holding the
-            job's commit folder. Defaults to one under /dev/shm.
+            job's commit folder (the directory store). Defaults to one
+            under /dev/shm.
         elastic_dir: Optional string. A directory every host shares, for
             the job's plan files (the job is then multi-host). Defaults to
             a local temporary directory, or, when discovery's first
@@ -103,7 +107,7 @@ class ElasticDriver:
         wait_seconds: float = 60.0,
         grace_seconds: float = 10.0,
         commit_interval: int = em.DEFAULT_COMMIT_INTERVAL,
-        commit_store: str = "directory",
+        commit_store: str | None = None,
         commit_dir: str | None = None,
         elastic_dir: str | None = None,
     ) -> None:
@@ -127,6 +131,7 @@ class ElasticDriver:
         self.multi_host = elastic_dir is not None
         self.channel = FileChannel(self.directory)
         self.commit_dir: str | None = None
+        self.commit_server = None  # the served store's `CommitServer`
         self._commit = (commit_store, commit_dir)
         self._settings = ElasticSettings(
             self.directory,
@@ -134,7 +139,7 @@ class ElasticDriver:
             max_np,
             str(secrets.randbelow(2**31)),
             int(commit_interval),
-            None,
+            {},
             threads,
             env,
         )
@@ -163,9 +168,10 @@ class ElasticDriver:
         )
         self.multi_host, self.channel = setup.multi_host, setup.channel
         self.commit_dir = setup.commit_dir
+        self.commit_server = setup.commit_server
         self._settings = dataclasses.replace(
             self._settings,
-            commit_dir=self.commit_dir,
+            commit_env=setup.commit_env(),
             local_address=setup.local_address,
             channel_env=self.channel.env(),
         )
@@ -187,6 +193,8 @@ class ElasticDriver:
         finally:
             if isinstance(self.channel, ChannelServer):
                 self.channel.close()
+            if self.commit_server is not None:
+                self.commit_server.close()
             remove_commit_dir(self.commit_dir)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)

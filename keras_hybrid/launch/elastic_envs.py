@@ -22,8 +22,8 @@ class ElasticSettings:
         max_np: Int. Most workers (tasks in the cluster).
         seed: String. The job's TF seed.
         commit_interval: Int. Global steps between two commits.
-        commit_dir: Optional string. The directory store's folder; None
-            for the buddy copy.
+        commit_env: Dict. The variables naming the commit store
+            (`elastic_setup.JobSetup.commit_env`); empty for buddy copies.
         threads: Optional int. Threads per worker.
         extra_env: Optional dict. `--env` variables.
         local_address: String. The address of this host's tasks
@@ -38,7 +38,7 @@ class ElasticSettings:
     max_np: int
     seed: str
     commit_interval: int
-    commit_dir: str | None
+    commit_env: dict
     threads: int | None
     extra_env: dict | None
     local_address: str = LOOPBACK
@@ -57,7 +57,9 @@ def task_envs(placed: dict[int, str], settings: ElasticSettings) -> tuple:
         em.MAX_NP_ENV: str(settings.max_np),
         em.SEED_ENV: settings.seed,
         em.COMMIT_INTERVAL_ENV: str(int(settings.commit_interval)),
-        em.COMMIT_DIR_ENV: settings.commit_dir or "",
+        em.COMMIT_DIR_ENV: "",
+        em.COMMIT_SERVER_ENV: "",
+        **settings.commit_env,
         **settings.channel_env,
     }
     size = settings.max_np

@@ -4,6 +4,7 @@ tests/strategy/test_elastic_multiprocess.py)."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -61,6 +62,20 @@ def test_cli_rejects_np_with_elastic_flags(tmp_path):
     )
     assert proc.returncode == 2
     assert "Give one or the other" in proc.stderr
+
+
+def test_cli_rejects_a_commit_dir_with_the_served_store(tmp_path):
+    proc = subprocess.run(
+        [*CLI, "--min-np", "2", "--commit-store", "served"]
+        + ["--commit-dir", str(tmp_path)]
+        + ["--host-discovery-script", _script(tmp_path, "echo localhost:2")]
+        + [sys.executable, "-c", "raise SystemExit(3)"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "the served store keeps its files on the launcher" in proc.stderr
 
 
 def test_too_few_slots_fail_after_the_timeout(tmp_path):
@@ -207,6 +222,7 @@ def wait(name):
     return json.loads(channel.get(name))
 print(json.dumps({"task": task, "host": os.environ["FAKE_HOST"],
                   "tcp": "KERAS_HYBRID_ELASTIC_CHANNEL" in os.environ,
+                  "commits": os.environ["KERAS_HYBRID_ELASTIC_COMMIT_SERVER"],
                   "cluster": json.loads(os.environ["TF_CONFIG"])
                   ["cluster"]["worker"]}))
 if task == 0:
@@ -246,11 +262,16 @@ def test_a_joiner_on_a_new_host_comes_after_a_readdress(tmp_path, shared_dir):
     )
     assert proc.returncode == 0, proc.stderr
     assert "started task 2 on host hostY (joiner)" in proc.stderr
-    assert "with a buddy copy" in proc.stderr  # no shared /dev/shm
+    # No shared /dev/shm: the launcher serves the commit files.
+    served = re.search(
+        r"committed to files under \S+ served at (\S+)", proc.stderr
+    )
+    assert served, proc.stderr
     lines = [line.partition("] ")[2] for line in proc.stdout.splitlines()]
     seen = [json.loads(line) for line in lines if line.startswith("{")]
     tasks = {r["task"]: r for r in seen if "task" in r}
     assert {r["tcp"] for r in tasks.values()} == {not shared_dir}
+    assert {r["commits"] for r in tasks.values()} == {served.group(1)}
     assert {t: r["host"] for t, r in tasks.items()} == {
         0: "hostX",
         1: "hostX",

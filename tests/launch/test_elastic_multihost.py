@@ -9,11 +9,13 @@ it, then the joiners start on hostB: 2 -> 4 across hosts), then `hostA:2`
 and `hostB:1` (4 -> 3: task 3 on hostB retires). The plain `fit` script
 (`tests/strategy/workers/elastic_fit_worker.py`, a partitioned
 `Embedding` with Adam beside a dense part; plans over the launcher's TCP
-server, tables committed with buddy copies) records `strategy.size` in a
+server, tables committed to its commit server: the served store, the
+default without a shared --commit-dir) records `strategy.size` in a
 callback; the sizes must show 2, 4, 3, each of the 80 steps once, and
 the final weights, table included, equal one process (1e-5). No worker is
 left on either host. A second test kills the worker on hostB: the
-launcher names its host and rank, and the survivors recover.
+launcher names its host and rank, and the survivors recover, its table
+rows fetched from the launcher's commit server.
 
 Needs root and OpenSSH's server, like tests/launch/test_multihost_ssh.py:
 skips with the reason otherwise.
@@ -22,6 +24,7 @@ skips with the reason otherwise.
 import json
 import os
 import pickle
+import re
 import signal
 import subprocess
 import sys
@@ -238,6 +241,10 @@ def test_a_lost_remote_worker_is_recovered(hosts, tmp_path):
     assert code == 0, output[-8000:]
     assert "task 2 on host hostB exited with code 137 (rank 2)" in output, (
         output[-4000:]
+    )
+    # hostB's rows came back from the launcher's host, not a shared disk.
+    assert re.search(
+        r"committed to files under \S+ served at 10.78.0.254:", output
     )
     with open(out_dir / "rank0.pkl", "rb") as f:
         result = pickle.load(f)

@@ -9,10 +9,11 @@ the same global batches, and end with the weights of plain Keras in one
 process (1e-5). Keras shuffles the arrays (`shuffle=True`, the same seed
 on every rank and in the reference): the replay draws the same batches.
 `ElasticLostWorkerTableTest` does the same with a partitioned `Embedding`
-(Adam): the lost worker's rows and slots come back from its commit file
-(the default on one host), taken by the next survivor (rank 1's by rank
-2; rank 2's by rank 0, in a run where the lost slot then comes back and a
-joiner is admitted: 3 -> 2 -> 3), or from its buddy copy there
+(Adam): the lost worker's rows and slots come back from its commit file,
+taken by the next survivor: rank 1's by rank 2 from the shared directory
+(the default on one host); rank 2's by rank 0 from the launcher's commit
+server (`--commit-store served`), in a run where the lost slot then
+comes back and a joiner is admitted: 3 -> 2 -> 3. Or from its buddy copy
 (`--commit-store buddy`, rank 1 lost).
 With `--min-np 2 --max-np 2`, the loss of rank 1 leaves fewer than
 `--min-np` workers and discovery never reports a second slot:
@@ -166,7 +167,8 @@ class ElasticLostWorkerTest(TestCase):
 
 class ElasticLostWorkerTableTest(TestCase):
     """A lost worker's table rows and slots survive in its commit file (the
-    default on one host), or in its buddy copy (`--commit-store buddy`)."""
+    default on one host; or served by the launcher, `--commit-store
+    served`), or in its buddy copy (`--commit-store buddy`)."""
 
     def _run_table(self, kill_rank: int, extra: tuple = (), store="directory"):
         with tempfile.TemporaryDirectory() as tmp:
@@ -176,7 +178,11 @@ class ElasticLostWorkerTableTest(TestCase):
                 [
                     *("--min-np", "2", "--max-np", "3"),
                     *("--commit-interval", "10"),
-                    *(("--commit-store", "buddy") if store == "buddy" else ()),
+                    *(
+                        ("--commit-store", store)
+                        if store != "directory"
+                        else ()
+                    ),
                 ],
                 [
                     "--model=table",
@@ -195,9 +201,13 @@ class ElasticLostWorkerTableTest(TestCase):
             rows = _progress(out_dir)
         self.assertIn("table/embeddings: rows per worker", result["plan"])
         self.assertIn(
-            "partitioned tables are committed with a buddy copy"
-            if store == "buddy"
-            else "partitioned tables are committed to files under /",
+            {
+                "buddy": "partitioned tables are committed with a buddy copy",
+                "directory": "partitioned tables are committed to files "
+                "under /",
+                "served": "commits partitioned tables to the launcher's "
+                "commit server at 127.0.0.1:",
+            }[store],
             output,
         )
         reference = cases.table_reference(result["initial"])
@@ -221,11 +231,16 @@ class ElasticLostWorkerTableTest(TestCase):
     def test_middle_rank_lost_its_rows_come_from_the_buddy_copy(self):
         self.assertEqual(self._run_table(kill_rank=1, store="buddy"), [3, 2])
 
-    def test_last_rank_lost_its_rows_come_from_rank_0_then_grows_back(self):
-        # One run for both (CI time): rank 2's rows come back from rank 0,
-        # and the lost slot is reported again 5 steps after the recovery.
+    def test_last_rank_lost_its_rows_come_from_the_server_then_grows_back(
+        self,
+    ):
+        # One run for all three (CI time): rank 2's rows come back to rank
+        # 0 from the launcher's commit server (the served store, with no
+        # shared directory), and the lost slot is reported again 5 steps
+        # after the recovery.
         changes = self._run_table(
             kill_rank=2,
             extra=("--slots_later=localhost:3", "--grow_after=5"),
+            store="served",
         )
         self.assertEqual(changes, [3, 2, 3])

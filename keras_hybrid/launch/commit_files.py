@@ -15,6 +15,7 @@ Imports nothing heavy: the launcher runs without TensorFlow.
 import contextlib
 import os
 import re
+import tempfile
 
 _FOLDER = re.compile(r"commit-\d+-g\d+")
 
@@ -54,11 +55,24 @@ class CommitFiles:
         """Writes the blob `data` (bytes-like) as `task`'s file of
         `folder`, atomically."""
         final = self.path(folder, task)
-        os.makedirs(os.path.dirname(final), exist_ok=True)
-        temp = f"{final}.tmp{os.getpid()}"
-        with open(temp, "wb") as f:
-            f.write(data)
-        os.replace(temp, final)
+        # Beside the folders, not in `folder`: a member ahead of this
+        # (slower) write may prune `folder` while it is empty.
+        fd, temp = tempfile.mkstemp(prefix=".writing-", dir=self.root)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            while True:
+                os.makedirs(os.path.dirname(final), exist_ok=True)
+                try:
+                    os.replace(temp, final)
+                    return
+                except FileNotFoundError:
+                    if not os.path.exists(temp):
+                        raise
+                    # `folder` was pruned since `makedirs`: make it again.
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(temp)
 
     def read(self, folder: str, task: int) -> bytes | None:
         """`task`'s blob of `folder`, or None if it is not there."""

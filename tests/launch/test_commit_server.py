@@ -134,3 +134,20 @@ def test_the_environment_names_the_store(tmp_path, monkeypatch):
     monkeypatch.setenv(COMMIT_DIR_ENV, str(tmp_path))
     files = commit_files_from_env()
     assert isinstance(files, CommitFiles) and files.root == str(tmp_path)
+
+
+def test_a_late_write_lands_after_its_folder_was_pruned(server, client):
+    # Task 1 is two commits ahead of task 0's background upload of step
+    # 10: its prune removed the (then empty) folder; the upload makes it
+    # again, and task 0's own next prune removes it.
+    for step in (10, 20, 30):
+        client.write(folder_name(step, 0), 1, b"1")
+        client.prune(1, [folder_name(step - 10, 0), folder_name(step, 0)])
+    assert not client.exists(folder_name(10, 0), 1)
+    client.write(folder_name(10, 0), 0, b"0")
+    assert client.read(folder_name(10, 0), 0) == b"0"
+    client.prune(0, [folder_name(20, 0), folder_name(30, 0)])
+    assert sorted(os.listdir(server.files.root)) == [
+        "commit-20-g0",
+        "commit-30-g0",
+    ]  # and no temporary file is left beside them

@@ -1,8 +1,8 @@
 """`CommitFiles`: the files of commits of partitioned tables in one
 directory.
 
-Each member's rows of a commit are one blob (an `.npz` file's bytes, made
-by `strategy.elastic_store`) at `<root>/commit-<step>-g<generation>/
+Each member's rows of a commit are one blob (an `.npz` file, made by
+`strategy.elastic_store`) at `<root>/commit-<step>-g<generation>/
 task-<t>.npz`, written to a temporary name then renamed, so a half-written
 file is never read. The workers use it on a directory they share (the
 directory store); the launcher's `commit_server.CommitServer` uses it on a
@@ -16,6 +16,7 @@ import contextlib
 import os
 import re
 import tempfile
+from collections.abc import Callable
 
 _FOLDER = re.compile(r"commit-\d+-g\d+")
 
@@ -51,16 +52,16 @@ class CommitFiles:
             )
         return os.path.join(self.root, folder, f"task-{int(task)}.npz")
 
-    def write(self, folder: str, task: int, data) -> None:
-        """Writes the blob `data` (bytes-like) as `task`'s file of
-        `folder`, atomically."""
+    def write(self, folder: str, task: int, produce: Callable) -> None:
+        """Writes `task`'s file of `folder`, atomically: `produce(f)`
+        writes the blob to `f`, a binary file object."""
         final = self.path(folder, task)
         # Beside the folders, not in `folder`: a member ahead of this
         # (slower) write may prune `folder` while it is empty.
         fd, temp = tempfile.mkstemp(prefix=".writing-", dir=self.root)
         try:
             with os.fdopen(fd, "wb") as f:
-                f.write(data)
+                produce(f)
             while True:
                 os.makedirs(os.path.dirname(final), exist_ok=True)
                 try:

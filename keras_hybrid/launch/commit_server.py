@@ -12,7 +12,9 @@ worker's end, with the methods of `CommitFiles`.
 Imports nothing heavy: the launcher runs without TensorFlow.
 """
 
+import io
 import os
+from collections.abc import Callable
 from multiprocessing import AuthenticationError
 
 from keras_hybrid.launch.commit_files import CommitFiles
@@ -55,10 +57,10 @@ class CommitServer:
     def _answer(self, conn, op: str, args: list) -> None:
         # A failure of the files is the client's error to raise; one of
         # the connection ends this client's thread (`TcpService`).
-        data = conn.recv_bytes() if op == "write" else None
+        stream = _Chunks(conn) if op == "write" else None
         try:
             if op == "write":
-                value = self.files.write(*args, data)
+                value = self.files.write(*args, stream.copy_to)
             elif op == "prune":
                 value = self.files.prune(*args)
             elif op in ("read", "exists"):
@@ -66,12 +68,14 @@ class CommitServer:
             else:
                 raise ValueError(f"Unknown request {op!r}.")
         except (OSError, ValueError, TypeError) as error:
+            if stream is not None:
+                stream.drain()
             conn.send((False, f"{type(error).__name__}: {error}"))
             return
         if op == "read":
             conn.send((True, value is not None))
             if value is not None:
-                conn.send_bytes(value)
+                _send_chunks(conn, memoryview(value))
         else:
             conn.send((True, value))
 
@@ -93,9 +97,16 @@ class CommitClient:
     def path(self, folder: str, task: int) -> str:
         return f"{self._client.address}/{folder}/task-{int(task)}.npz"
 
-    def write(self, folder: str, task: int, data) -> None:
+    def write(self, folder: str, task: int, produce: Callable) -> None:
         def upload(conn):
-            conn.send_bytes(data)
+            stream = _Upload(conn)
+            try:
+                produce(stream)
+            except BaseException:
+                # The server drops a blob cut short with its connection.
+                conn.close()
+                raise
+            stream.finish()
             return conn.recv()
 
         self._check(self._request("write", folder, task, exchange=upload))
@@ -104,7 +115,7 @@ class CommitClient:
         def download(conn):
             ok, found = conn.recv()
             if ok and found:
-                return True, conn.recv_bytes()
+                return True, _Chunks(conn).join()
             return ok, None if ok else found
 
         answer = self._request("read", folder, task, exchange=download)
@@ -132,6 +143,78 @@ class CommitClient:
         if not ok:
             raise OSError(f"{self!r} failed: {value}")
         return value
+
+
+# Blobs travel as messages of this size, then an empty one: one message
+# of a whole shard is several times slower (`Connection.recv_bytes` reads
+# it into a growing buffer), and neither side holds the whole blob.
+_CHUNK = 1 << 20
+
+
+def _send_chunks(conn, data: memoryview) -> None:
+    for start in range(0, len(data), _CHUNK):
+        conn.send_bytes(data[start : start + _CHUNK])
+    conn.send_bytes(b"")
+
+
+class _Chunks:
+    """The chunks of one blob arriving on `conn`."""
+
+    def __init__(self, conn) -> None:
+        self._conn = conn
+        self._done = False
+
+    def __iter__(self):
+        while not self._done:
+            chunk = self._conn.recv_bytes()
+            if not chunk:
+                self._done = True
+                return
+            yield chunk
+
+    def copy_to(self, f) -> None:
+        for chunk in self:
+            f.write(chunk)
+
+    def join(self) -> bytes:
+        return b"".join(self)
+
+    def drain(self) -> None:
+        """Reads what is left of the blob (after a failed write)."""
+        for _ in self:
+            pass
+
+
+class _Upload(io.RawIOBase):
+    """A write-only file that sends what is written to it in chunks."""
+
+    def __init__(self, conn) -> None:
+        super().__init__()
+        self._conn = conn
+        self._buffer = bytearray()
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        data = memoryview(data).cast("B")
+        if len(self._buffer) + len(data) < _CHUNK:
+            self._buffer += data
+            return len(data)
+        self._flush_buffer()
+        for start in range(0, len(data), _CHUNK):
+            self._conn.send_bytes(data[start : start + _CHUNK])
+        return len(data)
+
+    def finish(self) -> None:
+        """Sends the rest and the end of the blob."""
+        self._flush_buffer()
+        self._conn.send_bytes(b"")
+
+    def _flush_buffer(self) -> None:
+        if self._buffer:
+            self._conn.send_bytes(self._buffer)
+            self._buffer = bytearray()
 
 
 def commit_files_from_env():

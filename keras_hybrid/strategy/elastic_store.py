@@ -12,10 +12,10 @@ g<generation>/task-<t>.npz`, to where the launcher says
   on its own host (`launch.commit_server.CommitClient`, over TCP).
 
 Both behave alike: the numpy snapshot is taken at the step boundary, then
-a background thread serializes it and writes or uploads it (a blob never
-appears half-written). No collective runs at commit time. The next commit
-waits for the previous write. Each member then removes its files of
-commits older than the last two it keeps.
+a background thread serializes it (`np.savez`) straight to the file or
+to the upload (a blob never appears half-written). No collective runs at
+commit time. The next commit waits for the previous write. Each member
+then removes its files of commits older than the last two it keeps.
 
 After a lost worker, the next surviving member in task order reads the
 lost one's rows from its file (`elastic_buddy.restored_rows`); a commit
@@ -128,9 +128,7 @@ class FileStore:
 
     def _write(self, folder: str, arrays: list, keep: list) -> None:
         try:
-            blob = io.BytesIO()
-            np.savez(blob, *arrays)
-            self.files.write(folder, self.task, blob.getbuffer())
+            self.files.write(folder, self.task, lambda f: np.savez(f, *arrays))
             self.files.prune(self.task, keep)
         except OSError as error:  # reported by the next `wait`
             self._error = error

@@ -5,6 +5,7 @@ localhost; the restore from it is in tests/strategy/test_elastic_store)."""
 import os
 import subprocess
 import sys
+import time
 from multiprocessing.connection import Client
 
 import pytest
@@ -26,6 +27,11 @@ server = CommitServer(sys.argv[1], "127.0.0.1")
 print(server.address, server.env()[COMMIT_AUTHKEY_ENV], flush=True)
 time.sleep(600)
 """
+
+
+def _blob(data):
+    """What a store passes to `write`: writes `data` to a file."""
+    return lambda f: f.write(data)
 
 
 def _client_of(server: CommitServer) -> CommitClient:
@@ -52,7 +58,7 @@ def test_blobs_go_to_the_launchers_directory_and_back(server, client):
     assert folder == "commit-20-g1"
     assert not client.exists(folder, 2)
     assert client.read(folder, 2) is None
-    client.write(folder, 2, b"rows of task 2")
+    client.write(folder, 2, _blob(b"rows of task 2"))
     assert client.exists(folder, 2)
     assert client.read(folder, 2) == b"rows of task 2"
     # On the launcher's host, where `CommitFiles` finds it.
@@ -64,7 +70,7 @@ def test_blobs_go_to_the_launchers_directory_and_back(server, client):
 def test_prune_keeps_the_named_commits_of_one_task(server, client):
     for step in (10, 20, 30):
         for task in (0, 1):
-            client.write(folder_name(step, 0), task, b"x")
+            client.write(folder_name(step, 0), task, _blob(b"x"))
     client.prune(1, [folder_name(20, 0), folder_name(30, 0)])
     root = server.files.root
     assert sorted(os.listdir(root)) == [f"commit-{s}-g0" for s in (10, 20, 30)]
@@ -78,7 +84,7 @@ def test_prune_keeps_the_named_commits_of_one_task(server, client):
 
 def test_a_blob_over_64_mb_travels_whole(client):
     blob = bytes(range(256)) * (70 * 4096)  # 70 MiB
-    client.write(folder_name(5, 0), 0, memoryview(blob))
+    client.write(folder_name(5, 0), 0, _blob(memoryview(blob)))
     assert client.read(folder_name(5, 0), 0) == blob
 
 
@@ -103,7 +109,7 @@ def test_a_dead_launcher_is_a_clear_error(tmp_path):
     try:
         address, key = proc.stdout.readline().split()
         client = CommitClient(address, bytes.fromhex(key))
-        client.write(folder_name(1, 0), 0, b"x")
+        client.write(folder_name(1, 0), 0, _blob(b"x"))
         assert client.exists(folder_name(1, 0), 0)
     finally:
         proc.kill()
@@ -111,7 +117,7 @@ def test_a_dead_launcher_is_a_clear_error(tmp_path):
     with pytest.raises(ConnectionError, match="must be running and reach"):
         client.exists(folder_name(1, 0), 0)
     with pytest.raises(ConnectionError, match="did not answer 'write'"):
-        client.write(folder_name(2, 0), 0, b"x")
+        client.write(folder_name(2, 0), 0, _blob(b"x"))
 
 
 def test_a_failure_on_the_launchers_side_reaches_the_worker(tmp_path):
@@ -120,7 +126,7 @@ def test_a_failure_on_the_launchers_side_reaches_the_worker(tmp_path):
     try:
         client = _client_of(served)
         with pytest.raises(OSError, match="failed: NotADirectoryError"):
-            client.write(folder_name(1, 0), 0, b"x")
+            client.write(folder_name(1, 0), 0, _blob(b"x"))
         with pytest.raises(OSError, match="commit-<step>-g<generation>"):
             client.read("../../etc", 0)
     finally:
@@ -141,13 +147,28 @@ def test_a_late_write_lands_after_its_folder_was_pruned(server, client):
     # 10: its prune removed the (then empty) folder; the upload makes it
     # again, and task 0's own next prune removes it.
     for step in (10, 20, 30):
-        client.write(folder_name(step, 0), 1, b"1")
+        client.write(folder_name(step, 0), 1, _blob(b"1"))
         client.prune(1, [folder_name(step - 10, 0), folder_name(step, 0)])
     assert not client.exists(folder_name(10, 0), 1)
-    client.write(folder_name(10, 0), 0, b"0")
+    client.write(folder_name(10, 0), 0, _blob(b"0"))
     assert client.read(folder_name(10, 0), 0) == b"0"
     client.prune(0, [folder_name(20, 0), folder_name(30, 0)])
     assert sorted(os.listdir(server.files.root)) == [
         "commit-20-g0",
         "commit-30-g0",
     ]  # and no temporary file is left beside them
+
+
+def test_a_blob_cut_short_is_dropped(server, client):
+    def fail(f):
+        f.write(b"x" * (3 << 20))  # three chunks are on their way
+        raise MemoryError("no room for the snapshot")
+
+    with pytest.raises(MemoryError, match="no room"):
+        client.write(folder_name(1, 0), 0, fail)
+    # The next request reconnects; the partial blob never became a file.
+    assert not client.exists(folder_name(1, 0), 0)
+    deadline = time.monotonic() + 10
+    while os.listdir(server.files.root) and time.monotonic() < deadline:
+        time.sleep(0.05)  # the server's thread removes its temporary file
+    assert os.listdir(server.files.root) == []

@@ -127,8 +127,9 @@ def check_survivable(copy: dict | None, survivors) -> None:
             f"{sorted(survivors)}). A commit survives the loss of any one "
             "worker, or of several that are not neighbours in task order. "
             f"Partitioned: {tables}. Keep tables replicated with "
-            "HybridStrategy(variable_kinds={'.*': 'dense'}), give the job "
-            "a shared --commit-dir, or restart from a checkpoint."
+            "HybridStrategy(variable_kinds={'.*': 'dense'}), commit them "
+            "to files (--commit-store served, or directory with a shared "
+            "--commit-dir), or restart from a checkpoint."
         )
 
 

@@ -8,7 +8,8 @@ python examples/elastic/measure_commit.py --hidden=512 --vocab=50000 \
 ```
 
 1. Commit cost, side by side for each store of `--stores` (`--commit-store`
-   directory, the default on one host, and buddy): the plain `fit` script
+   directory, the default on one host; served, the default on several
+   hosts, here on one; and buddy): the plain `fit` script
    `main.py` on 2 elastic workers with `--commit-interval 1` (a commit
    after every step), at the default interval (10), and once with commits
    off in practice (`--commit-interval 1000000`). The difference of the
@@ -18,13 +19,14 @@ python examples/elastic/measure_commit.py --hidden=512 --vocab=50000 \
    the default interval gives it directly too, as the difference of its
    mean step and that of the run without commits. With `--vocab` the
    model has a partitioned `Embedding(vocab, embedding_dim)` (Adam), whose
-   rows and slots each commit copies, then writes to a file in the
-   background (`strategy/elastic_store.py`) or sends to the next worker as
-   a buddy copy (`strategy/elastic_buddy.py`). The logged commit time of
-   the directory store leaves out the background write (not the wait for
-   the previous one); the side-by-side and direct shares include its cost
-   to the steps.
-2. Recovery: 3 workers at the default interval; the worker of rank 2
+   rows and slots each commit copies, then writes to a file or uploads to
+   the launcher in the background (`strategy/elastic_store.py`), or sends
+   to the next worker as a buddy copy (`strategy/elastic_buddy.py`). The
+   logged commit time of the directory and served stores leaves out the
+   background write (not the wait for the previous one); the side-by-side
+   and direct shares include its cost to the steps.
+2. Recovery (with `--recovery_store`, by default the first of
+   `--stores`): 3 workers at the default interval; the worker of rank 2
    SIGKILLs itself at step `--die_at_step` (the discovery output then
    drops to 2 slots). The stall is the gap between the last good step and
    the end of the first replayed step on rank 0, as recorded in its
@@ -57,9 +59,13 @@ flags.DEFINE_integer("embedding_dim", 64, "Width of the table's rows.")
 flags.DEFINE_float("timeout", 900, "Seconds for each launch.")
 flags.DEFINE_list(
     "stores",
-    ["directory", "buddy"],
-    "Commit stores to measure side by side (`--commit-store`); the first "
-    "one also runs the recovery.",
+    ["directory", "served", "buddy"],
+    "Commit stores to measure side by side (`--commit-store`).",
+)
+flags.DEFINE_string(
+    "recovery_store",
+    None,
+    "The commit store of the recovery run. Default: the first of --stores.",
 )
 flags.DEFINE_bool("recovery", True, "Also measure a recovery's stall.")
 
@@ -191,6 +197,8 @@ def measure_commit_cost(tmp: str, store: str, never: dict) -> dict:
 
 
 def measure_recovery(tmp: str) -> dict:
+    store = FLAGS.recovery_store or FLAGS.stores[0]
+
     def on_line(line, slots_file):
         if "exited with code -9" in line:
             with open(slots_file + ".tmp", "w") as f:
@@ -202,7 +210,7 @@ def measure_recovery(tmp: str) -> dict:
         tmp,
         "lost",
         3,
-        ["--min-np", "2", "--max-np", "3", "--commit-store", FLAGS.stores[0]],
+        ["--min-np", "2", "--max-np", "3", "--commit-store", store],
         worker_args=[f"--die_at_step={FLAGS.die_at_step}"],
         on_line=on_line,
     )
@@ -213,7 +221,7 @@ def measure_recovery(tmp: str) -> dict:
     logged = _commit_log(output)
     return {
         "wall_seconds": time.monotonic() - start,
-        "store": FLAGS.stores[0],
+        "store": store,
         "died_at_step": FLAGS.die_at_step,
         "resumed_from_global_step": event["global_step"],
         "replayed_steps": FLAGS.die_at_step - event["global_step"],

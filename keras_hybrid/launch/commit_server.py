@@ -3,11 +3,11 @@ partitioned tables on its own host and serves them over TCP.
 
 `CommitServer` holds a `CommitFiles` directory (made by
 `commit_store.make_commit_dir`, under /dev/shm when there is one) behind
-a `tcp_service.TcpService` of its own: each worker uploads its rows of a
-commit as one blob from a background thread, so hosts need no shared
-filesystem and no collective runs at commit time; after a lost worker
-the survivor that takes its rows fetches its blob. `CommitClient` is the
-worker's end, with the methods of `CommitFiles`.
+a `tcp_service.TcpService` of its own: each worker streams its rows of a
+commit (one `.npz` blob, in 1 MiB messages) from a background thread, so
+hosts need no shared filesystem and no collective runs at commit time;
+after a lost worker the survivor that takes its rows fetches its blob.
+`CommitClient` is the worker's end, with the methods of `CommitFiles`.
 
 Imports nothing heavy: the launcher runs without TensorFlow.
 """

@@ -44,6 +44,12 @@ class CommitServer:
         )
         self.address = self._service.address
 
+    def advertise(self, host: str) -> None:
+        """Workers started from now on reach this server on `host`
+        (`TcpService.advertise`)."""
+        self._service.advertise(host)
+        self.address = self._service.address
+
     def env(self) -> dict[str, str]:
         """The workers' variables that name this server."""
         return {

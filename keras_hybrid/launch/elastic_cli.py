@@ -16,7 +16,8 @@ from keras_hybrid.launch.host_discovery import HostDiscovery
 def add_elastic_flags(parser: argparse.ArgumentParser) -> None:
     """Adds `--min-np`, `--max-np`, `--host-discovery-script`,
     `--discovery-interval`, `--elastic-timeout`, `--commit-interval`,
-    `--commit-store`, `--commit-dir` and `--elastic-dir`."""
+    `--commit-store`, `--commit-dir`, `--elastic-dir` and
+    `--elastic-address`."""
     group = parser.add_argument_group("elastic training (docs/elastic.md)")
     group.add_argument(
         "--host-discovery-script",
@@ -80,8 +81,16 @@ def add_elastic_flags(parser: argparse.ArgumentParser) -> None:
         help="Directory every host sees at the same path (e.g. on NFS), "
         "for the plan files of the launcher and the workers; makes the job "
         "multi-host. Default: a local temporary directory on one host; "
-        "over TCP from the launcher when discovery's first answer names "
-        "other hosts (their workers start over ssh).",
+        "over TCP from the launcher once discovery names other hosts "
+        "(their workers start over ssh).",
+    )
+    group.add_argument(
+        "--elastic-address",
+        metavar="ADDRESS",
+        help="The address or name other hosts reach this host on: its "
+        "workers, the launcher's plan board and commit server. Default: "
+        "this host's address on the route to the first other host that "
+        "discovery names.",
     )
 
 
@@ -142,5 +151,6 @@ def run_elastic(args, command: list[str], extra_env: dict) -> int:
         commit_store=args.commit_store,
         commit_dir=args.commit_dir,
         elastic_dir=args.elastic_dir,
+        address=args.elastic_address,
     )
     return driver.run(timeout=args.timeout)

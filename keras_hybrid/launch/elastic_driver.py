@@ -28,6 +28,7 @@ survivors and grows the job back with joiners; else it stops the job.
 """
 
 import dataclasses
+import functools
 import logging
 import secrets
 import signal
@@ -42,9 +43,10 @@ from keras_hybrid.launch.elastic_envs import ElasticSettings
 from keras_hybrid.launch.elastic_envs import task_envs
 from keras_hybrid.launch.elastic_process import ElasticProcesses
 from keras_hybrid.launch.elastic_setup import setup_job
+from keras_hybrid.launch.elastic_setup import widen_job
 from keras_hybrid.launch.host_discovery import HostDiscovery
-from keras_hybrid.launch.plan_channel import ChannelServer
 from keras_hybrid.launch.plan_channel import FileChannel
+from keras_hybrid.launch.ssh import ssh_hostname
 
 logger = logging.getLogger(__name__)
 _TICK = 0.05
@@ -89,9 +91,12 @@ class ElasticDriver:
             under /dev/shm.
         elastic_dir: Optional string. A directory every host shares, for
             the job's plan files (the job is then multi-host). Defaults to
-            a local temporary directory, or, when discovery's first
-            answer names other hosts, the launcher's TCP server
-            (`plan_channel`).
+            a local temporary directory, or, when discovery names other
+            hosts, the launcher's TCP server (`plan_channel`).
+        address: Optional string. The address other hosts reach this
+            host (its tasks, plan board and commit server) on. Defaults
+            to this host's address on the route to the first other host
+            discovery names (`ssh.reach_address`).
     """
 
     def __init__(
@@ -110,6 +115,7 @@ class ElasticDriver:
         commit_store: str | None = None,
         commit_dir: str | None = None,
         elastic_dir: str | None = None,
+        address: str | None = None,
     ) -> None:
         check_bounds(min_np, max_np)
         if int(commit_interval) < 1:
@@ -124,12 +130,14 @@ class ElasticDriver:
         self.wait_seconds = wait_seconds
         self.grace_seconds = grace_seconds
         self.elastic_dir = elastic_dir
+        self.address = address
         self.directory = tempfile.mkdtemp(
             prefix="keras_hybrid_elastic_", dir=elastic_dir
         )
-        # Set by `_setup` from discovery's first answer.
+        # Set by `_setup` from discovery's first answer (`_widen` later).
         self.multi_host = elastic_dir is not None
         self.channel = FileChannel(self.directory)
+        self._job = None  # `elastic_setup.JobSetup`
         self.commit_dir: str | None = None
         self.commit_server = None  # the served store's `CommitServer`
         self._commit = (commit_store, commit_dir)
@@ -142,6 +150,7 @@ class ElasticDriver:
             {},
             threads,
             env,
+            resolve=functools.lru_cache(maxsize=None)(ssh_hostname),
         )
         self._placed: dict[int, str] = {}  # members' (and joiners') hosts
         self._envs, self.cluster = [], []
@@ -163,15 +172,37 @@ class ElasticDriver:
         """Multi-host or not, the plan channel and the commit store
         (`elastic_setup`), from discovery's first answer."""
         store, commit_dir = self._commit
-        setup = setup_job(
-            discovered, self.directory, self.elastic_dir, store, commit_dir
+        self._use(
+            setup_job(
+                discovered,
+                self.directory,
+                self.elastic_dir,
+                store,
+                commit_dir,
+                self.address,
+            )
         )
+
+    def _widen(self, remote: list) -> None:
+        """Discovery named other hosts in a one-host job: it becomes
+        multi-host (`elastic_setup.widen_job`); the joiners there start
+        after the members' re-address (`_plan_change`)."""
+        logger.info(
+            "host discovery named other hosts %s in a job that ran on this "
+            "host only: it becomes multi-host.",
+            remote,
+        )
+        self._use(widen_job(self._job, remote, self.address))
+
+    def _use(self, setup) -> None:
+        self._job = setup
         self.multi_host, self.channel = setup.multi_host, setup.channel
         self.commit_dir = setup.commit_dir
         self.commit_server = setup.commit_server
         self._settings = dataclasses.replace(
             self._settings,
-            commit_env=setup.commit_env(),
+            commit_env=setup.commit_env(local=True),
+            remote_commit_env=setup.commit_env(local=False),
             local_address=setup.local_address,
             channel_env=self.channel.env(),
         )
@@ -191,8 +222,9 @@ class ElasticDriver:
         try:
             return self._run(timeout)
         finally:
-            if isinstance(self.channel, ChannelServer):
-                self.channel.close()
+            close = getattr(self.channel, "close", None)
+            if close is not None:
+                close()
             if self.commit_server is not None:
                 self.commit_server.close()
             remove_commit_dir(self.commit_dir)
@@ -428,20 +460,13 @@ class ElasticDriver:
 
     def _discover(self) -> list[tuple[str, int]]:
         """Discovery's `(host, slots)`. Its first answer decides whether
-        the job is multi-host (`_setup`); other hosts later in a one-host
-        job are left out (logged once)."""
+        the job is multi-host (`_setup`); a one-host job widens when a
+        later answer names other hosts (`_widen`)."""
         discovered = self.discovery.slots()
-        if not self.members:
-            return discovered
-        try:
-            return host_slots.check_hosts(discovered, self.multi_host)
-        except ValueError as error:
-            self.discovery.log_once(f"{error} Leaving those hosts out.")
-            return [
-                (h, n)
-                for h, n in discovered
-                if host_slots.host_key(h) == host_slots.LOCAL
-            ]
+        remote = host_slots.remote_hosts(discovered)
+        if self.members and remote and not self.multi_host:
+            self._widen(remote)
+        return discovered
 
     def _wait_for_slots(self, needed: int) -> list | None:
         return self.discovery.wait_for(
@@ -474,7 +499,10 @@ class ElasticDriver:
         old = host_slots.hosts_of(self.cluster)
         self._placed.update(plan.start)
         new = host_slots.task_addresses(
-            self._placed, [0] * self.max_np, self._settings.local_address
+            self._placed,
+            [0] * self.max_np,
+            self._settings.local_address,
+            self._settings.resolve,
         )
         if host_slots.hosts_of(new) == old:
             self._start_joiners(plan.start)

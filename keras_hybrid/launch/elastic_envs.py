@@ -3,6 +3,7 @@ the cluster of every task's host, and the elastic contract
 (`elastic_files`)."""
 
 import dataclasses
+from collections.abc import Callable
 
 from keras_hybrid.launch import elastic_files as em
 from keras_hybrid.launch import host_slots
@@ -22,8 +23,9 @@ class ElasticSettings:
         max_np: Int. Most workers (tasks in the cluster).
         seed: String. The job's TF seed.
         commit_interval: Int. Global steps between two commits.
-        commit_env: Dict. The variables naming the commit store
-            (`elastic_setup.JobSetup.commit_env`); empty for buddy copies.
+        commit_env: Dict. The variables naming the commit store to this
+            host's tasks (`elastic_setup.JobSetup.commit_env`); empty for
+            buddy copies.
         threads: Optional int. Threads per worker.
         extra_env: Optional dict. `--env` variables.
         local_address: String. The address of this host's tasks
@@ -31,6 +33,10 @@ class ElasticSettings:
             other hosts reach it. Defaults to loopback.
         channel_env: Dict. The variables naming the launcher's plan
             server (`plan_channel.ChannelServer.env`); empty for files.
+        remote_commit_env: Optional dict. The variables naming the commit
+            store to other hosts' tasks. Defaults to `commit_env`.
+        resolve: Callable. A host's name in the cluster
+            (`host_slots.task_addresses`). Defaults to the host itself.
     """
 
     directory: str
@@ -43,6 +49,8 @@ class ElasticSettings:
     extra_env: dict | None
     local_address: str = LOOPBACK
     channel_env: dict = dataclasses.field(default_factory=dict)
+    remote_commit_env: dict | None = None
+    resolve: Callable[[str], str] = str
 
 
 def task_envs(placed: dict[int, str], settings: ElasticSettings) -> tuple:
@@ -50,7 +58,9 @@ def task_envs(placed: dict[int, str], settings: ElasticSettings) -> tuple:
     `placed` (others on a loopback placeholder), and the cluster's
     addresses: `(envs, cluster)`."""
     ports = free_ports(settings.max_np)
-    cluster = host_slots.task_addresses(placed, ports, settings.local_address)
+    cluster = host_slots.task_addresses(
+        placed, ports, settings.local_address, settings.resolve
+    )
     contract = {
         em.DIR_ENV: settings.directory,
         em.MIN_NP_ENV: str(settings.min_np),
@@ -59,9 +69,9 @@ def task_envs(placed: dict[int, str], settings: ElasticSettings) -> tuple:
         em.COMMIT_INTERVAL_ENV: str(int(settings.commit_interval)),
         em.COMMIT_DIR_ENV: "",
         em.COMMIT_SERVER_ENV: "",
-        **settings.commit_env,
         **settings.channel_env,
     }
+    remote = settings.remote_commit_env
     size = settings.max_np
     envs = [
         {
@@ -72,6 +82,12 @@ def task_envs(placed: dict[int, str], settings: ElasticSettings) -> tuple:
                 extra_env=settings.extra_env,
             ),
             **contract,
+            **(
+                settings.commit_env
+                if remote is None
+                or placed.get(task, host_slots.LOCAL) == host_slots.LOCAL
+                else remote
+            ),
         }
         for task, port in enumerate(ports)
     ]

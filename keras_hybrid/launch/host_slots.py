@@ -6,6 +6,7 @@ Pure functions of the placement (task -> host) and of discovery's answer;
 """
 
 import dataclasses
+from collections.abc import Callable
 
 from keras_hybrid.launch.ssh import is_local_host
 from keras_hybrid.launch.topology import LOOPBACK
@@ -106,36 +107,17 @@ def remote_hosts(discovered: list[tuple[str, int]]) -> list[str]:
     return [h for h in merge_slots(discovered) if h != LOCAL]
 
 
-def local_only(discovered: list) -> list:
-    """The entries of `discovered` that name this machine."""
-    return [(h, n) for h, n in discovered if host_key(h) == LOCAL]
-
-
-def check_hosts(discovered: list, multi_host: bool) -> list:
-    """Returns `discovered`.
-
-    Raises:
-        ValueError: If it names other hosts in a one-host job
-            (`multi_host` False).
-    """
-    remote = remote_hosts(discovered)
-    if remote and not multi_host:
-        raise ValueError(
-            f"Host discovery named other hosts {remote} in a job that "
-            "started on this host only, whose workers serve on loopback "
-            "and read plans from local files. Name every host in the "
-            "discovery script's first answer, or give --elastic-dir, to "
-            "make the job multi-host."
-        )
-    return discovered
-
-
 def task_addresses(
-    placed: dict[int, str], ports: list[int], local: str = LOOPBACK
+    placed: dict[int, str],
+    ports: list[int],
+    local: str = LOOPBACK,
+    resolve: Callable[[str], str] = str,
 ) -> list[str]:
     """Every task's `host:port` for the cluster of `len(ports)` tasks.
 
-    A task runs on its host's address; this machine's tasks on `local`
+    A task runs on its host's address (`resolve(host)`: e.g. the address
+    ssh reaches it on, `ssh.ssh_hostname`, since other hosts may not know
+    the discovery script's names); this machine's tasks on `local`
     (loopback, or how other hosts reach this one in a multi-host job).
     Tasks not placed get a loopback placeholder: TF never contacts a task
     that does not run.
@@ -145,6 +127,8 @@ def task_addresses(
         host = placed.get(task)
         if host is None or host == LOCAL:
             host = local if host else LOOPBACK
+        else:
+            host = resolve(host)
         addresses.append(f"{host}:{port}")
     return addresses
 

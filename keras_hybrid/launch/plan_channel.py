@@ -9,7 +9,10 @@ texts on a board that both sides read and write:
 - `ChannelServer` / `ChannelClient`: the launcher keeps the board in
   memory and serves it over TCP (`tcp_service`: `multiprocessing.
   connection`, with an authentication key in the workers' environment),
-  so hosts need no shared filesystem.
+  so hosts need no shared filesystem;
+- `TeeChannel`: the launcher's side of both at once, for a job that
+  started on one host (members read files) and grew onto others (workers
+  started since read the server).
 
 Imports nothing heavy: the launcher runs without TensorFlow.
 """
@@ -101,6 +104,43 @@ class ChannelServer:
     def _answer(self, conn, op: str, args: list) -> None:
         answer = {"put": self.put, "get": self.get, "names": self.names}
         conn.send(answer[op](*args))
+
+
+class TeeChannel:
+    """The launcher's board as files (read by the workers started while
+    the job ran on one host) and a `ChannelServer` (read by those started
+    since): written to both, read from either.
+
+    Args:
+        files: `FileChannel`.
+        server: `ChannelServer`.
+    """
+
+    def __init__(self, files: FileChannel, server: ChannelServer) -> None:
+        self.files, self.server = files, server
+        self.address = server.address
+
+    def put(self, name: str, text: str) -> None:
+        self.files.put(name, text)
+        self.server.put(name, text)
+
+    def get(self, name: str) -> str | None:
+        text = self.files.get(name)
+        return self.server.get(name) if text is None else text
+
+    def names(self) -> list[str]:
+        return sorted(set(self.files.names()) | set(self.server.names()))
+
+    def remove(self, name: str) -> None:
+        self.files.remove(name)
+        self.server.remove(name)
+
+    def env(self) -> dict[str, str]:
+        """Workers started from now on read the server."""
+        return self.server.env()
+
+    def close(self) -> None:
+        self.server.close()
 
 
 class ChannelClient:

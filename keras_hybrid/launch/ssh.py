@@ -83,22 +83,16 @@ def ssh_client(environ: dict[str, str] | None = None) -> list[str]:
     return [*client, *SSH_OPTIONS]
 
 
-def reach_address(host: str, client: list[str] | None = None) -> str:
-    """This machine's address on the route to `host`, for a server that
-    `host` must reach (the elastic launcher's plans).
-
-    `host` is resolved as ssh resolves it (`ssh -G`: `HostName` of the ssh
-    configuration, e.g. `KERAS_HYBRID_SSH_COMMAND='ssh -F config'`); the
-    source address of a UDP socket connected to it is the answer (nothing
-    is sent). Falls back to this machine's fully qualified name.
+def ssh_hostname(host: str, client: list[str] | None = None) -> str:
+    """The name or address ssh connects to for `host` (`ssh -G`: the
+    `HostName` of the ssh configuration, e.g.
+    `KERAS_HYBRID_SSH_COMMAND='ssh -F config'`), else `host`: what other
+    hosts' workers resolve when a cluster names `host`'s tasks.
 
     Args:
         host: String. A remote host as the discovery script names it.
         client: List of strings or `None`. The ssh client. Defaults to
             `ssh_client()`.
-
-    Returns:
-        String. An address or host name.
     """
     name = host
     try:
@@ -114,6 +108,26 @@ def reach_address(host: str, client: list[str] | None = None) -> str:
                 name = value.strip()
     except (OSError, subprocess.SubprocessError):
         pass
+    return name
+
+
+def reach_address(host: str, client: list[str] | None = None) -> str:
+    """This machine's address on the route to `host`, for a server that
+    `host` must reach (the elastic launcher's plans).
+
+    `host` is resolved as ssh resolves it (`ssh_hostname`); the source
+    address of a UDP socket connected to it is the answer (nothing is
+    sent). Falls back to this machine's fully qualified name.
+
+    Args:
+        host: String. A remote host as the discovery script names it.
+        client: List of strings or `None`. The ssh client. Defaults to
+            `ssh_client()`.
+
+    Returns:
+        String. An address or host name.
+    """
+    name = ssh_hostname(host, client)
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
             sock.connect((name, 9))

@@ -51,6 +51,12 @@ class TcpService:
         self._lock = threading.Lock()
         threading.Thread(target=self._accept, name=name, daemon=True).start()
 
+    def advertise(self, host: str) -> None:
+        """Names this service by `host` from now on (`address`): a job
+        that started on one host serves other hosts too. It listens on
+        `bind`, so clients that use the old name keep reaching it."""
+        self.address = f"{host}:{self._listener.address[1]}"
+
     def close(self) -> None:
         """Stops listening and ends every connection: a client's next
         request fails as if this process were gone."""

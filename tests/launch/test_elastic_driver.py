@@ -204,9 +204,16 @@ def test_too_few_left_fail_after_the_timeout(tmp_path):
 
 _FAKE_SSH = """#!/bin/sh
 # ssh stand-in: skips `-o OPTION` pairs, then runs the remote command here
-# with FAKE_HOST set to the host it was given; every host is this one.
+# with FAKE_HOST set to the host it was given; every host is this one, but
+# ssh's configuration names each by a loopback address of its own.
 while [ "$1" = "-o" ]; do shift 2; done
-if [ "$1" = "-G" ]; then echo "hostname 127.0.0.1"; exit 0; fi
+if [ "$1" = "-G" ]; then
+  case "$2" in
+    hostY) echo "hostname 127.0.0.3";;
+    *) echo "hostname 127.0.0.2";;
+  esac
+  exit 0
+fi
 FAKE_HOST="$1" exec sh -c "$2"
 """
 
@@ -277,44 +284,104 @@ def test_a_joiner_on_a_new_host_comes_after_a_readdress(tmp_path, shared_dir):
         1: "hostX",
         2: "hostY",
     }
+    # Tasks are named in the cluster as ssh reaches their hosts.
     old = tasks[0]["cluster"]
     assert [a.rpartition(":")[0] for a in old] == [
-        "hostX",
-        "hostX",
+        "127.0.0.2",
+        "127.0.0.2",
         "127.0.0.1",  # not placed yet: never contacted
     ]
     (plan,) = [r["plan1"] for r in seen if "plan1" in r]
     assert plan["reason"] == "readdress"
     assert plan["members"] == [0, 1] and plan["lost"] == []
     assert [a.rpartition(":")[0] for a in plan["cluster"]] == [
-        "hostX",
-        "hostX",
-        "hostY",
+        "127.0.0.2",
+        "127.0.0.2",
+        "127.0.0.3",
     ]
     assert not set(plan["cluster"]) & set(old)  # new ports for everyone
     assert tasks[2]["cluster"] == plan["cluster"]
 
 
-def test_other_hosts_later_without_elastic_dir_are_left_out(tmp_path):
+_WIDENED = """
+import json, os, sys, time
+from keras_hybrid.launch.commit_files import CommitFiles
+from keras_hybrid.launch.commit_server import commit_files_from_env
+from keras_hybrid.launch.plan_channel import channel_from_env
+task = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+channel = channel_from_env()
+slots, marker = sys.argv[1], sys.argv[2]
+def wait(name):
+    while channel.get(name) is None:
+        time.sleep(0.05)
+    return json.loads(channel.get(name))
+print(json.dumps({"task": task, "host": os.environ.get("FAKE_HOST", "-"),
+                  "tcp": "KERAS_HYBRID_ELASTIC_CHANNEL" in os.environ,
+                  "dir": os.environ["KERAS_HYBRID_ELASTIC_COMMIT_DIR"],
+                  "server": os.environ["KERAS_HYBRID_ELASTIC_COMMIT_SERVER"],
+                  "cluster": json.loads(os.environ["TF_CONFIG"])
+                  ["cluster"]["worker"]}))
+if task == 0:
+    with open(slots + ".tmp", "w") as f:
+        f.write("localhost:2\\nhostY:1\\n")
+    os.replace(slots + ".tmp", slots)
+    print(json.dumps({"plan1": wait("plan-1.json")}))
+    channel.put("recovered-1.json", "{}")
+    while not os.path.exists(marker):
+        time.sleep(0.05)
+    files = CommitFiles(os.environ["KERAS_HYBRID_ELASTIC_COMMIT_DIR"])
+    print(json.dumps({"blob": files.read("commit-5-g1", 2).decode()}))
+elif task == 2:
+    commit_files_from_env().write(
+        "commit-5-g1", 2, lambda f: f.write(b"rows of task 2"))
+    open(marker, "w").close()
+"""
+
+
+def test_a_one_host_job_widens_when_discovery_names_another_host(tmp_path):
+    """A job that started on this host only grows onto hostY: the members
+    (plans from files, commits to a folder under /dev/shm) get a readdress
+    plan whose cluster has their tasks on --elastic-address and hostY;
+    the joiner there reads plans from the launcher's TCP board and commits
+    through the launcher's server into the members' folder."""
+    fake_ssh = tmp_path / "fake_ssh"
+    fake_ssh.write_text(_FAKE_SSH)
+    fake_ssh.chmod(0o755)
     slots = tmp_path / "slots"
     slots.write_text("localhost:2\n")
-    worker = (
-        "import json, os, time\n"
-        "task = json.loads(os.environ['TF_CONFIG'])['task']['index']\n"
-        "if task == 0:\n"
-        f"    open({str(slots)!r}, 'w').write('localhost:2\\nnode7:2\\n')\n"
-        "    time.sleep(1.5)\n"
-    )
     proc = subprocess.run(
-        [*CLI, "--min-np", "2", "--max-np", "4"]
+        [*CLI, "--min-np", "2", "--max-np", "3"]
+        + ["--elastic-address", "127.0.0.1"]
         + ["--discovery-interval", "0.1", "--grace_seconds", "1"]
         + ["--host-discovery-script", _script(tmp_path, f"cat {slots}")]
-        + [sys.executable, "-c", worker],
+        + [sys.executable, "-c", _WIDENED, str(slots), str(tmp_path / "m")],
         capture_output=True,
         text=True,
         timeout=60,
+        env={**os.environ, SSH_COMMAND_ENV: str(fake_ssh)},
     )
     assert proc.returncode == 0, proc.stderr
-    assert "named other hosts ['node7']" in proc.stderr
-    assert proc.stderr.count("Leaving those hosts out.") == 1, proc.stderr
-    assert "started task 2" not in proc.stderr
+    assert "named other hosts ['hostY']" in proc.stderr
+    assert "started task 2 on host hostY (joiner)" in proc.stderr
+    lines = [line.partition("] ")[2] for line in proc.stdout.splitlines()]
+    seen = [json.loads(line) for line in lines if line.startswith("{")]
+    tasks = {r["task"]: r for r in seen if "task" in r}
+    assert {t: (r["host"], r["tcp"]) for t, r in tasks.items()} == {
+        0: ("-", False),
+        1: ("-", False),
+        2: ("hostY", True),
+    }
+    folder = tasks[0]["dir"]
+    assert folder.startswith("/dev/shm/") and not tasks[0]["server"]
+    assert tasks[2]["server"] and not tasks[2]["dir"]
+    (plan,) = [r["plan1"] for r in seen if "plan1" in r]
+    assert plan["reason"] == "readdress"
+    assert [a.rpartition(":")[0] for a in plan["cluster"]] == [
+        "127.0.0.1",
+        "127.0.0.1",
+        "127.0.0.3",
+    ]
+    assert tasks[2]["cluster"] == plan["cluster"]
+    # The joiner's upload landed in the members' folder.
+    assert [r["blob"] for r in seen if "blob" in r] == ["rows of task 2"]
+    assert not os.path.exists(folder)  # removed at the end

@@ -252,3 +252,58 @@ def test_a_lost_remote_worker_is_recovered(hosts, tmp_path):
         (r["reason"], r["old_size"], r["new_size"]) for r in result["resizes"]
     ] == [("lost_worker", 3, 2)], result["resizes"]
     _check_weights(result, epochs=1)
+
+
+def test_a_one_host_job_grows_onto_another_host(hosts, tmp_path):
+    """Discovery names only this host (the root namespace) at first: its
+    two workers serve on loopback, read plans from files and commit to a
+    folder under /dev/shm. Then it names hostB:2 too: the job widens (the
+    members serve again on the address hostB reaches, a re-address at a
+    step boundary) and grows 2 -> 4; the worker on hostB, whose rows it
+    uploaded to the launcher's commit server, is killed, and a survivor
+    here reads them from the folder: 4 -> 3, weights equal to one
+    process."""
+
+    def drive(proc, out_dir, slots, lines):
+        deadline = time.monotonic() + TIMEOUT
+        stage = 0
+        while time.monotonic() < deadline and proc.poll() is None:
+            sizes = _sizes(out_dir)
+            if stage == 0 and sizes:
+                _write(slots, "localhost:2\nhostB:2\n")
+                stage = 1
+            elif stage == 1 and any("-> 4 workers" in x for x in lines):
+                os.remove(os.path.join(out_dir, "hold"))
+                stage = 2
+            elif stage == 2 and sizes.count(4) >= 12:
+                os.kill(_worker_on(hosts, "hostB"), signal.SIGKILL)
+                stage = 3
+            elif stage == 3 and any("exited with" in x for x in lines):
+                _write(slots, "localhost:2\nhostB:1\n")
+                os.remove(os.path.join(out_dir, "pace"))
+                return
+            time.sleep(0.05)
+
+    code, output, out_dir = _run_job(
+        hosts, tmp_path, "localhost:2\n", drive, 30
+    )
+    assert code == 0, output[-8000:]
+    assert "named other hosts ['hostB']" in output, output[-4000:]
+    assert "plans are served at 10.78.0.254:" in output, output[-4000:]
+    assert re.search(
+        r"commits under /dev/shm/\S+ are served to other hosts at "
+        r"10.78.0.254:",
+        output,
+    ), output[-4000:]
+    assert "started task 2 on host hostB" in output, output[-4000:]
+    with open(out_dir / "rank0.pkl", "rb") as f:
+        result = pickle.load(f)
+    assert [
+        (r["reason"], r["old_size"], r["new_size"]) for r in result["resizes"]
+    ] == [
+        ("readdress", 2, 2),
+        ("discovery", 2, 4),
+        ("lost_worker", 4, 3),
+    ], result["resizes"]
+    _check_weights(result)
+    _wait_until(lambda: not hosts.worker_pids("hostB"), 30, "hostB")

@@ -87,3 +87,12 @@ def test_local_tasks_use_the_address_other_hosts_reach():
         "10.0.0.7:5",
         "hostB:6",
     ]
+
+
+def test_other_hosts_are_named_as_resolved():
+    placed = {0: "localhost", 1: "hostB"}
+    names = {"hostB": "10.0.0.9"}
+    assert task_addresses(placed, [5, 6], "10.0.0.7", names.get) == [
+        "10.0.0.7:5",
+        "10.0.0.9:6",
+    ]

@@ -9,6 +9,7 @@ from keras_hybrid.launch.plan_channel import AUTHKEY_ENV
 from keras_hybrid.launch.plan_channel import CHANNEL_ENV
 from keras_hybrid.launch.plan_channel import ChannelServer
 from keras_hybrid.launch.plan_channel import FileChannel
+from keras_hybrid.launch.plan_channel import TeeChannel
 from keras_hybrid.launch.plan_channel import channel_from_env
 from keras_hybrid.launch.ssh import reach_address
 
@@ -77,3 +78,23 @@ def test_the_launcher_removes_a_stale_ready_mark(kind, tmp_path):
     finally:
         if kind == "server":
             board.close()
+
+
+def test_a_tee_writes_both_boards_and_reads_either(tmp_path):
+    """A job that widened: members read the files, workers started since
+    read the server; what either wrote reaches the launcher."""
+    files = FileChannel(str(tmp_path))
+    tee = TeeChannel(files, ChannelServer("127.0.0.1"))
+    try:
+        em.write_plan(tee, 1, [0, 1, 2], "readdress", cluster=["a:1"])
+        assert files.get("plan-1.json") == tee.server.get("plan-1.json")
+        files.put("recovered-1.json", "{}")  # a member
+        tee.server.put("ready-2", "")  # a worker on another host
+        assert tee.get("recovered-1.json") == "{}"
+        assert tee.get("ready-2") == ""
+        assert tee.names() == ["plan-1.json", "ready-2", "recovered-1.json"]
+        tee.remove("ready-2")
+        assert tee.get("ready-2") is None
+        assert tee.env() == tee.server.env()
+    finally:
+        tee.close()

@@ -232,7 +232,9 @@ def format_table(per_rank: np.ndarray) -> str:
 
 def format_resizes(resizes: list) -> str:
     """One row per elastic resize: when, why, sizes, bytes and stall
-    (`table_wire`: the table rows' bytes on the wire, padding included)."""
+    (`table_wire`: the table rows' bytes on the wire, padding included;
+    `cut short`: a lost worker ended the resize's first step, so it has no
+    stall)."""
     rows = [
         ["step", "reason", "old", "new", "bytes_moved", "table_wire", "stall_s"]
     ]
@@ -245,7 +247,9 @@ def format_resizes(resizes: list) -> str:
                 str(event["new_size"]),
                 str(event["bytes_moved"]),
                 str(event.get("table_wire_bytes", 0)),
-                f"{event['stall_seconds']:.3f}",
+                "cut short"
+                if event["stall_seconds"] is None
+                else f"{event['stall_seconds']:.3f}",
             ]
         )
     return align_rows(rows)

@@ -109,7 +109,7 @@ def _elastic_fit(original):
         resume = None
         try:
             while True:
-                bound.arguments["callbacks"] = _callbacks(
+                bound.arguments["callbacks"], resize = _callbacks(
                     strategy,
                     membership,
                     user_callbacks,
@@ -122,6 +122,7 @@ def _elastic_fit(original):
                 try:
                     return original(*bound.args, **bound.kwargs)
                 except Exception as error:  # noqa: BLE001 - recover() re-raises
+                    resize.cut_short()
                     resume = _recover(recovery, error)
         finally:
             recovery.stop()
@@ -141,9 +142,10 @@ def _recover(recovery, error):
             error = again
 
 
-def _callbacks(strategy, membership, user, commit, recovery, resume) -> list:
+def _callbacks(strategy, membership, user, commit, recovery, resume) -> tuple:
     """`fit`'s callbacks: the user's, then `ElasticResize` and
-    `ElasticCommit`, gated while a joiner or a resumed run skips batches."""
+    `ElasticCommit`, gated while a joiner or a resumed run skips batches;
+    and the `ElasticResize`."""
     from keras_hybrid.strategy.elastic_recovery import replay_callback
     from keras_hybrid.strategy.elastic_resize import ElasticResize
     from keras_hybrid.strategy.gated_callback import GatedCallback
@@ -155,11 +157,14 @@ def _callbacks(strategy, membership, user, commit, recovery, resume) -> list:
             recovery, strategy, resume["batch"], [resize, commit]
         )
         gated = [*user, resize, commit]
-        return [replay, *(GatedCallback(c, replay.trains) for c in gated)]
+        return [
+            replay,
+            *(GatedCallback(c, replay.trains) for c in gated),
+        ], resize
     if membership.joining:
         gated = [GatedCallback(c, resize.trains) for c in user]
-        return [*gated, resize, GatedCallback(commit, resize.trains)]
-    return [*user, resize, commit]
+        return [*gated, resize, GatedCallback(commit, resize.trains)], resize
+    return [*user, resize, commit], resize
 
 
 def check_global_batch(x, batch_size, min_np: int, max_np: int) -> None:

@@ -251,6 +251,34 @@ class ElasticResize(keras.callbacks.Callback):
             event.get("retrace_seconds", 0.0),
         )
 
+    def cut_short(self) -> None:
+        """Records the pending resize without a stall: a lost worker ended
+        `fit` before the resize's first step did (`elastic_patches`)."""
+        if self._pending is None:
+            return
+        event = {
+            **self._pending,
+            **self._first_step,
+            "gap_seconds": None,
+            "normal_step_seconds": None,
+            "stall_seconds": None,
+            "cut_short": True,
+            "time": time.time(),
+        }
+        self._pending = None
+        self._first_step = {}
+        self._strategy.communicator.stats.record_resize(event)
+        logging.warning(
+            "keras-hybrid elastic: resize at global step %d (%s): %d -> %d "
+            "workers, %d bytes moved; a lost worker cut its first step "
+            "short, so it has no stall",
+            event["global_step"],
+            event["reason"],
+            event["old_size"],
+            event["new_size"],
+            event["bytes_moved"],
+        )
+
     def _adopt(self, generation: int, members: list) -> None:
         """Makes `members` this process's group (variables, Python view,
         watchdog peers)."""

@@ -13,6 +13,7 @@ import pytest
 
 import keras_hybrid as kh
 from keras_hybrid.callbacks import CommunicationStats
+from keras_hybrid.callbacks.communication_stats import format_resizes
 from keras_hybrid.callbacks.communication_stats import format_table
 from keras_hybrid.comm import PATHS
 from keras_hybrid.simulate import traffic
@@ -170,3 +171,23 @@ class OneProcessTest(OneProcessTestCase):
         # served by its only shard, which is perfectly balanced.
         self.assertEqual(logs["comm_total_sent_bytes"], 0.0)
         self.assertEqual(logs["comm_shard_imbalance"], 1.0)
+
+
+def test_a_resize_cut_short_shows_no_stall():
+    event = {
+        "global_step": 10,
+        "reason": "discovery",
+        "old_size": 2,
+        "new_size": 4,
+        "bytes_moved": 100,
+        "table_wire_bytes": 40,
+    }
+    table = format_resizes(
+        [
+            {**event, "stall_seconds": 0.25},
+            {**event, "stall_seconds": None, "cut_short": True},
+        ]
+    )
+    rows = table.splitlines()
+    assert rows[2].split()[-1] == "0.250"
+    assert rows[3].split()[-2:] == ["cut", "short"]

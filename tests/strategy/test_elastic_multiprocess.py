@@ -300,9 +300,13 @@ class ElasticLossNearGrowTest(TestCase):
         for got, want in zip(result["weights"], reference, strict=True):
             np.testing.assert_allclose(got, want, atol=1e-5)
         self.assertIn("generation 1 planned: 2 -> 4 workers", output)
-        # The grow's record waits for the end of its first step (its
-        # stall), which the loss cut short: only the loss is recorded.
-        (lost,) = result["resizes"]
+        # The grow's first step was cut short by the loss: it is recorded
+        # without a stall, then the loss.
+        grow, lost = result["resizes"]
+        self.assertEqual((grow["old_size"], grow["new_size"]), (2, 4))
+        self.assertEqual(grow["reason"], "discovery")
+        self.assertTrue(grow["cut_short"])
+        self.assertIsNone(grow["stall_seconds"])
         self.assertEqual((lost["old_size"], lost["new_size"]), (4, 3))
         self.assertEqual(lost["reason"], "lost_worker")
         self.assertEqual(lost["left"], [1])

@@ -180,8 +180,8 @@ class CommunicationStats(keras.callbacks.Callback):
         return gathered.numpy()
 
     def _report(self, which: str, logs) -> None:
-        if self._marks[which]["steps"] == 0:
-            return
+        # A collective on every rank, whatever its own steps: a worker that
+        # joined an elastic job at an epoch's end trained none of it.
         per_rank = self._gather(self._per_step(self._marks[which]))
         if logs is not None:
             logs.update(logs_from(per_rank))

@@ -120,6 +120,7 @@ def make_plan(
     overrides: dict | None = None,
     link: cost_rule.Link | None = None,
     min_rows: int | None = None,
+    workers: int | None = None,
 ) -> RoutingPlan:
     """Decides the kind of each variable and lays out sparse ones.
 
@@ -134,6 +135,10 @@ def make_plan(
             passes its most workers (`--max-np`): a resize spreads every
             partitioned table over up to that many, each holding at
             least one row.
+        workers: Optional int. The workers the cost rule weighs a table's
+            kind for. Defaults to `num_shards`. An elastic job passes
+            `--max-np`, so that every process, a joiner counted as one
+            worker until admitted included, decides the same kinds.
 
     Returns:
         A `RoutingPlan`.
@@ -145,9 +150,10 @@ def make_plan(
     overrides = kind_overrides.check_overrides(overrides)
     link = link or cost_rule.Link()
     min_rows = max(num_shards, min_rows or 0)
+    workers = workers or num_shards
     entries = []
     for facts in variables:
-        kind, source, reason, cost = _decide(facts, num_shards, link, min_rows)
+        kind, source, reason, cost = _decide(facts, workers, link, min_rows)
         forced = kind_overrides.override_for(facts.path, overrides)
         if forced is None and facts.keras_path:
             forced = kind_overrides.override_for(facts.keras_path, overrides)
@@ -188,7 +194,8 @@ def _too_few(rows: int, num_shards: int, min_rows: int) -> str:
 
 
 def _decide(facts: VariableFacts, num_shards: int, link, min_rows: int):
-    """`(kind, source, reason, cost)` of one variable, overrides aside."""
+    """`(kind, source, reason, cost)` of one variable, overrides aside,
+    weighed for `num_shards` workers."""
     if not facts.shape:
         return "dense", "not a table", "a scalar", None
     if facts.shape[0] < min_rows:

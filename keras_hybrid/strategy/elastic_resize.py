@@ -101,6 +101,12 @@ class ElasticResize(keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         if self._skip_until is not None:
+            # A join point at the end of an epoch: the members read its
+            # metrics and validate next, with this joiner among them.
+            if self._skip_until is not _ADMISSION and (
+                (self._epoch, batch + 1) >= self._skip_until
+            ):
+                self._open()
             return
         self._last_logs = logs or {}
         now = time.perf_counter()
@@ -428,6 +434,10 @@ class ElasticResize(keras.callbacks.Callback):
         if (self._epoch, batch) < self._skip_until:
             self.model.train_function = self._skip
             return
+        self._open()
+
+    def _open(self) -> None:
+        """This joiner reached the join point: it trains from now on."""
         self.model.train_function = self._real_train_function
         self._skip_until = None
         self._local_reads.__exit__(None, None, None)

@@ -133,7 +133,12 @@ def _local_batch(model, args, kwargs):
 
 
 def _is_multi_worker(strategy) -> bool:
-    return hybrid_extended.is_hybrid(strategy) and strategy.size > 1
+    # The cluster's size: an elastic joiner counts as one worker until
+    # admitted, but its `fit` is the members' (their `evaluate` inside it
+    # must not be fenced on its own).
+    return (
+        hybrid_extended.is_hybrid(strategy) and strategy._cluster_info.size > 1
+    )
 
 
 def _holds_table(layer) -> bool:

@@ -85,6 +85,7 @@ class VariableRouter:
             self._overrides,
             self._link,
             min_rows=self._comm.width,
+            workers=self._comm.width,
         )
         entries = []
         for entry in plan.variables:
@@ -150,7 +151,9 @@ class VariableRouter:
             [facts],
             self._comm.size,
             self._overrides,
+            self._link,
             min_rows=self._comm.width,
+            workers=self._comm.width,
         ).variables
         if entry[0].kind == "sparse":
             storage = table_factory.create_table(
@@ -175,13 +178,16 @@ class VariableRouter:
             tf.as_dtype(variable.dtype).size,
             keras_path=variable.path if path != variable.path else "",
         )
+        # The most workers: an elastic joiner, one worker until admitted,
+        # must decide as the members did (`Communicator.width`).
+        workers = self._comm.width
         candidate = (
-            self._comm.size > 1
+            workers > 1
             and len(shape) >= 1
-            and shape[0] >= self._comm.size
+            and shape[0] >= workers
             and table_init.rows_independent(initializer)
             and cost_rule.may_pay(
-                shape[0], facts.row_bytes, self._comm.size, self._link
+                shape[0], facts.row_bytes, workers, self._link
             )
         )
         return dataclasses.replace(facts, candidate=candidate)

@@ -41,6 +41,24 @@ class RoutingPlanTest(TestCase):
         self.assertIsNone(plan["dense/bias"].partition)
         self.assertIn("MatMul", plan["tied/embeddings"].reason)
 
+    def test_an_elastic_joiner_decides_the_members_kinds(self):
+        """A joiner (one shard until admitted) weighs kinds for the job's
+        most workers, as the members do: the same kinds, its own layout."""
+        members = make_plan(
+            VARIABLES, 2, link=BYTES_ONLY, min_rows=4, workers=4
+        )
+        joiner = make_plan(VARIABLES, 1, link=BYTES_ONLY, min_rows=4, workers=4)
+        kinds = [(v.kind, v.source) for v in members.variables]
+        self.assertEqual([(v.kind, v.source) for v in joiner.variables], kinds)
+        self.assertIn(("sparse", "gathered"), kinds)
+        self.assertEqual(joiner["embedding/embeddings"].partition.num_shards, 1)
+        # Weighed for its one shard it would keep the tables dense.
+        alone = make_plan(VARIABLES, 1, link=BYTES_ONLY, min_rows=4)
+        self.assertNotIn(
+            ("sparse", "gathered"),
+            [(v.kind, v.source) for v in alone.variables],
+        )
+
     def test_cost_figures_by_hand(self):
         plan_cost = make_plan(VARIABLES, 4, link=BYTES_ONLY)
         cost = plan_cost["embedding/embeddings"].cost

@@ -314,3 +314,45 @@ class ElasticLossNearGrowTest(TestCase):
         # the joiners the replicated state, and no table rows.
         self.assertLess(lost["global_step"], 10)
         self.assertGreater(lost["bytes_moved"], lost["table_bytes"])
+
+
+class ElasticUserScriptTest(TestCase):
+    """What a script written for stock Keras does that the tests above do
+    not: no `variable_kinds` (the strategy places the tables itself; a
+    joiner, one worker until admitted, must decide the kinds the members
+    did, `plan.make_plan(workers=)`), `validation_data` (the `evaluate`
+    inside a joiner's `fit` is the members' and is not fenced on its own)
+    and a grow at the end of an epoch (the joiner is among the members
+    that read the epoch's metrics, gather `CommunicationStats` and
+    validate right after)."""
+
+    def test_grow_at_an_epoch_end_with_validation_equals_one_process(self):
+        output, result, sizes = _run_job(
+            [
+                "--model=custom_table",
+                "--auto_place",
+                "--validation=24",
+                "--hold_at_step=40",  # the last step of epoch 1
+            ],
+            shrink=False,
+        )
+        changes = [
+            s for i, s in enumerate(sizes) if i == 0 or sizes[i - 1] != s
+        ]
+        self.assertEqual(changes, [2, 4], output[-4000:])
+        self.assertEqual(sizes.index(4), 40)  # from the first step of epoch 2
+        self.assertEqual(len(sizes), 80)
+        (grow,) = result["resizes"]
+        self.assertEqual(grow["global_step"], 40)
+        # Left to the strategy, the 384 kB token table cannot pay on up to
+        # --max-np 4 workers: every process kept it dense, joiners too.
+        self.assertIn(
+            "small: 384.0 kB: partitioning cannot pay on 4 workers",
+            result["plan"],
+        )
+        self.assertEqual(len(result["history"]["val_loss"]), 2)
+        reference = cases.table_reference(
+            result["initial"], name="custom_table"
+        )
+        for got, want in zip(result["weights"], reference, strict=True):
+            np.testing.assert_allclose(got, want, atol=1e-5)

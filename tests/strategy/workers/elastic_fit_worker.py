@@ -55,6 +55,15 @@ flags.DEFINE_enum(
 flags.DEFINE_string("slots_file", None, "Discovery output to rewrite.")
 flags.DEFINE_float("timeout_seconds", 300.0, "Strategy's timeout_seconds.")
 flags.DEFINE_string("slots_after", "localhost:2", "Slots after the death.")
+flags.DEFINE_bool(
+    "auto_place",
+    False,
+    "Tables placed by the strategy's own rule (no `variable_kinds`), as "
+    "a script written for stock Keras gets.",
+)
+flags.DEFINE_integer(
+    "validation", 0, "If set, validate on the first this many samples."
+)
 
 
 class SizeLog(keras.callbacks.Callback):
@@ -135,8 +144,9 @@ def _wait_until_applied() -> None:
 def main(argv):
     del argv
     table = FLAGS.model != "mlp"
+    kinds = SPARSE_TABLES if table else {".*": "dense"}
     strategy = kh.HybridStrategy(
-        variable_kinds=SPARSE_TABLES if table else {".*": "dense"},
+        variable_kinds=None if FLAGS.auto_place else kinds,
         timeout_seconds=FLAGS.timeout_seconds,
     )
     x, y = cases.make_data(FLAGS.model, FLAGS.num_samples)
@@ -148,9 +158,17 @@ def main(argv):
     initial = model.get_weights() if table else None
     stats = kh.callbacks.CommunicationStats(every_n_steps=5)
     size_log = SizeLog(strategy, os.path.join(FLAGS.out_dir, "progress.jsonl"))
+    validation = None
+    if FLAGS.validation:
+        head = slice(0, FLAGS.validation)
+        validation = (
+            [a[head] for a in x] if isinstance(x, (list, tuple)) else x[head],
+            y[head],
+        )
     history = model.fit(
         x,
         y,
+        validation_data=validation,
         batch_size=FLAGS.batch_size,
         epochs=FLAGS.epochs,
         shuffle=False,

@@ -154,7 +154,8 @@ def expected_unique(rows: int, lookups: int) -> float:
 
 @dataclasses.dataclass(frozen=True)
 class _Table:
-    """What `simulate.traffic` needs of a table looked up once a step."""
+    """What `simulate.table_exchange` and `simulate.traffic` need of a
+    table looked up once a step."""
 
     row_bytes: int
     lookups_per_step: int

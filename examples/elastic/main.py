@@ -9,7 +9,8 @@ the chief's JSON report of resizes and step times). With `--vocab` the
 model also looks up 4 ids per sample in an `Embedding(vocab,
 embedding_dim)` that the strategy partitions over the workers; its rows
 move at each resize. `--die_at_step` serves `measure_commit.py` (a worker
-lost by SIGKILL).
+lost by SIGKILL at a global step: the job's steps, which a joiner takes
+over from the members and a recovery rewinds to its commit's).
 """
 
 import json
@@ -44,8 +45,10 @@ flags.DEFINE_float(
 flags.DEFINE_integer(
     "die_at_step",
     0,
-    "If set, the worker of the highest rank SIGKILLs itself at this step, "
-    "once per `--report` (measure_commit.py measures the recovery).",
+    "If set, the worker of the highest rank SIGKILLs itself at the end of "
+    "this global step (the job's steps, counted as commits and resizes "
+    "count them, also on a worker that joined late), once per `--report` "
+    "(measure_commit.py measures the recovery).",
 )
 flags.DEFINE_string("report", None, "Chief writes a JSON report here.")
 flags.DEFINE_string("save_to", None, "Sharded checkpoint folder after fit.")
@@ -65,13 +68,20 @@ class Membership(keras.callbacks.Callback):
         self.step_ends.append(time.time())
         strategy = self.strategy
         died = f"{FLAGS.report}.died"
+        step = global_step(strategy, len(self.step_ends))
         if (
-            len(self.step_ends) == FLAGS.die_at_step
+            step == FLAGS.die_at_step
             and strategy.rank == strategy.size - 1
             and strategy.rank > 0
             and not os.path.exists(died)
         ):
             open(died, "w").close()  # one worker dies, once
+            logging.warning(
+                "rank %d dies at global step %d (its own step %d)",
+                strategy.rank,
+                step,
+                len(self.step_ends),
+            )
             os.kill(os.getpid(), signal.SIGKILL)
         if self.strategy.size != self.size:
             self.size = self.strategy.size
@@ -84,6 +94,23 @@ class Membership(keras.callbacks.Callback):
         pace = f"{FLAGS.report}.pace" if FLAGS.report else None
         if self.strategy.is_chief and pace and os.path.exists(pace):
             time.sleep(FLAGS.step_sleep)
+
+
+def global_step(strategy, local_steps: int) -> int:
+    """The job's train steps so far, this one included, as seen from a
+    callback's `on_train_batch_end`.
+
+    Elastic training counts them in the strategy's membership (the count
+    commits and resizes log): a joiner takes it over from the members, and
+    a recovery sets it back to its commit's step. Without elastic
+    training, `local_steps` (this process's steps) is the same count.
+    """
+    membership = getattr(strategy.communicator, "membership", None)
+    if membership is None:
+        return local_steps
+    # `fit` runs the user's callbacks before `ElasticResize`, which counts
+    # the step that has just ended.
+    return membership.global_step + 1
 
 
 def build_model():

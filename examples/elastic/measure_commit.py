@@ -27,7 +27,7 @@ python examples/elastic/measure_commit.py --hidden=512 --vocab=50000 \
    and direct shares include its cost to the steps.
 2. Recovery (with `--recovery_store`, by default the first of
    `--stores`): 3 workers at the default interval; the worker of rank 2
-   SIGKILLs itself at step `--die_at_step` (the discovery output then
+   SIGKILLs itself at global step `--die_at_step` (the discovery output then
    drops to 2 slots). The stall is the gap between the last good step and
    the end of the first replayed step on rank 0, as recorded in its
    `CommunicationStats` resizes (reason `lost_worker`); the replayed
@@ -53,7 +53,9 @@ FLAGS = flags.FLAGS
 flags.DEFINE_integer("hidden", 512, "Width of the model's hidden layers.")
 flags.DEFINE_integer("threads", 1, "Threads per worker.")
 flags.DEFINE_integer("steps", 150, "Steps of each training run.")
-flags.DEFINE_integer("die_at_step", 95, "Step at which rank 2 dies.")
+flags.DEFINE_integer(
+    "die_at_step", 95, "Global step (the job's) at whose end rank 2 dies."
+)
 flags.DEFINE_integer("vocab", 0, "Rows of a partitioned table (0: none).")
 flags.DEFINE_integer("embedding_dim", 64, "Width of the table's rows.")
 flags.DEFINE_float("timeout", 900, "Seconds for each launch.")

@@ -6,7 +6,7 @@ times per worker and step on `workers` workers linked by `link`:
 - partitioned: a lookup exchanges a count vector, the unique ids, their
   rows (pull) and their gradient rows (push), about 2 u r bytes per worker
   in 4 collectives, plus the padding of every all-to-all block to the
-  largest pair count (`simulate.traffic.hybrid_table`, with the counts
+  largest pair count (`simulate.table_exchange.hybrid_table`, with the counts
   drawn as the partition scatters ids), where u, the distinct ids, is
   `min(lookups, rows)`: exact for a position table read in full and for
   random ids of a big table, an upper bound otherwise (skewed ids repeat),
@@ -28,6 +28,8 @@ import tensorflow as tf
 
 from keras_hybrid.simulate import cluster_spec
 from keras_hybrid.simulate import cost_model
+from keras_hybrid.simulate import exchange
+from keras_hybrid.simulate import table_exchange
 from keras_hybrid.simulate import traffic
 
 DEFAULT_BANDWIDTH = "10gbit"
@@ -152,13 +154,14 @@ def expected_unique(rows: int, lookups: int) -> float:
 
 @dataclasses.dataclass(frozen=True)
 class _Table:
-    """What `simulate.traffic` needs of a table looked up once a step."""
+    """What `simulate.table_exchange` and `simulate.traffic` need of a
+    table looked up once a step."""
 
     row_bytes: int
     lookups_per_step: int
     unique: float
     calls: int = 1
-    index_bytes: int = traffic.ID_BYTES
+    index_bytes: int = exchange.ID_BYTES
 
     def unique_ids(self, batch, call) -> float:
         del batch, call
@@ -204,7 +207,7 @@ def _table_cost(rows, row_bytes, lookups, workers, link, unique):
         unique = expected_unique(rows, lookups)
     table = _Table(row_bytes, lookups, unique)
     sparse_bytes, sparse_seconds = _priced(
-        traffic.hybrid_table(table, n, batch=0), spec
+        table_exchange.hybrid_table(table, n, batch=0), spec
     )
     table_bytes = rows * row_bytes
     # Fused into the dense all-reduce: bandwidth only.

@@ -104,7 +104,7 @@ def _pairwise_latency(spec) -> float:
 
 
 def exchange_seconds(exchange, spec) -> float:
-    """Seconds one `traffic.Exchange` takes on cluster `spec`."""
+    """Seconds one `Exchange` (`simulate.exchange`) takes on `spec`."""
     n, k = spec.workers, spec.accelerators_per_host
     if n == 1:
         return 0.0

@@ -21,7 +21,7 @@ import tensorflow as tf
 from keras_hybrid.comm import capacity
 from keras_hybrid.comm import pair_moves
 from keras_hybrid.simulate import cost_model
-from keras_hybrid.simulate.traffic import Exchange
+from keras_hybrid.simulate.exchange import Exchange
 from keras_hybrid.sparse.row_partition import RowPartition
 
 # The TF engine's row move (only pairs that move rows talk, each block at

@@ -146,7 +146,7 @@ def _callbacks(strategy, membership, user, commit, recovery, resume) -> tuple:
     """`fit`'s callbacks: the user's, then `ElasticResize` and
     `ElasticCommit`, gated while a joiner or a resumed run skips batches;
     and the `ElasticResize`."""
-    from keras_hybrid.strategy.elastic_recovery import replay_callback
+    from keras_hybrid.strategy.elastic_replay import replay_callback
     from keras_hybrid.strategy.elastic_resize import ElasticResize
     from keras_hybrid.strategy.gated_callback import GatedCallback
 

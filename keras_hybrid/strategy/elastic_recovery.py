@@ -26,8 +26,8 @@ fails at once. `fit` (see `elastic_patches`) catches the error and calls
    are re-balanced over the survivors;
 4. drops every traced function; `fit` then runs again from the commit's
    epoch, and draws without training the batches of that epoch before
-   the commit's batch, so the lost steps are replayed on the same global
-   batches.
+   the commit's batch (`elastic_replay`), so the lost steps are replayed
+   on the same global batches.
 
 No private hook is touched here.
 """
@@ -461,52 +461,3 @@ def _check_tables(model, commit: dict, survivors, error) -> None:
         elastic_buddy.check_survivable(commit["tables"], survivors)
     except NotImplementedError as unrecoverable:
         raise unrecoverable from error
-
-
-class _Replay(keras.callbacks.Callback):
-    """Draws, without training, the batches of the resumed epoch before
-    the commit's batch; then lets the steps run (the replay). Tells
-    `epoch_listeners` (gated otherwise) each epoch's start."""
-
-    def __init__(self, recovery, strategy, batch: int, epoch_listeners):
-        super().__init__()
-        self._listeners = list(epoch_listeners)
-        self._recovery = recovery
-        self._strategy = strategy
-        self._until = batch
-        self._skipping = batch > 0
-        self._real = None
-        self._first = True
-
-    def trains(self) -> bool:
-        return not self._skipping
-
-    def on_train_begin(self, logs=None):
-        self._real = self.model.train_function
-        if self._skipping:
-            self.model.train_function = self._skip
-
-    def on_epoch_begin(self, epoch, logs=None):
-        for callback in self._listeners:
-            callback.on_epoch_begin(epoch, logs)
-
-    def on_train_batch_begin(self, batch, logs=None):
-        if self._skipping and batch >= self._until:
-            self._skipping = False
-            self.model.train_function = self._real
-
-    def on_train_batch_end(self, batch, logs=None):
-        if self._skipping or not self._first:
-            return
-        self._first = False
-        self._recovery.finish(self._strategy.communicator)
-
-    def _skip(self, iterator):
-        next(iterator)
-        return {}
-
-
-def replay_callback(recovery, strategy, batch: int, epoch_listeners=()):
-    """The callback that resumes a `fit` at `batch` of its first epoch
-    (put it first in `fit`'s callbacks)."""
-    return _Replay(recovery, strategy, batch, epoch_listeners)

@@ -16,7 +16,7 @@ from keras_hybrid.callbacks import CommunicationStats
 from keras_hybrid.callbacks.communication_stats import format_resizes
 from keras_hybrid.callbacks.communication_stats import format_table
 from keras_hybrid.comm import PATHS
-from keras_hybrid.simulate import traffic
+from keras_hybrid.simulate import table_exchange
 from keras_hybrid.testing import SPARSE_TABLES
 from keras_hybrid.testing import OneProcessTestCase
 from keras_hybrid.testing import run_workers
@@ -86,7 +86,9 @@ class TestOnTwoWorkers:
             )
             # Each pair's block padded to its own ladder step (exact up to
             # 32 rows, so 0 for these small slices).
-            padding = traffic.exchange_bytes(counts, ROW_BYTES)["padding"]
+            padding = table_exchange.exchange_bytes(counts, ROW_BYTES)[
+                "padding"
+            ]
             assert log("padding_sent_bytes") == pytest.approx(
                 padding.sum() / STEPS / N
             )

@@ -4,6 +4,7 @@
 import json
 import os
 import tempfile
+import types
 
 from tests.examples.main_test_case import ExampleMainTestCase
 
@@ -32,3 +33,18 @@ class ElasticMainTest(ExampleMainTestCase):
             with open(report) as f:
                 result = json.load(f)
         self.assertEqual(len(result["step_ends"]), 4)
+
+    def test_die_at_step_counts_the_jobs_steps(self):
+        global_step = self.main_module.global_step
+
+        def strategy(membership):
+            communicator = types.SimpleNamespace(membership=membership)
+            return types.SimpleNamespace(communicator=communicator)
+
+        # A joiner admitted at global step 30 that has run 11 steps since:
+        # the job has run 41 steps before the one that just ended, which
+        # `ElasticResize` counts after the user's callbacks.
+        joiner = strategy(types.SimpleNamespace(global_step=41))
+        self.assertEqual(global_step(joiner, local_steps=12), 42)
+        # Without elastic training, the process's own steps.
+        self.assertEqual(global_step(strategy(None), local_steps=12), 12)

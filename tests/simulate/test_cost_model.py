@@ -9,6 +9,7 @@ import unittest
 import numpy as np
 
 from keras_hybrid.simulate import cost_model
+from keras_hybrid.simulate import table_exchange
 from keras_hybrid.simulate import traffic
 from keras_hybrid.simulate.cluster_spec import ClusterSpec
 from keras_hybrid.simulate.profile import Profile
@@ -129,7 +130,7 @@ class BytesTest(unittest.TestCase):
 
     def test_control_of_a_lookup_is_o_of_n(self):
         counts = np.array([[7, 40, 3], [33, 0, 64], [50, 1, 2]])
-        got = traffic.exchange_bytes(counts, ROW_BYTES, "max_pair")
+        got = table_exchange.exchange_bytes(counts, ROW_BYTES, "max_pair")
         # Every block is padded to the ladder step of 64, the largest count.
         sent, served = 40 + 3, 33 + 50
         self.assertEqual(
@@ -138,7 +139,7 @@ class BytesTest(unittest.TestCase):
         )
         # Per pair (the default, as the TF engine sends): counts up to 32
         # are exact, 33..64 go to steps of 2 (40 -> 40, 33 -> 34, 50 -> 50).
-        got = traffic.exchange_bytes(counts, ROW_BYTES)
+        got = table_exchange.exchange_bytes(counts, ROW_BYTES)
         self.assertEqual(got["padding"][0], (34 - 33) * ROW_BYTES)
         self.assertEqual(got["slots"].tolist(), [43, 98, 51])
         # Three int32 per peer: count, flag and largest count.

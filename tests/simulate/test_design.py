@@ -14,6 +14,7 @@ import numpy as np
 from keras_hybrid.simulate import cost_model
 from keras_hybrid.simulate import hot_rows
 from keras_hybrid.simulate import parallax
+from keras_hybrid.simulate import table_exchange
 from keras_hybrid.simulate import traffic
 from keras_hybrid.simulate import validate
 from keras_hybrid.simulate.cluster_spec import ClusterSpec
@@ -78,7 +79,7 @@ class DesignTest(unittest.TestCase):
         )
         self.assertEqual(today, explicit)
         self.assertEqual(
-            today[:4], traffic.hybrid_table(profile.variables[0], 8, 32)
+            today[:4], table_exchange.hybrid_table(profile.variables[0], 8, 32)
         )
 
 
@@ -91,7 +92,7 @@ class PaddingTest(unittest.TestCase):
 
     def _stage(self, padding, pull=False):
         peer = 1 - np.eye(3, dtype=np.int64)
-        return traffic._stage_bytes(self.COUNTS, pull, padding, peer)
+        return table_exchange._stage_bytes(self.COUNTS, pull, padding, peer)
 
     def test_max_pair_pads_every_block_to_the_largest(self):
         sent, padded, recv = self._stage("max_pair")

@@ -2,7 +2,7 @@
 
 One launch trains `workers/traffic_model.py` with a partitioned table
 (hybrid), one with the table replicated (all-gather). From the ids each
-worker looked up, `traffic.exchange_bytes` must give the counters of
+worker looked up, `table_exchange.exchange_bytes` must give the counters of
 every step byte for byte; from a one-process profile alone, the
 prediction must give the dense and all-gather bytes exactly and the
 hybrid's sparse bytes within a stated tolerance (the unique ids are a
@@ -19,7 +19,7 @@ import pytest
 from keras_hybrid.simulate import cluster_spec
 from keras_hybrid.simulate import cost_model
 from keras_hybrid.simulate import profiler
-from keras_hybrid.simulate import traffic
+from keras_hybrid.simulate import table_exchange
 from keras_hybrid.sparse.row_partition import RowPartition
 from keras_hybrid.testing import TestCase
 from keras_hybrid.testing import run_workers
@@ -95,9 +95,12 @@ class TrafficAgainstCountersTest(TestCase):
     def test_hybrid_bytes_from_the_ids_equal_the_counters(self):
         partition = RowPartition.create(tm.VOCAB, N)
         counts = np.stack(
-            [traffic.count_matrices(step, partition) for step in self.slices]
+            [
+                table_exchange.count_matrices(step, partition)
+                for step in self.slices
+            ]
         )
-        expected = traffic.exchange_bytes(counts, 4 * tm.DIM)
+        expected = table_exchange.exchange_bytes(counts, 4 * tm.DIM)
         self.assertEqual(expected["ids"].shape, (STEPS, N))
         for path in ("ids", "sparse_pull", "sparse_push", "padding"):
             np.testing.assert_array_equal(

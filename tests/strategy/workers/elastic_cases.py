@@ -150,7 +150,12 @@ def make_data(name: str, num_samples: int):
 
 
 def table_reference(
-    initial, num_samples=480, epochs=2, batch_size=12, name="table"
+    initial,
+    num_samples=480,
+    epochs=2,
+    batch_size=12,
+    name="table",
+    optimizer="adam",
 ):
     """Model `name` (`table` by default) trained by a plain Keras loop in
     one process on the global batches in order (no shuffle), from the
@@ -160,7 +165,7 @@ def table_reference(
     inputs, y = make_data(name, num_samples)
     model = build_model(name, seed=100)
     model.set_weights(initial)
-    optimizer = models.make_optimizer("adam")
+    optimizer = models.make_optimizer(optimizer)
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     variables = model.trainable_variables
     for _ in range(epochs):

@@ -141,7 +141,13 @@ def timed_fit(model, x, y, batch: int, stats) -> dict:
     sent = stats.delta(before)
     per_step = {p: sent[p]["bytes"] / FLAGS.steps for p in SHOWN_PATHS}
     per_step["total"] = sum(per_step.values())
-    return {"seconds": seconds, "bytes_per_step": per_step}
+    calls = {p: sent[p]["calls"] / FLAGS.steps for p in SHOWN_PATHS}
+    calls["total"] = sum(calls.values())
+    return {
+        "seconds": seconds,
+        "bytes_per_step": per_step,
+        "collectives_per_step": calls,
+    }
 
 
 def build_stock(ids, labels, size: int, rank: int, global_batch: int):
@@ -228,6 +234,7 @@ def summarize(stock, hybrid, size, global_batch, weights) -> dict:
             "samples_per_s": float(np.median(speeds)),
             "samples_per_s_per_round": speeds,
             "bytes_per_step": rounds[-1]["bytes_per_step"],
+            "collectives_per_step": rounds[-1]["collectives_per_step"],
         }
     out["hybrid_over_stock"] = {
         "bytes_per_step": hybrid[-1]["bytes_per_step"]["total"]
@@ -268,6 +275,14 @@ def report(fig: dict) -> str:
             f"{name:<8}{r['samples_per_s']:>11.1f}"
             + "".join(f"{kb[p] / 1e3:>13.1f}" for p in (*SHOWN_PATHS, "total"))
         )
+    lines.append(
+        "collectives per step (all-reduce, all-gather or all-to-all "
+        "calls): "
+        + ", ".join(
+            f"{name} {fig[name]['collectives_per_step']['total']:g}"
+            for name in ("stock", "hybrid")
+        )
+    )
     ratio = fig["hybrid_over_stock"]
     per_round = ", ".join(f"{r:.2f}" for r in ratio["samples_per_s_per_round"])
     lines.append(

@@ -135,9 +135,12 @@ def timed_fit(model, x, y, batch: int, stats) -> dict:
     """One timed round: `--steps` steps of `fit`; per-step bytes."""
     fit = dict(batch_size=batch, shuffle=False, verbose=0)
     before = stats.snapshot()
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     model.fit(x, y, **fit)
     seconds = time.perf_counter() - start
+    # CPU time of this process (all its threads): on a machine shared
+    # with other jobs, less swayed by their load than wall time.
+    cpu_ms = 1e3 * (time.process_time() - cpu) / FLAGS.steps
     sent = stats.delta(before)
     per_step = {p: sent[p]["bytes"] / FLAGS.steps for p in SHOWN_PATHS}
     per_step["total"] = sum(per_step.values())
@@ -145,6 +148,7 @@ def timed_fit(model, x, y, batch: int, stats) -> dict:
     calls["total"] = sum(calls.values())
     return {
         "seconds": seconds,
+        "cpu_ms_per_step": cpu_ms,
         "bytes_per_step": per_step,
         "collectives_per_step": calls,
     }
@@ -233,6 +237,9 @@ def summarize(stock, hybrid, size, global_batch, weights) -> dict:
         out[name] = {
             "samples_per_s": float(np.median(speeds)),
             "samples_per_s_per_round": speeds,
+            "cpu_ms_per_step": float(
+                np.median([r["cpu_ms_per_step"] for r in rounds])
+            ),
             "bytes_per_step": rounds[-1]["bytes_per_step"],
             "collectives_per_step": rounds[-1]["collectives_per_step"],
         }
@@ -277,9 +284,10 @@ def report(fig: dict) -> str:
         )
     lines.append(
         "collectives per step (all-reduce, all-gather or all-to-all "
-        "calls): "
+        "calls), median CPU ms per step of this process: "
         + ", ".join(
-            f"{name} {fig[name]['collectives_per_step']['total']:g}"
+            f"{name} {fig[name]['collectives_per_step']['total']:g}, "
+            f"{fig[name]['cpu_ms_per_step']:.1f} ms"
             for name in ("stock", "hybrid")
         )
     )

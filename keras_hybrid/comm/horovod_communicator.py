@@ -202,22 +202,7 @@ class HorovodCommunicator(Communicator):
             asked = tf.concat([p[width:] for p in parts], axis=0)
         self._record_packed_ids(ids, sent[:, 0], recv_counts - width, width)
         recv_parts = got[:, :-1]
-        received_k = tf.matmul(recv_parts, mats)
-        plans = [
-            ExchangePlan(
-                sent[:, k],
-                received_k[:, k],
-                # Horovod sizes each exchange itself; this is only local.
-                capacity.capacity_for(
-                    tf.maximum(
-                        tf.reduce_max(sent[:, k]),
-                        tf.reduce_max(received_k[:, k]),
-                    )
-                ),
-                got[:, -1],
-            )
-            for k in range(len(weights))
-        ]
+        plans = _plans(sent, tf.matmul(recv_parts, mats), got[:, -1])
         return plans, recv_parts, asked
 
     def _record_packed_ids(self, ids, send_counts, recv_counts, width):
@@ -247,3 +232,17 @@ class HorovodCommunicator(Communicator):
         else:  # receivers send nothing; one call
             self.stats.record(path, 0, received_bytes=nbytes)
         return self._hvd.broadcast(tensor, root_rank=root)
+
+
+def _plans(sent, received, flags) -> list:
+    """One `ExchangePlan` per column of `sent` and `received` (int32
+    `[size, K]`: rows sent to and received from each worker)."""
+    plans = []
+    for k in range(sent.shape[1]):
+        peak = tf.maximum(
+            tf.reduce_max(sent[:, k]), tf.reduce_max(received[:, k])
+        )
+        # Horovod sizes each exchange itself: the capacity is only local.
+        cap = capacity.capacity_for(peak)
+        plans.append(ExchangePlan(sent[:, k], received[:, k], cap, flags))
+    return plans

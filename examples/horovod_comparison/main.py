@@ -135,13 +135,23 @@ def timed_fit(model, x, y, batch: int, stats) -> dict:
     """One timed round: `--steps` steps of `fit`; per-step bytes."""
     fit = dict(batch_size=batch, shuffle=False, verbose=0)
     before = stats.snapshot()
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     model.fit(x, y, **fit)
     seconds = time.perf_counter() - start
+    # CPU time of this process (all its threads): on a machine shared
+    # with other jobs, less swayed by their load than wall time.
+    cpu_ms = 1e3 * (time.process_time() - cpu) / FLAGS.steps
     sent = stats.delta(before)
     per_step = {p: sent[p]["bytes"] / FLAGS.steps for p in SHOWN_PATHS}
     per_step["total"] = sum(per_step.values())
-    return {"seconds": seconds, "bytes_per_step": per_step}
+    calls = {p: sent[p]["calls"] / FLAGS.steps for p in SHOWN_PATHS}
+    calls["total"] = sum(calls.values())
+    return {
+        "seconds": seconds,
+        "cpu_ms_per_step": cpu_ms,
+        "bytes_per_step": per_step,
+        "collectives_per_step": calls,
+    }
 
 
 def build_stock(ids, labels, size: int, rank: int, global_batch: int):
@@ -227,7 +237,11 @@ def summarize(stock, hybrid, size, global_batch, weights) -> dict:
         out[name] = {
             "samples_per_s": float(np.median(speeds)),
             "samples_per_s_per_round": speeds,
+            "cpu_ms_per_step": float(
+                np.median([r["cpu_ms_per_step"] for r in rounds])
+            ),
             "bytes_per_step": rounds[-1]["bytes_per_step"],
+            "collectives_per_step": rounds[-1]["collectives_per_step"],
         }
     out["hybrid_over_stock"] = {
         "bytes_per_step": hybrid[-1]["bytes_per_step"]["total"]
@@ -268,6 +282,15 @@ def report(fig: dict) -> str:
             f"{name:<8}{r['samples_per_s']:>11.1f}"
             + "".join(f"{kb[p] / 1e3:>13.1f}" for p in (*SHOWN_PATHS, "total"))
         )
+    lines.append(
+        "collectives per step (all-reduce, all-gather or all-to-all "
+        "calls), median CPU ms per step of this process: "
+        + ", ".join(
+            f"{name} {fig[name]['collectives_per_step']['total']:g}, "
+            f"{fig[name]['cpu_ms_per_step']:.1f} ms"
+            for name in ("stock", "hybrid")
+        )
+    )
     ratio = fig["hybrid_over_stock"]
     per_round = ", ".join(f"{r:.2f}" for r in ratio["samples_per_s_per_round"])
     lines.append(

@@ -228,6 +228,31 @@ class Communicator(abc.ABC):
         ]
         return plans, recv_parts
 
+    def exchange_packed_ids(
+        self, ids, part_counts, flag, weights: list, check
+    ) -> tuple:
+        """`plan_packed_exchange`, then the all-to-all of `ids` by the first
+        plan, in as few dependent collectives as the engine allows.
+
+        Args:
+            ids: Int rows `[n]`, grouped by destination rank.
+            part_counts, flag, weights: As for `plan_packed_exchange`.
+            check: Callable taking the flags (int32 `[width]`) and returning
+                assertions that must pass, on every worker, before any
+                worker reads rows for the ids it was asked.
+
+        Returns:
+            `(plans, recv_part_counts, asked)`: as `plan_packed_exchange`,
+            and the ids received, by source rank.
+        """
+        plans, recv_parts = self.plan_packed_exchange(
+            part_counts, flag, weights
+        )
+        with tf.control_dependencies(check(plans[0].flags)):
+            ids = tf.identity(ids)
+        asked, _ = self.all_to_all(ids, plans[0].send_counts, "ids", plans[0])
+        return plans, recv_parts, asked
+
     def exchange_counts(
         self, send_counts: tf.Tensor, path: str = "control"
     ) -> tf.Tensor:

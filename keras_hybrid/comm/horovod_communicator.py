@@ -20,7 +20,9 @@ Tested with Horovod 0.28.1 (Gloo) on TF 2.15.1 and Keras 3.15.
 import tensorflow as tf
 
 from keras_hybrid.comm import byte_sizes
+from keras_hybrid.comm import capacity
 from keras_hybrid.comm.communicator import Communicator
+from keras_hybrid.comm.communicator import ExchangePlan
 
 BUILD_COMMAND = (
     "HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 "
@@ -159,6 +161,67 @@ class HorovodCommunicator(Communicator):
         )
         return received, recv_counts
 
+    def exchange_packed_ids(self, ids, part_counts, flag, weights, check):
+        """One `hvd.alltoall` for the plan and the ids: the block for each
+        peer starts with a header (its part counts and this worker's
+        flag), so no control collective runs before the ids move. Each
+        Horovod collective is a negotiation round and a background cycle,
+        and on loopback that round, not the bytes, is the cost.
+
+        A bad id is still a valid row (the partition's bijection maps every
+        int to one), so sending it is safe; `check` then gates the rows
+        asked, and every worker fails before the pull.
+        """
+        ids = tf.convert_to_tensor(ids)
+        if self.size == 1 or ids.shape.rank != 1:
+            return super().exchange_packed_ids(
+                ids, part_counts, flag, weights, check
+            )
+        counts = tf.cast(part_counts, tf.int32)  # [size, P]
+        mats = tf.cast(tf.stack(weights, axis=1), tf.int32)  # [P, K]
+        sent = tf.matmul(counts, mats)  # [size, K]
+        header = tf.concat(
+            [counts, tf.fill([self.size, 1], tf.cast(flag, tf.int32))], 1
+        )
+        width = header.shape[1]
+        blocks = tf.split(ids, sent[:, 0], num=self.size)
+        message = tf.concat(
+            [
+                part
+                for j in range(self.size)
+                for part in (tf.cast(header[j], ids.dtype), blocks[j])
+            ],
+            axis=0,
+        )
+        received, recv_counts = self._hvd.alltoall(
+            message, splits=sent[:, 0] + width
+        )
+        parts = tf.split(received, recv_counts, num=self.size)
+        got = tf.cast(tf.stack([p[:width] for p in parts]), tf.int32)
+        with tf.control_dependencies(check(got[:, -1])):
+            asked = tf.concat([p[width:] for p in parts], axis=0)
+        self._record_packed_ids(ids, sent[:, 0], recv_counts - width, width)
+        recv_parts = got[:, :-1]
+        plans = _plans(sent, tf.matmul(recv_parts, mats), got[:, -1])
+        return plans, recv_parts, asked
+
+    def _record_packed_ids(self, ids, send_counts, recv_counts, width):
+        """Charges the ids to `ids` and the headers to `control`, which
+        issued no collective of its own (`calls=0`)."""
+        row = byte_sizes.row_bytes(ids)
+        self.stats.record(
+            "ids",
+            byte_sizes.i64(tf.reduce_sum(send_counts) - send_counts[self.rank])
+            * row,
+            received_bytes=byte_sizes.i64(
+                tf.reduce_sum(recv_counts) - recv_counts[self.rank]
+            )
+            * row,
+        )
+        self.stats.record(
+            "control", (self.size - 1) * width * ids.dtype.size, calls=0
+        )
+
     def broadcast(self, tensor, root=0, path="control"):
         tensor = tf.convert_to_tensor(tensor)
         if self.size == 1:
@@ -169,3 +232,17 @@ class HorovodCommunicator(Communicator):
         else:  # receivers send nothing; one call
             self.stats.record(path, 0, received_bytes=nbytes)
         return self._hvd.broadcast(tensor, root_rank=root)
+
+
+def _plans(sent, received, flags) -> list:
+    """One `ExchangePlan` per column of `sent` and `received` (int32
+    `[size, K]`: rows sent to and received from each worker)."""
+    plans = []
+    for k in range(sent.shape[1]):
+        peak = tf.maximum(
+            tf.reduce_max(sent[:, k]), tf.reduce_max(received[:, k])
+        )
+        # Horovod sizes each exchange itself: the capacity is only local.
+        cap = capacity.capacity_for(peak)
+        plans.append(ExchangePlan(sent[:, k], received[:, k], cap, flags))
+    return plans

@@ -10,7 +10,8 @@ lookup:
    control collective agrees on the count of every (worker, table) pair
    (`Communicator.plan_packed_exchange`) and shares bad-id flags;
 2. one id all-to-all carries the ids of all tables, packed per peer
-   (grouped by owner, then table);
+   (grouped by owner, then table); an engine whose all-to-all takes
+   unequal splits sends steps 1 and 2 as one (`exchange_packed_ids`);
 3. each owner gathers its rows of each table and sends them back in one
    all-to-all per dtype, every row flattened to its elements so that
    tables of different widths share a block;
@@ -132,18 +133,16 @@ def exchange(comm, calls: list) -> list:
     uniques, hot = _split_hot(tables, all_uniques)
     sent = _Sent(comm, tables, uniques)
     groups = _dtype_groups(tables)
-    plans, recv_parts = comm.plan_packed_exchange(
+    plans, recv_parts, asked = comm.exchange_packed_ids(
+        sent.local_ids,
         sent.part_counts,
         sent.flag,
         [_ones(tables)] + [tf.constant(u, tf.int32) for _, u in groups],
+        lambda flags: [
+            lookup.check_ids(t, _table_flags(flags, i), sent.bad_ids[i])
+            for i, t in enumerate(tables)
+        ],
     )
-    checks = [
-        lookup.check_ids(t, _table_flags(plans[0].flags, i), sent.bad_ids[i])
-        for i, t in enumerate(tables)
-    ]
-    with tf.control_dependencies(checks):
-        local_ids = tf.identity(sent.local_ids)
-    asked, _ = comm.all_to_all(local_ids, plans[0].send_counts, "ids", plans[0])
     owner = _Owner(comm, tables, asked, recv_parts)
     unique_rows: list = [None] * len(tables)
     for (unit, units), plan in zip(groups, plans[1:], strict=True):

@@ -30,6 +30,8 @@ from keras_hybrid.utils.thread_flag import ThreadFlag
 # lookups), and the run-time check in `fused_exchange` catches the rest.
 _READS = (
     "ReadVariableOp",
+    # A gather of rows; `ops.take` asks a table's row count of one.
+    "ResourceGather",
     "VarHandleOp",
     "VariableShape",
     "LookupTableFindV2",

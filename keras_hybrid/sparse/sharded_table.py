@@ -210,14 +210,18 @@ class ShardedTable(tf_compat.ConvertibleVariable):
             and not tf_compat.in_shape_query()
         ):
             return tf.convert_to_tensor(self.on_whole_read(self), dtype)
-        local = self.stored_tensor(dtype=dtype, name=name)
         # Zero rows, and an unknown row count for shape inference: a use
         # that would check rows against something else is still traced, so
         # `check_whole_reads` can name the table instead of a shape error.
-        # A slice of a read, so that gradients reach the table and Keras
-        # does not stop first with "No gradients provided".
+        # A read of the table, so that gradients reach it and Keras does
+        # not stop first with "No gradients provided". An empty gather,
+        # not a slice of a whole read: TF copies a variable that has been
+        # gathered from on every whole read (copy-on-read), and `ops.take`
+        # asks for this shape in every step (and in its prefetched ids).
+        del name  # a gather takes no name
+        empty = super().sparse_read(tf.zeros([0], tf.int64))
         stand_in = tf.compat.v1.placeholder_with_default(
-            local[:0], [None, *self.full_shape[1:]]
+            tf.cast(empty, dtype or self.dtype), [None, *self.full_shape[1:]]
         )
         if not tf.executing_eagerly():
             graph = tf.compat.v1.get_default_graph()

@@ -13,6 +13,7 @@ import keras
 import tensorflow as tf
 
 from keras_hybrid.strategy.global_read_variable import GlobalReadVariable
+from keras_hybrid.strategy.global_read_variable import local_reads
 
 _STEPS = ("train_step", "test_step")
 
@@ -39,7 +40,10 @@ def globalize_logs(model, logs, communicator):
         isinstance(v.value, GlobalReadVariable) for v in variables
     ):
         return logs
-    local = [tf.convert_to_tensor(v.value) for v in variables]
+    # This worker's copies: a global read here would reduce them once
+    # more (a collective per variable) before `_reduce` sums them.
+    with local_reads():
+        local = [tf.convert_to_tensor(v.value) for v in variables]
     reduced = iter(_reduce(communicator, variables, local))
     global_logs = {}
     for metric in metrics:

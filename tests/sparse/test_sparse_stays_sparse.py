@@ -70,6 +70,22 @@ def test_traced_train_step_has_no_full_table_tensor(two_workers):
 
 
 @pytest.mark.multiprocess
+def test_lookups_do_not_read_the_shard_whole(two_workers):
+    # `ops.take` asks for the table's row count in every step (and in the
+    # prefetched ids): it gets an empty gather, not a slice of a whole
+    # read, which TF copies in full once the shard has been gathered from.
+    # Only `custom_gradient`'s IdentityN sees a whole read (pruned at run
+    # time: its output for the variable is unused).
+    for rank, result in two_workers.items():
+        reads = [
+            op["op"]
+            for op in result["local_rows_ops"]
+            if op["type"] == "ReadVariableOp" and op["used"]
+        ]
+        assert all("IdentityN" in name for name in reads), (rank, reads)
+
+
+@pytest.mark.multiprocess
 def test_each_worker_holds_half_of_the_rows(two_workers):
     total = 0
     for rank, result in two_workers.items():

@@ -134,6 +134,23 @@ class TFCommunicator(Communicator):
             return self._all_to_all_padded(tensor, send_counts, path, plan)
         return self._all_to_all_pairwise(tensor, send_counts, path, plan)
 
+    def all_to_all_among(
+        self, tensor, send_counts, peers, path="control", plan=None
+    ):
+        """See `Communicator.all_to_all_among`: the pairwise exchange
+        talks to `peers` only; a padded one runs over all workers."""
+        if (
+            self.size == 1
+            or self.membership is not None
+            or self.exchange == "padded"
+        ):
+            return self.all_to_all(tensor, send_counts, path, plan)
+        tensor = tf.convert_to_tensor(tensor)
+        send_counts = tf.cast(tf.reshape(send_counts, [self.width]), tf.int32)
+        if plan is None:
+            plan = self.plan_exchange(send_counts)
+        return self._all_to_all_pairwise(tensor, send_counts, path, plan, peers)
+
     def _all_to_all_padded(self, tensor, send_counts, path, plan):
         """One `AllToAllV2`, every block padded to the plan's capacity.
 
@@ -160,11 +177,17 @@ class TFCommunicator(Communicator):
             (sent_rows, slots - sent_rows),
             (recv_rows, slots - recv_rows),
         )
+        if self.hosts is not None and self.membership is None:
+            others = sum(
+                h != self.hosts.host_of[self.rank] for h in self.hosts.host_of
+            )
+            wire = byte_sizes.i64(others * cap) * byte_sizes.row_bytes(tensor)
+            self.stats.record_cross_host(path, wire, wire)
         return received, recv_counts
 
-    def _all_to_all_pairwise(self, tensor, send_counts, path, plan):
-        """A send and a receive per peer, each block padded to its own
-        count's ladder step.
+    def _all_to_all_pairwise(self, tensor, send_counts, path, plan, peers=None):
+        """A send and a receive per peer (of `peers`, all by default), each
+        block padded to its own count's ladder step.
 
         In a graph the sends and receives are asynchronous and unordered,
         so they cannot deadlock; eagerly each blocks until its peer has
@@ -179,6 +202,7 @@ class TFCommunicator(Communicator):
         blocks = tf.split(tensor, send_counts, num=self.size)
         received = list(blocks)  # The own block stays; the others arrive.
         sends, send_caps, recv_caps = [], [], []
+        cross_sent, cross_recv = [], []
 
         def send(peer):
             base = self._keys.base_key(f"{content}/{self.rank}>{peer}")
@@ -186,6 +210,8 @@ class TFCommunicator(Communicator):
             padded = _pad_rows(blocks[peer], cap)
             sends.append(self._pair_send(padded, peer, key))
             send_caps.append(cap)
+            if self._crosses_hosts(peer):
+                cross_sent.append(cap)
 
         def receive(peer):
             base = self._keys.base_key(f"{content}/{peer}>{self.rank}")
@@ -197,8 +223,15 @@ class TFCommunicator(Communicator):
             padded = self._pair_recv(shape, tensor.dtype, peer, key)
             received[peer] = padded[: recv_counts[peer]]
             recv_caps.append(cap)
+            if self._crosses_hosts(peer):
+                cross_recv.append(cap)
 
+        talk = set(range(self.size) if peers is None else peers)
         for peer in pair_moves.pairing_order(self.rank, self.size):
+            if peer not in talk:
+                # Counts outside `peers` are zero: an empty block.
+                received[peer] = blocks[peer]
+                continue
             if self.rank < peer:
                 send(peer)
                 receive(peer)
@@ -210,9 +243,16 @@ class TFCommunicator(Communicator):
         self._charge_rows(
             path,
             tensor,
-            (sent_rows, tf.add_n(send_caps) - sent_rows),
-            (recv_rows, tf.add_n(recv_caps) - recv_rows),
+            (sent_rows, _total(send_caps) - sent_rows),
+            (recv_rows, _total(recv_caps) - recv_rows),
         )
+        if cross_sent or cross_recv:
+            row_bytes = byte_sizes.row_bytes(tensor)
+            self.stats.record_cross_host(
+                path,
+                byte_sizes.i64(_total(cross_sent)) * row_bytes,
+                byte_sizes.i64(_total(cross_recv)) * row_bytes,
+            )
         received = tf.concat(received, axis=0)
         # A send's output feeds nothing. Control edges from the sends to the
         # result do not keep them: Grappler merges the concat of two
@@ -228,6 +268,13 @@ class TFCommunicator(Communicator):
             with tf.control_dependencies(sends):
                 received = tf.identity(received)
         return received, tf.identity(recv_counts)
+
+    def _crosses_hosts(self, peer: int) -> bool:
+        """Whether `peer` runs on another host (known hosts only)."""
+        hosts = self.hosts
+        return hosts is not None and (
+            hosts.host_of[peer] != hosts.host_of[self.rank]
+        )
 
     # -- row moves whose counts every worker knows
 
@@ -427,6 +474,11 @@ class TFCommunicator(Communicator):
             key,
             dtype=tensor.dtype,
         )
+
+
+def _total(caps: list):
+    """Sum of block sizes (int32), 0 for none."""
+    return tf.add_n(caps) if caps else tf.constant(0, tf.int32)
 
 
 def _pad_rows(tensor: tf.Tensor, cap: tf.Tensor) -> tf.Tensor:

@@ -98,15 +98,15 @@ def decide(comm, calls: list, ids: list, link) -> None:
     ]
     hosts = comm.hosts
     with tf.init_scope():  # the simulator computes eagerly
-        flat = hierarchy_choice.step_seconds(stats, hosts, link, False)
-        hier = hierarchy_choice.step_seconds(stats, hosts, link, True)
-    comm.hierarchical = bool(hier < flat)
+        flat, hier, pays = hierarchy_choice.verdict(stats, hosts, link)
+    comm.hierarchical = bool(pays)
     logging.info(
         "keras-hybrid: hierarchical sparse exchange %s: the cost model "
         "(uniform ids, links %s between hosts) gives %.3f ms a step "
-        "against %.3f ms flat.",
+        "against %.3f ms flat (on below %.0f%% of flat).",
         "on" if comm.hierarchical else "off",
         link,
         1e3 * hier,
         1e3 * flat,
+        100 * (1 - hierarchy_choice.MARGIN),
     )

@@ -11,6 +11,7 @@ import tensorflow as tf
 from keras_hybrid._compat import tf as tf_compat
 from keras_hybrid.comm import byte_sizes
 from keras_hybrid.comm import capacity
+from keras_hybrid.comm import host_all_reduce
 from keras_hybrid.comm import instance_keys
 from keras_hybrid.comm import pair_moves
 from keras_hybrid.comm.communicator import Communicator
@@ -62,24 +63,51 @@ class TFCommunicator(Communicator):
     # -- all-reduce ---------------------------------------------------------
 
     def _all_reduce_flat(self, tensors, op, path):
-        key = self._keys.base_key(
-            f"all_reduce/{op}/{instance_keys.describe(tensors)}"
-        )
         flat = tf.concat([tf.reshape(t, [-1]) for t in tensors], axis=0)
-        reduced = self._collective(
-            tf_compat.all_reduce,
-            flat,
-            key,
-            merge_op=_MERGE_OPS[op],
-            final_op="Div" if op == "mean" else "Id",
-        )
-        nbytes = byte_sizes.static_bytes(flat)
-        self.stats.record(path, 2 * (self.size - 1) * nbytes // self.size)
+        if self._two_level(path):
+            reduced = host_all_reduce.all_reduce(self, flat, op, path)
+        else:
+            key = self._keys.base_key(
+                f"all_reduce/{op}/{instance_keys.describe(tensors)}"
+            )
+            reduced = self._collective(
+                tf_compat.all_reduce,
+                flat,
+                key,
+                merge_op=_MERGE_OPS[op],
+                final_op="Div" if op == "mean" else "Id",
+            )
+            nbytes = byte_sizes.static_bytes(flat)
+            self.stats.record(path, 2 * (self.size - 1) * nbytes // self.size)
         sizes = [t.shape.num_elements() for t in tensors]
         return [
             tf.reshape(part, t.shape)
             for part, t in zip(tf.split(reduced, sizes), tensors, strict=True)
         ]
+
+    def _two_level(self, path: str) -> bool:
+        """Whether dense gradients reduce in host first (`host_all_reduce`):
+        with the hierarchical exchange on; small control reductions keep
+        one collective."""
+        return (
+            path == "dense"
+            and self.hierarchical is True
+            and self.hosts is not None
+            and self.membership is None
+        )
+
+    def collective_in_group(self, op, tensor, group, content, **kwargs):
+        """Runs a V2 collective `op` in `group`, `(size, group key)`, with
+        an instance key derived from `content`."""
+        group_size, group_key = group
+        return op(
+            tensor,
+            group_size=group_size,
+            group_key=group_key,
+            instance_key=self._keys.base_key(content),
+            timeout=self._op_timeout(),
+            **kwargs,
+        )
 
     # -- variable-sized exchanges -------------------------------------------
 

@@ -161,3 +161,21 @@ def test_cost_model_turns_it_on_for_small_tables():
         for model_name, opt_name in CONFIGS:
             key = (cases.key(model_name, opt_name), None)
             assert result[key]["decided"] is True, (rank, key)
+
+
+def test_dense_gradients_reduce_in_host_first():
+    """The hierarchical exchange also reduces dense gradients in two
+    levels (`comm.host_all_reduce`): only a 1/2 slice crosses hosts, per
+    local rank. The weights above match the flat ring's."""
+    key = cases.key("one_table", "sgd")
+    for rank, result in launch().items():
+        hier = result[(key, True)]
+        flat = result[(key, False)]
+        assert hier["cross_host"]["dense"]["bytes"] > 0, rank
+        # Flat rings do not count bytes per host.
+        assert flat["cross_host"]["dense"]["bytes"] == 0, rank
+        # One collective per bucket and step becomes three.
+        assert (
+            hier["moved"]["dense"]["calls"]
+            == 3 * (flat["moved"]["dense"]["calls"])
+        ), rank

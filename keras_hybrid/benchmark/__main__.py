@@ -361,6 +361,9 @@ def main(argv):
     versus = results.comparison(measured)
     if versus:
         logging.info("against allgather, side by side:\n%s", versus)
+    hierarchical = results.hierarchical_comparison(measured)
+    if hierarchical:
+        logging.info("cross-host sparse traffic:\n%s", hierarchical)
     if scaling:
         logging.info(
             "communication's share of a step:\n%s",

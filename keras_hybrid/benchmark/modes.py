@@ -10,6 +10,8 @@ registry so that new engines plug in with one `register(Mode(...))`.
 | `hybrid_padded` | as `hybrid`, blocks padded to the largest | as `hybrid` |
 | `hybrid_per_call` | as `hybrid`, one exchange per lookup | as `hybrid` |
 | `hybrid_hot` | as `hybrid`, `--hot_rows` rows all-reduced | as `hybrid` |
+| `hybrid_flat` | as `hybrid`, one exchange among all workers | as `hybrid` |
+| `hybrid_hierarchical` | as `hybrid`, ids deduped per host | as `hybrid` |
 | `allgather` | replicated | all-gathered: stock TensorFlow |
 | `dense` | replicated | densified and all-reduced |
 | `horovod` | replicated | all-gathered by Horovod, as `hvd` does |
@@ -221,5 +223,22 @@ register(
         "chosen from running counts (issue 15 item 4)",
         (("variable_kinds", TABLES_SPARSE),),
         hot_rows=True,
+    )
+)
+register(
+    Mode(
+        "hybrid_flat",
+        "hybrid, one flat exchange among all workers "
+        "(HybridStrategy(hierarchical=False))",
+        (("variable_kinds", TABLES_SPARSE), ("hierarchical", False)),
+    )
+)
+register(
+    Mode(
+        "hybrid_hierarchical",
+        "hybrid, ids deduped per host and crossing hosts once, pushes "
+        "summed in host (HybridStrategy(hierarchical=True), issue 15 "
+        "item 3); flat where the hosts do not allow it",
+        (("variable_kinds", TABLES_SPARSE), ("hierarchical", True)),
     )
 )

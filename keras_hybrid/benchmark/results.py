@@ -15,6 +15,10 @@ A result (one entry of the CLI's `results` list):
 - `calls_per_step`: collectives one worker issues per step, by path
   (rank 0; `control` includes metric reductions), and `sparse`, the sum
   of `ids`, `sparse_pull` and `sparse_push`;
+- `cross_host_sparse_bytes_per_step`: sparse bytes (ids, pulls, pushes,
+  their padding included) one worker sends to workers on other hosts per
+  step (mean over workers; 0 on one host), and `hierarchical`, whether the
+  hierarchical exchange ran;
 - `interface_bytes_per_step`: what the workers' `eth0` interfaces sent
   per step (mean over workers; headers included), or `None` when workers
   share an interface or run on loopback.
@@ -30,6 +34,7 @@ from keras_hybrid.callbacks.communication_stats import logs_from
 from keras_hybrid.comm.comm_stats import PATHS
 
 BYTE_PATHS = ("dense", "sparse_pull", "sparse_push", "ids", "padding")
+SPARSE = ("ids", "sparse_pull", "sparse_push")
 
 
 def read_ranks(out_dir: str, num_workers: int) -> list[dict]:
@@ -84,6 +89,16 @@ def summarize(mode: str, ranks: list[dict]) -> dict:
         if all(interface)
         else None
     )
+    if "cross_host_bytes_per_step" in ranks[0]:
+        result["cross_host_sparse_bytes_per_step"] = float(
+            np.mean(
+                [
+                    sum(r["cross_host_bytes_per_step"][p] for p in SPARSE)
+                    for r in ranks
+                ]
+            )
+        )
+        result["hierarchical"] = ranks[0]["hierarchical"]
     calls = ranks[0].get("calls_per_step")
     if calls is not None:
         sparse = sum(calls[p] for p in ("ids", "sparse_pull", "sparse_push"))
@@ -184,6 +199,43 @@ def comparison(results: list[dict], baseline: str = "allgather") -> str:
                 f"{speedup:.2f}",
                 f"{advantage:.2f}",
                 f"{speedup / advantage:.2f}",
+            )
+        )
+    return align_rows(rows)
+
+
+def hierarchical_comparison(
+    results: list[dict], flat: str = "hybrid_flat"
+) -> str:
+    """Modes against `flat`, side by side: cross-host sparse bytes per
+    step, their ratio (flat over mode: the saving), and the median step
+    time ratio (mode over flat: > 1 is slower). Empty without `flat` or
+    without cross-host bytes."""
+    base = next((r for r in results if r["mode"] == flat), None)
+    if base is None or not base.get("cross_host_sparse_bytes_per_step"):
+        return ""
+    rows = [
+        (
+            "mode",
+            "hierarchical",
+            "cross_host_sparse_kB/step",
+            f"{flat}/mode_bytes",
+            f"step_time/{flat}",
+        )
+    ]
+    base_bytes = base["cross_host_sparse_bytes_per_step"]
+    base_ms = base["step_time_ms"]["median"]
+    for r in results:
+        cross = r.get("cross_host_sparse_bytes_per_step")
+        if cross is None:
+            continue
+        rows.append(
+            (
+                r["mode"],
+                str(r["hierarchical"]),
+                f"{cross / 1e3:.1f}",
+                f"{base_bytes / cross:.2f}" if cross else "-",
+                f"{r['step_time_ms']['median'] / base_ms:.3f}",
             )
         )
     return align_rows(rows)

@@ -128,6 +128,7 @@ def main(argv):
     logging.info("%s: warm-up done, measuring %d steps", label, FLAGS.steps)
     interface_before = interface_counters()
     calls_before = strategy.communicator.stats.snapshot()
+    cross_before = strategy.communicator.stats.cross_host_snapshot()
     timer = StepTimer()
     stats = CommunicationStats(log_table_on_chief=strategy.is_chief)
     progress = StepProgress(label)
@@ -139,6 +140,7 @@ def main(argv):
     )
     interface_after = interface_counters()
     calls = strategy.communicator.stats.delta(calls_before)
+    cross = strategy.communicator.stats.cross_host_delta(cross_before)
     result = {
         "rank": strategy.rank,
         "size": strategy.size,
@@ -154,6 +156,12 @@ def main(argv):
         "calls_per_step": {
             path: calls[path]["calls"] / FLAGS.steps for path in calls
         },
+        # Bytes sent to workers on other hosts per step, by path (zero
+        # where the hosts are not known), and the exchange that ran.
+        "cross_host_bytes_per_step": {
+            path: cross[path]["bytes"] / FLAGS.steps for path in cross
+        },
+        "hierarchical": bool(strategy.communicator.hierarchical),
         "lower_bound_bytes": traffic_bound.lower_bound_bytes(
             FLAGS.workload,
             config,

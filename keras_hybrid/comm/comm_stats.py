@@ -53,6 +53,13 @@ class CommStats:
                 trainable=False,
                 name="keras_hybrid_comm_counters",
             )
+            # Bytes (sent, received) per path on links between hosts,
+            # padding included, when the hosts are known (`HostGroups`).
+            self._cross_host = tf.Variable(
+                tf.zeros([2, len(PATHS)], tf.int64),
+                trainable=False,
+                name="keras_hybrid_cross_host_bytes",
+            )
             self._rows_served = tf.Variable(
                 tf.zeros([], tf.int64),
                 trainable=False,
@@ -91,6 +98,42 @@ class CommStats:
             rows.append([2, index])
         self._counters.scatter_nd_add(rows, tf.concat(values, axis=0))
 
+    def record_cross_host(self, path: str, sent, received) -> None:
+        """Adds bytes of `path` this worker sent to and received from
+        workers on other hosts, padding included (on the wire).
+
+        Args:
+            path: String. One of `PATHS`.
+            sent: Int or int tensor. Bytes sent to other hosts.
+            received: Int or int tensor. Bytes received from them.
+        """
+        if path not in PATHS:
+            raise ValueError(
+                f"`path` must be one of {PATHS}. Received: path={path!r}"
+            )
+        index = PATHS.index(path)
+        values = tf.stack(
+            [tf.cast(sent, tf.int64), tf.cast(received, tf.int64)]
+        )
+        self._cross_host.scatter_nd_add([[0, index], [1, index]], values)
+
+    def cross_host_snapshot(self) -> dict[str, dict[str, int]]:
+        """`{path: {"bytes": sent, "received_bytes": received}}` on links
+        between hosts so far (zero where the hosts are unknown)."""
+        counters = self._cross_host.numpy().tolist()
+        return {
+            path: {"bytes": counters[0][i], "received_bytes": counters[1][i]}
+            for i, path in enumerate(PATHS)
+        }
+
+    def cross_host_delta(self, before: dict) -> dict[str, dict[str, int]]:
+        """`cross_host_snapshot()` minus `before` (an earlier one)."""
+        now = self.cross_host_snapshot()
+        return {
+            path: {k: now[path][k] - before[path][k] for k in now[path]}
+            for path in PATHS
+        }
+
     def record_resize(self, event: dict) -> None:
         """Keeps the record of one elastic resize (`ElasticResize`): global
         step, reason, old and new size, bytes moved, stall seconds."""
@@ -122,4 +165,5 @@ class CommStats:
 
     def reset(self) -> None:
         self._counters.assign(tf.zeros_like(self._counters))
+        self._cross_host.assign(tf.zeros_like(self._cross_host))
         self._rows_served.assign(tf.zeros_like(self._rows_served))

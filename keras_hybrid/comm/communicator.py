@@ -43,6 +43,14 @@ class Communicator(abc.ABC):
         self.timeout_seconds = timeout_seconds
         self.bucket_bytes = bucket_bytes
         self.stats = CommStats()
+        # `HostGroups` when every host runs equally many workers (set by the
+        # strategy from the cluster): byte counts then tell links between
+        # hosts apart; `None` otherwise.
+        self.hosts = None
+        # Whether fused sparse exchanges run hierarchically over `hosts`
+        # (`sparse.host_exchange`): set by the strategy; `None` until the
+        # cost model decides at the first fused exchange.
+        self.hierarchical = False
 
     @property
     def width(self) -> int:
@@ -133,6 +141,21 @@ class Communicator(abc.ABC):
             `(received, recv_counts)`: the rows received, grouped by source
             rank in rank order, and how many came from each worker.
         """
+
+    def all_to_all_among(
+        self,
+        tensor: tf.Tensor,
+        send_counts: tf.Tensor,
+        peers: tuple,
+        path: str = "control",
+        plan: "ExchangePlan | None" = None,
+    ) -> tuple:
+        """`all_to_all` whose counts are zero outside `peers` (ranks,
+        this worker included; the same set on every member of a group).
+        An engine that can talk to a subset only does so; this one runs
+        the full all-to-all, which is equal in result."""
+        del peers
+        return self.all_to_all(tensor, send_counts, path, plan)
 
     def plan_exchange(
         self, send_counts: tf.Tensor, flag: tf.Tensor | int = 0

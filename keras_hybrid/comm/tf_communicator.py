@@ -11,6 +11,7 @@ import tensorflow as tf
 from keras_hybrid._compat import tf as tf_compat
 from keras_hybrid.comm import byte_sizes
 from keras_hybrid.comm import capacity
+from keras_hybrid.comm import host_all_reduce
 from keras_hybrid.comm import instance_keys
 from keras_hybrid.comm import pair_moves
 from keras_hybrid.comm.communicator import Communicator
@@ -62,24 +63,51 @@ class TFCommunicator(Communicator):
     # -- all-reduce ---------------------------------------------------------
 
     def _all_reduce_flat(self, tensors, op, path):
-        key = self._keys.base_key(
-            f"all_reduce/{op}/{instance_keys.describe(tensors)}"
-        )
         flat = tf.concat([tf.reshape(t, [-1]) for t in tensors], axis=0)
-        reduced = self._collective(
-            tf_compat.all_reduce,
-            flat,
-            key,
-            merge_op=_MERGE_OPS[op],
-            final_op="Div" if op == "mean" else "Id",
-        )
-        nbytes = byte_sizes.static_bytes(flat)
-        self.stats.record(path, 2 * (self.size - 1) * nbytes // self.size)
+        if self._two_level(path):
+            reduced = host_all_reduce.all_reduce(self, flat, op, path)
+        else:
+            key = self._keys.base_key(
+                f"all_reduce/{op}/{instance_keys.describe(tensors)}"
+            )
+            reduced = self._collective(
+                tf_compat.all_reduce,
+                flat,
+                key,
+                merge_op=_MERGE_OPS[op],
+                final_op="Div" if op == "mean" else "Id",
+            )
+            nbytes = byte_sizes.static_bytes(flat)
+            self.stats.record(path, 2 * (self.size - 1) * nbytes // self.size)
         sizes = [t.shape.num_elements() for t in tensors]
         return [
             tf.reshape(part, t.shape)
             for part, t in zip(tf.split(reduced, sizes), tensors, strict=True)
         ]
+
+    def _two_level(self, path: str) -> bool:
+        """Whether dense gradients reduce in host first (`host_all_reduce`):
+        with the hierarchical exchange on; small control reductions keep
+        one collective."""
+        return (
+            path == "dense"
+            and self.hierarchical is True
+            and self.hosts is not None
+            and self.membership is None
+        )
+
+    def collective_in_group(self, op, tensor, group, content, **kwargs):
+        """Runs a V2 collective `op` in `group`, `(size, group key)`, with
+        an instance key derived from `content`."""
+        group_size, group_key = group
+        return op(
+            tensor,
+            group_size=group_size,
+            group_key=group_key,
+            instance_key=self._keys.base_key(content),
+            timeout=self._op_timeout(),
+            **kwargs,
+        )
 
     # -- variable-sized exchanges -------------------------------------------
 
@@ -134,6 +162,23 @@ class TFCommunicator(Communicator):
             return self._all_to_all_padded(tensor, send_counts, path, plan)
         return self._all_to_all_pairwise(tensor, send_counts, path, plan)
 
+    def all_to_all_among(
+        self, tensor, send_counts, peers, path="control", plan=None
+    ):
+        """See `Communicator.all_to_all_among`: the pairwise exchange
+        talks to `peers` only; a padded one runs over all workers."""
+        if (
+            self.size == 1
+            or self.membership is not None
+            or self.exchange == "padded"
+        ):
+            return self.all_to_all(tensor, send_counts, path, plan)
+        tensor = tf.convert_to_tensor(tensor)
+        send_counts = tf.cast(tf.reshape(send_counts, [self.width]), tf.int32)
+        if plan is None:
+            plan = self.plan_exchange(send_counts)
+        return self._all_to_all_pairwise(tensor, send_counts, path, plan, peers)
+
     def _all_to_all_padded(self, tensor, send_counts, path, plan):
         """One `AllToAllV2`, every block padded to the plan's capacity.
 
@@ -160,11 +205,17 @@ class TFCommunicator(Communicator):
             (sent_rows, slots - sent_rows),
             (recv_rows, slots - recv_rows),
         )
+        if self.hosts is not None and self.membership is None:
+            others = sum(
+                h != self.hosts.host_of[self.rank] for h in self.hosts.host_of
+            )
+            wire = byte_sizes.i64(others * cap) * byte_sizes.row_bytes(tensor)
+            self.stats.record_cross_host(path, wire, wire)
         return received, recv_counts
 
-    def _all_to_all_pairwise(self, tensor, send_counts, path, plan):
-        """A send and a receive per peer, each block padded to its own
-        count's ladder step.
+    def _all_to_all_pairwise(self, tensor, send_counts, path, plan, peers=None):
+        """A send and a receive per peer (of `peers`, all by default), each
+        block padded to its own count's ladder step.
 
         In a graph the sends and receives are asynchronous and unordered,
         so they cannot deadlock; eagerly each blocks until its peer has
@@ -179,6 +230,7 @@ class TFCommunicator(Communicator):
         blocks = tf.split(tensor, send_counts, num=self.size)
         received = list(blocks)  # The own block stays; the others arrive.
         sends, send_caps, recv_caps = [], [], []
+        cross_sent, cross_recv = [], []
 
         def send(peer):
             base = self._keys.base_key(f"{content}/{self.rank}>{peer}")
@@ -186,6 +238,8 @@ class TFCommunicator(Communicator):
             padded = _pad_rows(blocks[peer], cap)
             sends.append(self._pair_send(padded, peer, key))
             send_caps.append(cap)
+            if self._crosses_hosts(peer):
+                cross_sent.append(cap)
 
         def receive(peer):
             base = self._keys.base_key(f"{content}/{peer}>{self.rank}")
@@ -197,8 +251,15 @@ class TFCommunicator(Communicator):
             padded = self._pair_recv(shape, tensor.dtype, peer, key)
             received[peer] = padded[: recv_counts[peer]]
             recv_caps.append(cap)
+            if self._crosses_hosts(peer):
+                cross_recv.append(cap)
 
+        talk = set(range(self.size) if peers is None else peers)
         for peer in pair_moves.pairing_order(self.rank, self.size):
+            if peer not in talk:
+                # Counts outside `peers` are zero: an empty block.
+                received[peer] = blocks[peer]
+                continue
             if self.rank < peer:
                 send(peer)
                 receive(peer)
@@ -210,9 +271,16 @@ class TFCommunicator(Communicator):
         self._charge_rows(
             path,
             tensor,
-            (sent_rows, tf.add_n(send_caps) - sent_rows),
-            (recv_rows, tf.add_n(recv_caps) - recv_rows),
+            (sent_rows, _total(send_caps) - sent_rows),
+            (recv_rows, _total(recv_caps) - recv_rows),
         )
+        if cross_sent or cross_recv:
+            row_bytes = byte_sizes.row_bytes(tensor)
+            self.stats.record_cross_host(
+                path,
+                byte_sizes.i64(_total(cross_sent)) * row_bytes,
+                byte_sizes.i64(_total(cross_recv)) * row_bytes,
+            )
         received = tf.concat(received, axis=0)
         # A send's output feeds nothing. Control edges from the sends to the
         # result do not keep them: Grappler merges the concat of two
@@ -228,6 +296,13 @@ class TFCommunicator(Communicator):
             with tf.control_dependencies(sends):
                 received = tf.identity(received)
         return received, tf.identity(recv_counts)
+
+    def _crosses_hosts(self, peer: int) -> bool:
+        """Whether `peer` runs on another host (known hosts only)."""
+        hosts = self.hosts
+        return hosts is not None and (
+            hosts.host_of[peer] != hosts.host_of[self.rank]
+        )
 
     # -- row moves whose counts every worker knows
 
@@ -427,6 +502,11 @@ class TFCommunicator(Communicator):
             key,
             dtype=tensor.dtype,
         )
+
+
+def _total(caps: list):
+    """Sum of block sizes (int32), 0 for none."""
+    return tf.add_n(caps) if caps else tf.constant(0, tf.int32)
 
 
 def _pad_rows(tensor: tf.Tensor, cap: tf.Tensor) -> tf.Tensor:

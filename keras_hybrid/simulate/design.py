@@ -14,16 +14,19 @@ today's code stay what they were:
   `False` is the exchange per table and lookup call, which elastic jobs,
   lookups whose ids depend on another lookup's rows and the benchmark's
   `hybrid_per_call` mode still run;
-- item 3, `hierarchical`: today `False` (flat all-to-alls over all
-  workers, flat ring all-reduce); design `True` (ids deduped per host,
-  host pairs crossed once per local rank, pushes summed per host,
-  two-level all-reduce);
+- item 3, `hierarchical` (built, `HybridStrategy(hierarchical=...)`, on
+  where this model says the sparse part pays): `False` is the flat
+  all-to-alls over all workers and the flat ring all-reduce; `True`
+  dedupes ids per host, crosses host pairs once per local rank and sums
+  pushes per host (`sparse.host_exchange`), and reduces dense gradients
+  in two levels (`comm.host_all_reduce`; modeled where it beats the flat
+  ring, run by the code whenever the hierarchical exchange is on);
 - item 4, `hot_rows` (built, off by default: `HybridStrategy(hot_rows=K)`):
   the K most requested rows of every table reach every worker by one
   all-reduce of their values and one of their gradients per step.
 
-Built so far: items 1 (`padding="per_pair"`), 2 (`fused=True`) and 4
-(`hot_rows`, an option); item 3 is modeled, not built. `padding=
+Built so far: items 1 (`padding="per_pair"`), 2 (`fused=True`), 4
+(`hot_rows`, an option) and 3 (an option the cost model turns on). `padding=
 "per_pair"`, `fused=True`, `hierarchical=False`, `hot_rows=0` is the code
 as it runs by default outside elastic jobs.
 """

@@ -18,22 +18,24 @@ lookup:
 4. backward, one push all-to-all per dtype returns the gradients, which
    the owner splits into each table's gradient (`table_gradients.make`).
 
+Steps 2 to 4 are `owner_exchange.rows_of`. With several workers per host
+and `Communicator.hierarchical` on, `host_exchange.rows_of` runs them in
+host first and across hosts once per host instead.
+
 Each lookup then takes its rows by `(table, call index)`, after a run-time
 check that its ids are the prefetched ones.
 """
 
 import contextlib
-import math
 
-import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from keras_hybrid.sparse import host_exchange
 from keras_hybrid.sparse import hot_rows
-from keras_hybrid.sparse import lookup
+from keras_hybrid.sparse import owner_exchange
 
 _steps: list = []
-_MAX_FLAG_BITS = 30
 
 
 @contextlib.contextmanager
@@ -131,24 +133,10 @@ def exchange(comm, calls: list) -> list:
     per_table = [[c for c in calls if c[0] is t] for t in tables]
     all_uniques, positions = zip(*[_dedupe(c) for c in per_table], strict=True)
     uniques, hot = _split_hot(tables, all_uniques)
-    sent = _Sent(comm, tables, uniques)
-    groups = _dtype_groups(tables)
-    plans, recv_parts, asked = comm.exchange_packed_ids(
-        sent.local_ids,
-        sent.part_counts,
-        sent.flag,
-        [_ones(tables)] + [tf.constant(u, tf.int32) for _, u in groups],
-        lambda flags: [
-            lookup.check_ids(t, _table_flags(flags, i), sent.bad_ids[i])
-            for i, t in enumerate(tables)
-        ],
-    )
-    owner = _Owner(comm, tables, asked, recv_parts)
-    unique_rows: list = [None] * len(tables)
-    for (unit, units), plan in zip(groups, plans[1:], strict=True):
-        back = lookup.send_back(comm, owner.units(unit, units), plan.reversed())
-        for i, rows in sent.unpack(back, units).items():
-            unique_rows[i] = rows
+    if comm.hierarchical:
+        unique_rows = host_exchange.rows_of(comm, tables, uniques)
+    else:
+        unique_rows = owner_exchange.rows_of(comm, tables, uniques)
     for i, (is_hot, rows) in enumerate(hot):
         if is_hot is not None:
             unique_rows[i] = hot_rows.merge(is_hot, unique_rows[i], rows)
@@ -194,144 +182,3 @@ def _shape(unique_rows, position, ids):
     out = tf.reshape(out, tf.concat([tf.shape(ids), row_shape], axis=0))
     out.set_shape(ids.shape.concatenate(row_shape))
     return out
-
-
-def _ones(tables) -> tf.Tensor:
-    return tf.ones([len(tables)], tf.int32)
-
-
-def _width(table) -> int:
-    return int(np.prod(table.full_shape[1:], dtype=np.int64))
-
-
-def _dtype_groups(tables) -> list:
-    """`(unit, units)` per dtype: the tables of one dtype move as rows of
-    `unit` elements (the gcd of their widths, so tables of one width move
-    whole rows), `units[t]` per row of table `t` (0 for other dtypes)."""
-    dtypes = list(dict.fromkeys(t.dtype.base_dtype for t in tables))
-    groups = []
-    for dtype in dtypes:
-        widths = [
-            _width(t) if t.dtype.base_dtype == dtype else 0 for t in tables
-        ]
-        unit = math.gcd(*widths)
-        groups.append((unit, [w // unit for w in widths]))
-    return groups
-
-
-def _table_flags(flags, i):
-    bit = min(i, _MAX_FLAG_BITS)
-    return tf.bitwise.bitwise_and(tf.bitwise.right_shift(flags, bit), 1)
-
-
-class _Sent:
-    """The requester's side: its unique ids of all tables, packed by owner
-    then table, and how to unpack the rows that come back."""
-
-    def __init__(self, comm, tables, uniques) -> None:
-        n, size = len(tables), comm.size
-        pairs = list(zip(tables, uniques, strict=True))
-        self.sizes = [tf.size(u) for u in uniques]
-        table_of = tf.concat(
-            [tf.fill([s], i) for i, s in enumerate(self.sizes)], axis=0
-        )
-        owner = tf.concat(
-            [t.shard_of_tensor(u) for t, u in pairs],
-            axis=0,
-        )
-        key = owner * n + table_of
-        self.order = tf.argsort(key, stable=True)
-        self.table_of = tf.gather(table_of, self.order)  # sorted rows
-        counts = tf.math.bincount(
-            key, minlength=size * n, maxlength=size * n, dtype=tf.int32
-        )
-        self.part_counts = tf.reshape(counts, [size, n])
-        local = tf.concat(
-            [t.local_index_tensor(u) for t, u in pairs],
-            axis=0,
-        )
-        self.local_ids = tf.gather(local, self.order)
-        bad = [(u < 0) | (u >= t.full_shape[0]) for t, u in pairs]
-        self.bad_ids = [
-            tf.boolean_mask(u, b) for u, b in zip(uniques, bad, strict=True)
-        ]
-        self.flag = tf.add_n(
-            [
-                tf.bitwise.left_shift(
-                    tf.cast(tf.reduce_any(b), tf.int32), min(i, _MAX_FLAG_BITS)
-                )
-                for i, b in enumerate(bad)
-            ]
-        )
-        self.tables = tables
-
-    def unpack(self, back, units: list) -> dict:
-        """`{table index: unique rows}` of the tables with `units > 0`,
-        from `back`, the units returned for the sorted rows."""
-        row_units = tf.gather(tf.constant(units, tf.int32), self.table_of)
-        starts = tf.cumsum(row_units, exclusive=True)
-        # Sorted position of each unique row, tables in order.
-        where = tf.math.invert_permutation(self.order)
-        out, offset = {}, tf.constant(0, tf.int32)
-        for i, table in enumerate(self.tables):
-            rows = self.sizes[i]
-            if units[i] > 0:
-                mine = tf.gather(starts, where[offset : offset + rows])
-                out[i] = tf.reshape(
-                    tf.gather(back, _unit_range(mine, units[i])),
-                    [-1, *table.full_shape[1:]],
-                )
-            offset += rows
-        return out
-
-
-def _unit_range(starts, count: int):
-    """Indices of `count` consecutive units from each of `starts`."""
-    if count == 1:
-        return starts
-    steps = tf.range(count, dtype=starts.dtype)
-    return tf.reshape(starts[:, None] + steps[None, :], [-1])
-
-
-class _Owner:
-    """The owner's side: the ids asked of it, split by table."""
-
-    def __init__(self, comm, tables, asked, recv_parts) -> None:
-        n = len(tables)
-        comm.stats.record_rows_served(tf.shape(asked)[0])
-        labels = tf.repeat(
-            tf.tile(tf.range(n), [comm.size]), tf.reshape(recv_parts, [-1])
-        )
-        self.labels = labels
-        self.where = [tf.where(labels == i)[:, 0] for i in range(n)]
-        ranks = [tf.range(tf.size(w, tf.int64)) for w in self.where]
-        # Rank of each asked row among its table's rows.
-        self.rank = tf.dynamic_stitch(
-            [tf.cast(w, tf.int32) for w in self.where], ranks
-        )
-        self.asked = [tf.gather(asked, w) for w in self.where]
-        for table, mine in zip(tables, self.asked, strict=True):
-            hot_rows.count_served(table, mine)
-        self.tables = tables
-        self._rows: dict = {}
-
-    def units(self, unit: int, units: list) -> tf.Tensor:
-        """Rows asked of the tables with `units > 0`, as `unit`-element
-        rows, in the order asked (by worker, then table)."""
-        parts, bases, base = [], [], tf.constant(0, tf.int64)
-        for i, table in enumerate(self.tables):
-            bases.append(base)
-            if units[i] == 0:
-                continue
-            rows = lookup.read_rows(table, self.asked[i])
-            parts.append(tf.reshape(rows, [-1, unit]))
-            base += tf.shape(parts[-1], tf.int64)[0]
-        buffer = tf.concat(parts, axis=0)
-        row_units = tf.gather(tf.constant(units, tf.int64), self.labels)
-        start = tf.gather(tf.stack(bases), self.labels) + self.rank * row_units
-        if len(set(units)) == 1:  # one width, all tables
-            return tf.gather(buffer, start)
-        keep = row_units > 0
-        start, row_units = start[keep], row_units[keep]
-        idx = tf.ragged.range(start, start + row_units).flat_values
-        return tf.gather(buffer, idx)

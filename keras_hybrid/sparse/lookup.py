@@ -111,24 +111,27 @@ def read_rows(table, local_ids):
         return read(local_ids)
 
 
-def send_back(comm, rows, plan):
-    """Sends rows back to where their ids came from; pushes gradients."""
+def send_back(comm, rows, plan, peers=None):
+    """Sends rows back to where their ids came from; pushes gradients.
+
+    With `peers` (ranks, this worker included), both exchanges talk to
+    them only (`Communicator.all_to_all_among`)."""
+
+    def all_to_all(tensor, plan, path):
+        if peers is None:
+            return comm.all_to_all(tensor, plan.send_counts, path, plan)
+        return comm.all_to_all_among(
+            tensor, plan.send_counts, peers, path, plan
+        )
 
     @tf.custom_gradient
     def exchange(rows):
-        back, _ = comm.all_to_all(
-            rows, plan.send_counts, path="sparse_pull", plan=plan
-        )
+        back, _ = all_to_all(rows, plan, "sparse_pull")
 
         def grad(d_back):
             # Densifying here sums the lookup's gradient per unique id.
             d_back = tf.convert_to_tensor(d_back)
-            pushed, _ = comm.all_to_all(
-                d_back,
-                plan.recv_counts,
-                path="sparse_push",
-                plan=plan.reversed(),
-            )
+            pushed, _ = all_to_all(d_back, plan.reversed(), "sparse_push")
             return pushed
 
         return back, grad

@@ -31,6 +31,7 @@ from keras_hybrid.sparse import table_gradients
 from keras_hybrid.strategy import global_metrics
 from keras_hybrid.strategy import global_predictions
 from keras_hybrid.strategy import global_read_variable
+from keras_hybrid.strategy import hierarchy
 from keras_hybrid.strategy import input_sharding
 from keras_hybrid.strategy.global_read_variable import GlobalReadVariable
 from keras_hybrid.strategy.variable_router import VariableRouter
@@ -148,6 +149,8 @@ class HybridExtended(OneProcessExtended):
         if plan.ids_fn is None:
             return contextlib.nullcontext()
         ids = plan.ids_fn(args, kwargs)
+        if comm.hierarchical is None:
+            hierarchy.decide(comm, plan.prefetched(), ids, self._link)
         return fused_exchange.step(plan, ids, comm)
 
     def _place_by_use(self, fn, args, kwargs) -> None:

@@ -15,6 +15,7 @@ from keras_hybrid.plan.cost_rule import Link
 from keras_hybrid.strategy import cluster
 from keras_hybrid.strategy import elastic
 from keras_hybrid.strategy import elastic_patches
+from keras_hybrid.strategy import hierarchy
 from keras_hybrid.strategy import keras_patches
 from keras_hybrid.strategy import quiet_ranks
 from keras_hybrid.strategy.hybrid_extended import HybridExtended
@@ -100,6 +101,16 @@ class HybridStrategy(tf.distribute.Strategy):
             they even out the load of the shards under skewed ids
             (docs/architecture.md, "Hot rows"). Results are unchanged.
             Defaults to `0` (off). Not available in elastic jobs.
+        hierarchical: Optional bool. With several hosts running equally
+            many workers each, `True` moves the rows of partitioned tables
+            hierarchically: ids are deduplicated per host and cross hosts
+            once, among workers of equal local rank, and pushes are summed
+            in the host before they cross (docs/strategy.md). `False`: one
+            flat exchange among all workers. Defaults to `None`: on where
+            the cost model says it pays, decided at the first step. Where
+            it cannot run (one host, one worker per host, unequal hosts,
+            elastic jobs, Horovod) the exchange is flat and the reason is
+            logged. Results are the same either way.
 
     Example:
 
@@ -116,8 +127,9 @@ class HybridStrategy(tf.distribute.Strategy):
             `timeout_seconds` or
             `bucket_bytes` is not positive, `hot_rows` is negative, or
             the cluster is malformed.
-        TypeError: If `cluster_resolver` is not a `ClusterResolver`, or
-            `hot_rows` is not an int.
+        TypeError: If `cluster_resolver` is not a `ClusterResolver`,
+            `hot_rows` is not an int, or `hierarchical` not a bool or
+            `None`.
         NotImplementedError: If `hot_rows` is set in an elastic job.
         ImportError: If `engine` is `"horovod"` and Horovod with its
             TensorFlow ops is not installed (the message gives the build
@@ -135,6 +147,7 @@ class HybridStrategy(tf.distribute.Strategy):
         indexed_slices: str | None = None,
         link: Link | None = None,
         hot_rows: int = 0,
+        hierarchical: bool | None = None,
     ) -> None:
         engine = _choose_engine(engine)
         if link is not None and not isinstance(link, Link):
@@ -149,6 +162,7 @@ class HybridStrategy(tf.distribute.Strategy):
         _check_positive("timeout_seconds", timeout_seconds)
         _check_positive("bucket_bytes", bucket_bytes)
         _check_hot_rows(hot_rows)
+        hierarchy.check(hierarchical)
         if engine == "horovod":
             info = cluster.resolve_horovod(cluster_resolver)
         else:
@@ -167,6 +181,9 @@ class HybridStrategy(tf.distribute.Strategy):
             rank, size = membership.rank, membership.size
         comm = engines.make_communicator(
             engine, rank, size, float(timeout_seconds), int(bucket_bytes)
+        )
+        hierarchy.configure(
+            comm, info, engine, membership is not None, hierarchical
         )
         self._cluster_info = info
         self._engine = engine

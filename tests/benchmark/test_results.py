@@ -115,3 +115,45 @@ class SummarizeTest(unittest.TestCase):
         # Speed-up 3, byte advantage 4, share 0.75.
         self.assertEqual(hybrid, ["hybrid", "3.00", "4.00", "0.75"])
         self.assertEqual(results.comparison([result("hybrid", 1, 1)]), "")
+
+
+class HierarchicalComparisonTest(unittest.TestCase):
+    def test_cross_host_bytes_summed_over_sparse_paths(self):
+        sent = [{"dense": 100}, {"dense": 100}]
+        ranks = [rank_file(r, [0.1], sent, [1, 1], 1.0) for r in range(2)]
+        for r, (ids, pull) in enumerate(((10, 30), (20, 40))):
+            ranks[r]["cross_host_bytes_per_step"] = {
+                "ids": ids,
+                "sparse_pull": pull,
+                "sparse_push": 0,
+                "dense": 999,  # not sparse
+            }
+            ranks[r]["hierarchical"] = True
+        got = results.summarize("hybrid_hierarchical", ranks)
+        self.assertEqual(got["cross_host_sparse_bytes_per_step"], 50.0)
+        self.assertIs(got["hierarchical"], True)
+
+    def test_ratios_against_flat(self):
+        def result(mode, ms, cross, hierarchical):
+            return {
+                "mode": mode,
+                "step_time_ms": {"median": ms},
+                "cross_host_sparse_bytes_per_step": cross,
+                "hierarchical": hierarchical,
+            }
+
+        text = results.hierarchical_comparison(
+            [
+                result("hybrid_flat", 100.0, 3000.0, False),
+                result("hybrid_hierarchical", 104.0, 2000.0, True),
+            ]
+        )
+        line = text.splitlines()[-1].split()
+        # 3000 / 2000 = 1.5x fewer bytes, 104 / 100 = 1.04x the time.
+        self.assertEqual(
+            line, ["hybrid_hierarchical", "True", "2.0", "1.50", "1.040"]
+        )
+        self.assertEqual(
+            results.hierarchical_comparison([result("x", 1.0, 1.0, True)]),
+            "",
+        )

@@ -96,3 +96,26 @@ class CommStatsTest(TestCase):
     def test_unknown_path_raises(self):
         with self.assertRaises(ValueError):
             CommStats().record("nope", 1)
+
+
+class CrossHostStatsTest(TestCase):
+    def test_record_snapshot_delta_reset(self):
+        stats = CommStats()
+        before = stats.cross_host_snapshot()
+        self.assertEqual(
+            before,
+            {p: {"bytes": 0, "received_bytes": 0} for p in PATHS},
+        )
+        stats.record_cross_host("ids", 8, 16)
+        stats.record_cross_host("ids", tf.constant(2, tf.int32), 0)
+        delta = stats.cross_host_delta(before)
+        self.assertEqual(delta["ids"], {"bytes": 10, "received_bytes": 16})
+        self.assertEqual(delta["dense"], {"bytes": 0, "received_bytes": 0})
+        # The per-path counters are separate.
+        self.assertEqual(stats.snapshot()["ids"]["bytes"], 0)
+        stats.reset()
+        self.assertEqual(stats.cross_host_snapshot(), before)
+
+    def test_unknown_path_raises(self):
+        with self.assertRaisesRegex(ValueError, "`path` must be one of"):
+            CommStats().record_cross_host("nope", 1, 1)

@@ -51,6 +51,17 @@ class HybridStrategyArgsTest(OneProcessTestCase):
         ):
             HybridStrategy(indexed_slices="sum")
 
+    def test_hierarchical_must_be_bool_or_none(self):
+        with self.assertRaisesRegex(TypeError, "`hierarchical` must be"):
+            HybridStrategy(hierarchical="auto")
+
+    def test_one_process_is_flat(self):
+        with mock.patch.dict(os.environ):
+            os.environ.pop("TF_CONFIG", None)
+            strategy = HybridStrategy(hierarchical=True)
+        self.assertIsNone(strategy.communicator.hosts)
+        self.assertFalse(strategy.communicator.hierarchical)
+
     def test_cluster_resolver_type(self):
         with self.assertRaisesRegex(TypeError, "ClusterResolver"):
             HybridStrategy(cluster_resolver={"worker": ["a:1"]})

@@ -112,9 +112,9 @@ flags.DEFINE_boolean(
 flags.DEFINE_boolean(
     "hierarchical",
     False,
-    "Issue 15 item 3 (not built): ids deduped per host, hosts crossed once "
-    "per host pair and local rank, pushes summed per host; two-level dense "
-    "all-reduce (in every mode).",
+    "Issue 15 item 3 (HybridStrategy(hierarchical=)): ids deduped per "
+    "host, hosts crossed once per host pair and local rank, pushes summed "
+    "per host; two-level dense all-reduce (in every mode).",
 )
 # --hot_rows (issue 15 item 4, built) comes with the workload flags
 # (`benchmark.config_flags`), shared with the benchmark's hybrid_hot mode.
@@ -258,8 +258,8 @@ def main(argv) -> None:
     _out(report.cost_table(predictions))
     if FLAGS.ablation:
         _out(
-            "\nAblation (issue 15 items added one by one; items 1, 2 and "
-            "4 are built, 3 modeled, not built; ratios = communication "
+            "\nAblation (issue 15 items added one by one, all built; 3 "
+            "and 4 as options; ratios = communication "
             "ms of all-gather or all-reduce over the hybrid's, each under "
             "the same options):"
         )

@@ -111,7 +111,7 @@ class Design:
         if not self.fused:
             built.append("one exchange per lookup (elastic, hybrid_per_call)")
         if self.hierarchical:
-            planned.append("hierarchical (item 3)")
+            built.append("hierarchical (item 3, HybridStrategy(hierarchical=))")
         if self.hot_rows:
             built.append(
                 f"{self.hot_rows} hot rows, zipf {self.zipf} (item 4, "

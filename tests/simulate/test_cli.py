@@ -155,7 +155,7 @@ class SimulateCliTest(TestCase):
                 "--zipf=1.2",
             )
         self.assertEqual(run.returncode, 0, run.stderr[-2000:])
-        self.assertIn("design, modeled not built", run.stdout)
+        self.assertIn("hierarchical (item 3, HybridStrategy(", run.stdout)
         self.assertNotIn("padding per_pair", run.stdout)  # not asked for
         for label in ("max_pair", "today", "+2 fused", "+3 hierarchical"):
             self.assertIn(label, run.stdout)

@@ -5,22 +5,18 @@ The V2 ops come from `_compat.tf` (`all_reduce`, `all_gather`,
 key as a tensor, which lets one traced op choose its key per step.
 """
 
-import numpy as np
 import tensorflow as tf
 
 from keras_hybrid._compat import tf as tf_compat
 from keras_hybrid.comm import byte_sizes
-from keras_hybrid.comm import capacity
 from keras_hybrid.comm import host_all_reduce
 from keras_hybrid.comm import instance_keys
+from keras_hybrid.comm import padded_blocks
 from keras_hybrid.comm import pair_moves
 from keras_hybrid.comm.communicator import Communicator
+from keras_hybrid.comm.tf_row_moves import RowMoves
 
 _GROUP_KEY = 1
-# Group keys of the 2-member groups of the pairwise all-to-all: above the
-# elastic groups' keys, below an elastic job's pair groups
-# (launch/elastic_files.py).
-_PAIR_GROUP_BASE = 1 << 24
 # "pairwise": a send and a receive per peer, each block padded to its own
 # count's ladder step; "padded": one AllToAllV2 whose blocks are all padded
 # to the largest count of all pairs.
@@ -28,7 +24,7 @@ EXCHANGES = ("pairwise", "padded")
 _MERGE_OPS = {"sum": "Add", "mean": "Add", "max": "Max"}
 
 
-class TFCommunicator(Communicator):
+class TFCommunicator(RowMoves, Communicator):
     """`Communicator` on `CollectiveReduceV2`/`GatherV2`/`BcastSendV2`.
 
     A variable-sized all-to-all (`exchange="pairwise"`, the default) is a
@@ -122,7 +118,7 @@ class TFCommunicator(Communicator):
         sizes = self._gather_fixed(tf.reshape(rows, [1]), "control")
         key, cap = self._keys.bucketed_key(base, tf.reduce_max(sizes))
         gathered = self._collective(
-            tf_compat.all_gather, _pad_rows(tensor, cap), key
+            tf_compat.all_gather, padded_blocks.pad_rows(tensor, cap), key
         )
         peers = self.size - 1
         others = tf.reduce_sum(sizes) - rows
@@ -132,7 +128,7 @@ class TFCommunicator(Communicator):
             (peers * rows, peers * (cap - rows)),
             (others, peers * cap - others),
         )
-        return _unpad(gathered, sizes, cap, self.size), sizes
+        return padded_blocks.unpad(gathered, sizes, cap, self.size), sizes
 
     def _gather_fixed(self, tensor, path):
         """All-gather of a tensor whose shape is the same on all workers."""
@@ -193,9 +189,9 @@ class TFCommunicator(Communicator):
         size, rank = self.size_tensor(), self._rank_tensor()
         # AllToAllV2 sends slice j of axis 0 to worker j: one block of `cap`
         # rows per member.
-        padded = _to_blocks(tensor, send_counts[:size], cap)
+        padded = padded_blocks.to_blocks(tensor, send_counts[:size], cap)
         received = self._collective(tf_compat.all_to_all, padded, key)
-        received = _from_blocks(received, recv_counts[:size], cap)
+        received = padded_blocks.from_blocks(received, recv_counts[:size], cap)
         sent_rows = tf.reduce_sum(send_counts) - send_counts[rank]
         recv_rows = tf.reduce_sum(recv_counts) - recv_counts[rank]
         slots = (size - 1) * cap
@@ -235,7 +231,7 @@ class TFCommunicator(Communicator):
         def send(peer):
             base = self._keys.base_key(f"{content}/{self.rank}>{peer}")
             key, cap = self._pair_key(base, send_counts[peer])
-            padded = _pad_rows(blocks[peer], cap)
+            padded = padded_blocks.pad_rows(blocks[peer], cap)
             sends.append(self._pair_send(padded, peer, key))
             send_caps.append(cap)
             if self._crosses_hosts(peer):
@@ -271,15 +267,15 @@ class TFCommunicator(Communicator):
         self._charge_rows(
             path,
             tensor,
-            (sent_rows, _total(send_caps) - sent_rows),
-            (recv_rows, _total(recv_caps) - recv_rows),
+            (sent_rows, padded_blocks.total(send_caps) - sent_rows),
+            (recv_rows, padded_blocks.total(recv_caps) - recv_rows),
         )
         if cross_sent or cross_recv:
             row_bytes = byte_sizes.row_bytes(tensor)
             self.stats.record_cross_host(
                 path,
-                byte_sizes.i64(_total(cross_sent)) * row_bytes,
-                byte_sizes.i64(_total(cross_recv)) * row_bytes,
+                byte_sizes.i64(padded_blocks.total(cross_sent)) * row_bytes,
+                byte_sizes.i64(padded_blocks.total(cross_recv)) * row_bytes,
             )
         received = tf.concat(received, axis=0)
         # A send's output feeds nothing. Control edges from the sends to the
@@ -302,101 +298,6 @@ class TFCommunicator(Communicator):
         hosts = self.hosts
         return hosts is not None and (
             hosts.host_of[peer] != hosts.host_of[self.rank]
-        )
-
-    # -- row moves whose counts every worker knows
-
-    def move_rows(self, tensor, matrix, path="control"):
-        """See `Communicator.move_rows`. Only the pairs that move rows
-        talk, each block padded to its own count's ladder step, in the
-        pair's 2-member group (`pair_moves`); eager only. With
-        `exchange="padded"`, one `AllToAllV2` padded to the largest count.
-        """
-        if self.exchange == "padded" or self.size == 1:
-            return super().move_rows(tensor, matrix, path)
-        if not tf.executing_eagerly():
-            raise RuntimeError(
-                "`move_rows` runs eagerly (between steps). Received a call "
-                "inside a `tf.function`; use `all_to_all` there."
-            )
-        matrix = np.asarray(matrix, np.int64)
-        received = self._move_pairwise(tf.convert_to_tensor(tensor), matrix)
-        self._charge_move(path, tensor, matrix)
-        return received, self.move_wire_rows(matrix)
-
-    def move_wire_rows(self, matrix) -> int:
-        matrix = np.asarray(matrix, np.int64)
-        if self.exchange == "padded":
-            cap = int(capacity.capacity_for(tf.constant(int(matrix.max()))))
-            return self.size * (self.size - 1) * cap if matrix.any() else 0
-        return pair_moves.wire_rows(matrix)
-
-    def _move_pairwise(self, tensor, matrix) -> tf.Tensor:
-        """The eager sends and receives of `move_rows`, in
-        `pair_moves.move_schedule` order; the rows received, by source."""
-        rank, size = self.rank, self.size
-        content = "move_rows/" + instance_keys.describe([tensor], True)
-        blocks = tf.split(tensor, [int(c) for c in matrix[rank]], num=size)
-        received = [blocks[rank][:0] for _ in range(size)]
-        received[rank] = blocks[rank]
-        for kind, peer in pair_moves.move_schedule(rank, matrix):
-            src, dst = (rank, peer) if kind == "send" else (peer, rank)
-            base = self._keys.base_key(f"{content}/{src}>{dst}")
-            key, cap = self._pair_key(base, int(matrix[src, dst]))
-            if kind == "send":
-                self._pair_send(_pad_rows(blocks[peer], cap), peer, key)
-            else:
-                shape = tf.concat([[cap], tf.shape(tensor)[1:]], 0)
-                padded = self._pair_recv(shape, tensor.dtype, peer, key)
-                received[peer] = padded[: matrix[src, dst]]
-        return tf.concat(received, axis=0)
-
-    def _charge_move(self, path, tensor, matrix) -> None:
-        blocks = pair_moves.block_rows(matrix)
-        rank = self.rank
-        sent = int(matrix[rank].sum() - matrix[rank, rank])
-        got = int(matrix[:, rank].sum() - matrix[rank, rank])
-        self._charge_rows(
-            path,
-            tensor,
-            (sent, int(blocks[rank].sum()) - sent),
-            (got, int(blocks[:, rank].sum()) - got),
-        )
-
-    def _pair_key(self, base: int, count) -> tuple:
-        """`(instance key, rows)` of one pair's block, never empty
-        (`capacity.pair_capacity`); each bucket keeps its own key, so a
-        key always carries one shape."""
-        index = capacity.bucket_index(count)
-        return base + index, capacity.pair_capacity(index)
-
-    def _pair_group(self, peer: int) -> int:
-        """Group key of the 2-member group of this worker and `peer`; in an
-        elastic job, of their tasks in the current generation
-        (`ElasticMembership.pair_group_key`), so no key is used by two
-        groups."""
-        if self.membership is not None:
-            return self.membership.pair_group_key(self.rank, peer)
-        low, high = min(self.rank, peer), max(self.rank, peer)
-        return _PAIR_GROUP_BASE + low * self.size + high
-
-    def _pair_send(self, tensor, peer, key):
-        return tf_compat.broadcast_send(
-            tensor,
-            group_size=2,
-            group_key=self._pair_group(peer),
-            instance_key=key,
-            timeout=self._op_timeout(),
-        )
-
-    def _pair_recv(self, shape, dtype, peer, key):
-        return tf_compat.broadcast_recv(
-            shape,
-            dtype=dtype,
-            group_size=2,
-            group_key=self._pair_group(peer),
-            instance_key=key,
-            timeout=self._op_timeout(),
         )
 
     def _op_timeout(self) -> float:
@@ -502,50 +403,3 @@ class TFCommunicator(Communicator):
             key,
             dtype=tensor.dtype,
         )
-
-
-def _total(caps: list):
-    """Sum of block sizes (int32), 0 for none."""
-    return tf.add_n(caps) if caps else tf.constant(0, tf.int32)
-
-
-def _pad_rows(tensor: tf.Tensor, cap: tf.Tensor) -> tf.Tensor:
-    rows = tf.shape(tensor)[0]
-    paddings = tf.concat(
-        [[[0, cap - rows]], tf.zeros([tf.rank(tensor) - 1, 2], tf.int32)],
-        axis=0,
-    )
-    return tf.pad(tensor, paddings)
-
-
-def _to_blocks(tensor, counts, cap):
-    """`tensor`'s rows, grouped by destination (`counts[j]` rows for
-    worker j, `len(counts)` a tensor), as `[len(counts), cap, ...]`: one
-    block of `cap` rows per worker, zero-padded."""
-    num = tf.size(counts)
-    starts = tf.cumsum(counts, exclusive=True)
-    dest = tf.repeat(tf.range(num), counts)
-    target = (
-        dest * cap + tf.range(tf.shape(tensor)[0]) - tf.gather(starts, dest)
-    )
-    row_shape = tf.shape(tensor)[1:]
-    flat = tf.scatter_nd(
-        target[:, None], tensor, tf.concat([[num * cap], row_shape], axis=0)
-    )
-    # AllToAllV2 wants the group size as the first dimension.
-    return tf.reshape(flat, tf.concat([[num, cap], row_shape], axis=0))
-
-
-def _from_blocks(blocks, counts, cap):
-    """The first `counts[j]` rows of each block `j` of `cap` rows
-    (`blocks` is `[len(counts), cap, ...]`)."""
-    blocks = tf.reshape(blocks, tf.concat([[-1], tf.shape(blocks)[2:]], axis=0))
-    starts = tf.range(tf.size(counts)) * cap
-    index = tf.ragged.range(starts, starts + counts).flat_values
-    return tf.gather(blocks, index)
-
-
-def _unpad(blocks, counts, cap, size):
-    """Keeps the first counts[j] rows of each of the `size` blocks."""
-    parts = tf.split(blocks, size * [cap], num=size)
-    return tf.concat([p[: counts[j]] for j, p in enumerate(parts)], axis=0)

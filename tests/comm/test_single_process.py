@@ -10,7 +10,7 @@ import tensorflow as tf
 from keras_hybrid.comm import PATHS
 from keras_hybrid.comm import engines
 from keras_hybrid.comm import make_communicator
-from keras_hybrid.comm import tf_communicator
+from keras_hybrid.comm import padded_blocks
 from keras_hybrid.testing import TestCase
 
 
@@ -97,10 +97,10 @@ class PaddedBlocksTest(TestCase):
     def test_blocks_pad_each_destination_and_unpad(self):
         rows = tf.constant([[1.0], [2.0], [3.0], [4.0], [5.0]])
         counts = tf.constant([2, 0, 3])
-        blocks = tf_communicator._to_blocks(rows, counts, tf.constant(3))
+        blocks = padded_blocks.to_blocks(rows, counts, tf.constant(3))
         self.assertEqual(blocks.shape.as_list(), [3, 3, 1])
         np.testing.assert_array_equal(
             blocks.numpy()[..., 0], [[1, 2, 0], [0, 0, 0], [3, 4, 5]]
         )
-        back = tf_communicator._from_blocks(blocks, counts, tf.constant(3))
+        back = padded_blocks.from_blocks(blocks, counts, tf.constant(3))
         np.testing.assert_array_equal(back.numpy(), rows.numpy())

@@ -226,17 +226,11 @@ class ElasticResize(keras.callbacks.Callback):
     def _finish_resize(self, gap: float) -> None:
         """Completes the pending resize's record with its stall."""
         normal = float(np.median(self._gaps)) if self._gaps else 0.0
-        event = {
-            **self._pending,
-            **self._first_step,
-            "gap_seconds": gap,
-            "normal_step_seconds": normal,
-            "stall_seconds": max(0.0, gap - normal),
-            "time": time.time(),
-        }
-        self._pending = None
-        self._first_step = {}
-        self._strategy.communicator.stats.record_resize(event)
+        event = self._record(
+            gap_seconds=gap,
+            normal_step_seconds=normal,
+            stall_seconds=max(0.0, gap - normal),
+        )
         logging.info(
             "keras-hybrid elastic: resize at global step %d (%s): %d -> %d "
             "workers, %d bytes moved (%d of table rows; %d on the wire, "
@@ -257,23 +251,31 @@ class ElasticResize(keras.callbacks.Callback):
             event.get("retrace_seconds", 0.0),
         )
 
-    def cut_short(self) -> None:
-        """Records the pending resize without a stall: a lost worker ended
-        `fit` before the resize's first step did (`elastic_patches`)."""
-        if self._pending is None:
-            return
+    def _record(self, **timing) -> dict:
+        """Records the pending resize with its `timing` in
+        `CommunicationStats`; returns the record."""
         event = {
             **self._pending,
             **self._first_step,
-            "gap_seconds": None,
-            "normal_step_seconds": None,
-            "stall_seconds": None,
-            "cut_short": True,
+            **timing,
             "time": time.time(),
         }
         self._pending = None
         self._first_step = {}
         self._strategy.communicator.stats.record_resize(event)
+        return event
+
+    def cut_short(self) -> None:
+        """Records the pending resize without a stall: a lost worker ended
+        `fit` before the resize's first step did (`elastic_patches`)."""
+        if self._pending is None:
+            return
+        event = self._record(
+            gap_seconds=None,
+            normal_step_seconds=None,
+            stall_seconds=None,
+            cut_short=True,
+        )
         logging.warning(
             "keras-hybrid elastic: resize at global step %d (%s): %d -> %d "
             "workers, %d bytes moved; a lost worker cut its first step "

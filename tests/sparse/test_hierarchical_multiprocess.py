@@ -17,10 +17,8 @@ import os
 import sys
 import tempfile
 
-import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from keras_hybrid.sparse.row_partition import RowPartition
 from keras_hybrid.strategy import input_sharding
@@ -62,25 +60,6 @@ def launch() -> dict:
 
 def _json(configs) -> str:
     return "[" + ",".join(f'["{m}","{o}"]' for m, o in configs) + "]"
-
-
-def dedup_reference(model_name, opt_name, initial) -> list:
-    """One process, global batches, table gradients summed per id (made
-    dense) before `optimizer.apply`: what the strategy promises."""
-    keras.backend.clear_session()
-    model = cases.build_model(model_name)
-    model.set_weights(initial)
-    optimizer = cases.make_optimizer(opt_name)
-    loss_fn = cases.make_loss()
-    variables = model.trainable_variables
-    x, y = cases.make_data()
-    for step in range(cases.STEPS):
-        rows = slice(step * cases.BATCH, (step + 1) * cases.BATCH)
-        with tf.GradientTape() as tape:
-            loss = loss_fn(y[rows], model(x[rows], training=True))
-        grads = tape.gradient(loss, [v.value for v in variables])
-        optimizer.apply([tf.convert_to_tensor(g) for g in grads], variables)
-    return model.get_weights()
 
 
 def assert_close(got, want, msg):
@@ -125,7 +104,7 @@ def test_hierarchical_equals_flat_and_reference(model_name, opt_name):
     key = cases.key(model_name, opt_name)
     results = launch()
     initial = results[0][(key, True)]["initial"]
-    want = dedup_reference(model_name, opt_name, initial)
+    want = cases.dedup_reference(model_name, opt_name, initial)
     for rank, result in results.items():
         hier, flat = result[(key, True)], result[(key, False)]
         assert_close(hier["initial"], flat["initial"], f"{key} r{rank} init")

@@ -13,10 +13,8 @@ import os
 import sys
 import tempfile
 
-import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from keras_hybrid.testing import run_workers
 
@@ -52,31 +50,12 @@ def launch() -> dict:
     return run.results
 
 
-def reference(model_name: str, opt_name: str, initial: list) -> list:
-    """One process, global batch, table gradients deduplicated (dense
-    semantics; for SGD the same as `model.fit`)."""
-    keras.backend.clear_session()
-    model = cases.build_model(model_name)
-    model.set_weights(initial)
-    optimizer = cases.make_optimizer(opt_name)
-    loss_fn = cases.make_loss()
-    variables = model.trainable_variables
-    x, y = cases.make_data()
-    for step in range(cases.STEPS):
-        rows = slice(step * cases.BATCH, (step + 1) * cases.BATCH)
-        with tf.GradientTape() as tape:
-            loss = loss_fn(y[rows], model(x[rows], training=True))
-        grads = tape.gradient(loss, [v.value for v in variables])
-        optimizer.apply([tf.convert_to_tensor(g) for g in grads], variables)
-    return model.get_weights()
-
-
 @pytest.mark.parametrize("model_name,opt_name", CONFIGS)
 def test_final_weights_match_one_process(model_name, opt_name):
     results = launch()
     key = cases.key(model_name, opt_name)
     initial = results[0][key]["initial"]
-    want = reference(model_name, opt_name, initial)
+    want = cases.dedup_reference(model_name, opt_name, initial)
     moved = max(
         float(np.abs(a - b).max()) for a, b in zip(want, initial, strict=True)
     )

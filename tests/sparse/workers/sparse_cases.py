@@ -8,6 +8,7 @@ summed gradient of an id, not each occurrence).
 
 import keras
 import numpy as np
+import tensorflow as tf
 
 VOCAB = 500
 SEQ = 6
@@ -127,3 +128,24 @@ def key(model: str, optimizer: str, accumulation: int = 0) -> str:
     """Name of one training config in a worker's results."""
     name = f"{model}/{optimizer}"
     return f"{name}/accum{accumulation}" if accumulation else name
+
+
+def dedup_reference(model_name: str, opt_name: str, initial: list) -> list:
+    """One process, the global batches in order, from `initial`, each
+    table gradient summed per id (made dense) before `optimizer.apply`:
+    the dense-gradient semantics the strategy promises (for SGD the same
+    as `model.fit`)."""
+    keras.backend.clear_session()
+    model = build_model(model_name)
+    model.set_weights(initial)
+    optimizer = make_optimizer(opt_name)
+    loss_fn = make_loss()
+    variables = model.trainable_variables
+    x, y = make_data()
+    for step in range(STEPS):
+        rows = slice(step * BATCH, (step + 1) * BATCH)
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y[rows], model(x[rows], training=True))
+        grads = tape.gradient(loss, [v.value for v in variables])
+        optimizer.apply([tf.convert_to_tensor(g) for g in grads], variables)
+    return model.get_weights()

@@ -32,6 +32,7 @@ written to `.h5` files by `h5_streaming`. `install` is idempotent;
 `uninstall` restores them.
 """
 
+import atexit
 import contextlib
 import os
 import shutil
@@ -103,9 +104,31 @@ def _redirect() -> bool:
     return strategy is not None and not strategy.is_chief
 
 
+_scratch_root = {"path": None}
+
+
+def _new_scratch() -> str:
+    """A new folder under this process's scratch root.
+
+    The root is removed when the process exits, so files a rank never
+    closes (a `CSVLogger` of a worker that an elastic shrink retires with
+    `SystemExit`, or `fit` ended by an error) do not stay in the temporary
+    directory. Only a killed process leaves its root behind.
+    """
+    with _lock:
+        root = _scratch_root["path"]
+        if root is None or not os.path.isdir(root):
+            root = tempfile.mkdtemp(
+                prefix=f"keras_hybrid_scratch_{os.getpid()}_"
+            )
+            _scratch_root["path"] = root
+            atexit.register(shutil.rmtree, root, True)
+    return tempfile.mkdtemp(dir=root)
+
+
 @contextlib.contextmanager
 def _scratch_dir():
-    path = tempfile.mkdtemp(prefix="keras_hybrid_scratch_")
+    path = _new_scratch()
     try:
         yield path
     finally:
@@ -188,7 +211,7 @@ class _ChiefFileUtils:
         logging.log_first_n(
             logging.INFO, "keras-hybrid: only the chief writes %s.", 5, path
         )
-        scratch = tempfile.mkdtemp(prefix="keras_hybrid_scratch_")
+        scratch = _new_scratch()
         name = os.path.join(scratch, os.path.basename(str(path)))
         return _RemovedOnClose(self._real.File(name, mode), scratch)
 

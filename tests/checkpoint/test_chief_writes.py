@@ -3,6 +3,8 @@ nothing where the user asked (the 2-worker tests show the chief does)."""
 
 import dataclasses
 import os
+import subprocess
+import sys
 import tempfile
 
 import keras
@@ -104,3 +106,38 @@ class ChiefWritesTest(TestCase):
         chief_writes.uninstall()
         self.assertIs(saving_api.save_model, before[0])
         self.assertIs(backup_and_restore.file_utils, before[1])
+
+    def test_a_rank_that_leaves_fit_early_leaves_no_scratch_folder(self):
+        """An elastic shrink retires a rank with `SystemExit` inside `fit`,
+        so its `CSVLogger` never closes its scratch file: the process's
+        scratch root goes at exit anyway."""
+        folder, tmp = tempfile.mkdtemp(), tempfile.mkdtemp()
+        child = f"""
+import os, sys, keras, numpy as np
+sys.path.insert(0, {os.path.dirname(__file__)!r})
+from test_chief_writes import _Rank, small_model
+from keras_hybrid.checkpoint import chief_writes
+
+class Leave(keras.callbacks.Callback):
+    def on_epoch_end(self, epoch, logs=None):
+        print(os.listdir({tmp!r}), flush=True)
+        raise SystemExit(0)
+
+chief_writes.install(_Rank(1))
+small_model().fit(np.ones((8, 3)), np.ones((8, 2)), verbose=0, callbacks=[
+    keras.callbacks.CSVLogger(os.path.join({folder!r}, "log.csv")), Leave()])
+"""
+        done = subprocess.run(
+            [sys.executable, "-c", child],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+            env={**os.environ, "TMPDIR": tmp},
+        )
+        self.assertEqual(done.returncode, 0, done.stderr[-2000:])
+        # The file was open in the scratch folder when the rank left ...
+        self.assertIn("keras_hybrid_scratch_", done.stdout)
+        # ... and neither it nor anything in the user's folder is left.
+        self.assertEqual(os.listdir(tmp), [])
+        self.assertEqual(os.listdir(folder), [])

@@ -43,14 +43,24 @@ SPARSE = ("ids", "sparse_pull", "sparse_push", "padding")
 ATOL = 1e-5
 
 
+HOT_CONFIGS = [("one_table", "adam"), ("shared_table", "sgd")]
+HOT_ROWS = 16
+
+
 @functools.cache
-def launch() -> dict:
+def launch(hot_rows: int = 0) -> dict:
     out_dir = tempfile.mkdtemp(prefix="hierarchical_")
+    configs = HOT_CONFIGS if hot_rows else CONFIGS
+    exchanges = "true,false" if hot_rows else "true,false,none"
     run = run_workers(
         WORKER,
         NUM_WORKERS,
         out_dir,
-        args=(f"--configs={_json(CONFIGS)}",),
+        args=(
+            f"--configs={_json(configs)}",
+            f"--hot_rows={hot_rows}",
+            f"--exchanges={exchanges}",
+        ),
         timeout=480,
         env={"KERAS_HYBRID_HOSTS": ",".join(HOSTS)},
     ).check()
@@ -158,3 +168,22 @@ def test_dense_gradients_reduce_in_host_first():
             hier["moved"]["dense"]["calls"]
             == 3 * (flat["moved"]["dense"]["calls"])
         ), rank
+
+
+@pytest.mark.parametrize("model_name,opt_name", HOT_CONFIGS)
+def test_with_hot_rows_equals_flat_and_reference(model_name, opt_name):
+    """Hot rows (replicated, their gradients all-reduced) beside the
+    hierarchical exchange: still exact, and hot rows took load off the
+    shards."""
+    key = cases.key(model_name, opt_name)
+    results = launch(HOT_ROWS)
+    initial = results[0][(key, True)]["initial"]
+    want = cases.dedup_reference(model_name, opt_name, initial)
+    cold = launch()
+    for rank, result in results.items():
+        hier, flat = result[(key, True)], result[(key, False)]
+        assert_close(hier["final"], flat["final"], f"{key} r{rank} hot")
+        assert_close(hier["final"], want, f"{key} r{rank} hot vs reference")
+    served = sum(r[(key, True)]["rows_served"] for r in results.values())
+    served_cold = sum(r[(key, True)]["rows_served"] for r in cold.values())
+    assert served < served_cold, (served, served_cold)

@@ -2,7 +2,8 @@
 times under one `HybridStrategy(hierarchical=True)`: with the
 hierarchical, the flat, and the cost model's choice of sparse exchange;
 saves per config and exchange the weights before and after, the bytes
-that crossed hosts and the exchange that ran.
+that crossed hosts and the exchange that ran. With `--hot_rows`, hot rows
+are on too, re-chosen every `--every` steps (`HotRowsRefresh`).
 
 Run by `test_hierarchical_multiprocess.py` on 4 workers that
 `KERAS_HYBRID_HOSTS` places on 2 emulated hosts. Ranks seed differently
@@ -17,6 +18,7 @@ from absl import app
 from absl import flags
 
 import keras_hybrid as kh
+from keras_hybrid.callbacks import HotRowsRefresh
 from keras_hybrid.testing import SPARSE_TABLES
 from keras_hybrid.testing.multiprocess import save_result
 
@@ -24,6 +26,11 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string("out_dir", None, "Where to save this rank's results.")
 flags.DEFINE_string("configs", "[]", "JSON list of [model, optimizer].")
 flags.DEFINE_float("timeout", 60, "Collective timeout in seconds.")
+flags.DEFINE_integer("hot_rows", 0, "Hot rows per table (0: off).")
+flags.DEFINE_integer("every", 4, "Steps between two choices of hot rows.")
+flags.DEFINE_list("exchanges", ["true", "false", "none"], "Exchanges to run.")
+
+_EXCHANGES = {"true": True, "false": False, "none": None}
 
 
 def train_one(strategy, model_name, opt_name):
@@ -37,12 +44,23 @@ def train_one(strategy, model_name, opt_name):
     x, y = cases.make_data()
     stats = strategy.communicator.stats
     before, cross_before = stats.snapshot(), stats.cross_host_snapshot()
-    model.fit(x, y, batch_size=cases.BATCH, epochs=1, shuffle=False, verbose=0)
+    rows_before = stats.rows_served()
+    callbacks = [HotRowsRefresh(FLAGS.every)] if FLAGS.hot_rows else []
+    model.fit(
+        x,
+        y,
+        batch_size=cases.BATCH,
+        epochs=1,
+        shuffle=False,
+        verbose=0,
+        callbacks=callbacks,
+    )
     return {
         "initial": initial,
         "final": model.get_weights(),
         "moved": stats.delta(before),
         "cross_host": stats.cross_host_delta(cross_before),
+        "rows_served": stats.rows_served() - rows_before,
     }
 
 
@@ -52,6 +70,7 @@ def main(argv):
         timeout_seconds=FLAGS.timeout,
         variable_kinds=SPARSE_TABLES,
         hierarchical=True,
+        hot_rows=FLAGS.hot_rows,
     )
     comm = strategy.communicator
     results = {
@@ -62,7 +81,7 @@ def main(argv):
     }
     for model_name, opt_name in json.loads(FLAGS.configs):
         # None: the cost model decides at the first step.
-        for hierarchical in (True, False, None):
+        for hierarchical in [_EXCHANGES[e] for e in FLAGS.exchanges]:
             comm.hierarchical = hierarchical
             key = (cases.key(model_name, opt_name), hierarchical)
             results[key] = train_one(strategy, model_name, opt_name)

@@ -22,7 +22,9 @@ def create_table(
 ) -> ShardedTable:
     """The shard of sparse variable `entry` (a `VariablePlan`) of Keras
     `variable`, drawn with `initializer`; `path` is its unique path."""
-    table_init.check_initializer(initializer, path)
+    table_init.check_initializer(
+        initializer, path, tuple(variable.shape), variable.dtype
+    )
     seed = _agreed_seed(initializer, communicator)
     table = _make(
         variable,

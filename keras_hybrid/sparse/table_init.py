@@ -1,10 +1,18 @@
 """Initial rows of one shard, the same whatever the number of shards.
 
-A table is defined as fixed blocks of `BLOCK_ROWS` rows. Block b is drawn by
-the layer's initializer with a seed derived from (seed, b), so every row's
-initial value depends on the seed and its id only. A shard draws the blocks
-one at a time and keeps its own rows: it never holds the whole table, and
-1, 2 or 4 shards start from the same table.
+A table of at most `WHOLE_DRAW_BYTES` is drawn whole by the layer's
+initializer, with rank 0's seed, and each shard keeps its own rows: its
+values are those a plain Keras layer draws from the same seed, on any
+number of workers, so a script starts from the same weights with or without
+the strategy, on 1, 2 or N workers. The drawn table is a transient buffer of
+the table's size.
+
+A bigger table is defined as fixed blocks of `BLOCK_ROWS` rows. Block b is
+drawn by the layer's initializer with a seed derived from (seed, b), so
+every row's initial value depends on the seed and its id only. A shard draws
+the blocks one at a time and keeps its own rows: it never holds the whole
+table, and 1, 2 or 4 shards start from the same table (not from a plain
+Keras layer's values).
 
 Initializers whose scale depends on the full shape (the `VarianceScaling`
 family: Glorot, He, LeCun) are rescaled so a block has the variance the full
@@ -17,8 +25,11 @@ import random
 
 import keras
 import numpy as np
+import tensorflow as tf
 
 BLOCK_ROWS = 4096
+# Tables up to this size are drawn whole, as plain Keras draws them.
+WHOLE_DRAW_BYTES = 256 * 2**20
 _ROW_INDEPENDENT = (
     keras.initializers.Zeros,
     keras.initializers.Ones,
@@ -32,9 +43,20 @@ def rows_independent(initializer) -> bool:
     return not isinstance(initializer, _WHOLE_SHAPE)
 
 
-def check_initializer(initializer, path: str) -> None:
-    """Raises `NotImplementedError` for initializers that couple rows."""
-    if isinstance(initializer, _WHOLE_SHAPE):
+def drawn_whole(full_shape: tuple, dtype: str) -> bool:
+    """Whether a table of `full_shape` is drawn in one piece."""
+    size = math.prod(full_shape) * tf.as_dtype(dtype).size
+    return size <= WHOLE_DRAW_BYTES
+
+
+def check_initializer(
+    initializer, path: str, full_shape: tuple, dtype: str
+) -> None:
+    """Raises `NotImplementedError` for initializers that couple rows, if
+    the table is too big to be drawn whole."""
+    if isinstance(initializer, _WHOLE_SHAPE) and not drawn_whole(
+        full_shape, dtype
+    ):
         raise NotImplementedError(
             f"Partitioned table {path!r} uses "
             f"{type(initializer).__name__}, which needs the whole table at "
@@ -75,6 +97,13 @@ def shard_rows(
     """
     row_shape = tuple(full_shape[1:])
     num_local = partition.rows_on_shard(shard)
+    if drawn_whole(full_shape, dtype):
+        table = _numpy(_reseeded(initializer, seed)(full_shape, dtype=dtype))
+        ids = np.arange(full_shape[0], dtype=np.int64)
+        mine = partition.shard_of(ids) == shard
+        rows = np.empty((num_local, *row_shape), dtype=table.dtype)
+        rows[partition.local_index(ids[mine])] = table[mine]
+        return rows
     if isinstance(initializer, _ROW_INDEPENDENT):
         return _numpy(initializer((num_local, *row_shape), dtype=dtype))
     num_rows = full_shape[0]
@@ -98,6 +127,16 @@ def shard_rows(
         # table-sized buffer.
         rows[partition.local_index(ids[mine])] = values[mine]
     return rows
+
+
+def _reseeded(initializer, seed: int):
+    """`initializer` drawing from `seed` (rank 0's); unseeded ones as is."""
+    if isinstance(initializer, keras.initializers.Initializer):
+        config = initializer.get_config()
+        if "seed" in config:
+            config["seed"] = seed
+            return type(initializer).from_config(config)
+    return initializer
 
 
 def _block_initializer(initializer, seed, block, block_shape, full_shape):

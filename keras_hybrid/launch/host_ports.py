@@ -10,10 +10,11 @@ PYTHON -m keras_hybrid.launch.host_ports COUNT
 ```
 
 there, which prints `COUNT` ports free on every address of that host (a
-TensorFlow server listens on `0.0.0.0:port`). Hosts are asked at the same
-time, so a plan costs about one round trip whatever their number. A port
-is still only free a moment ago: another process may take it before the
-worker binds it.
+TensorFlow server listens on `0.0.0.0:port`; this machine's ports are
+checked on every address too). Hosts are asked at the same time, so a
+plan costs about one round trip whatever their number. A port is still
+only free a moment ago: another process may take it before the worker
+binds it.
 
 Importing this module does not import TensorFlow (nor does running it).
 """
@@ -122,7 +123,11 @@ def ports_by_host(needs: dict[str, int]) -> dict[str, list[int]]:
     remote = [h for h in needs if h != host_slots.LOCAL]
     ports = {}
     if host_slots.LOCAL in needs:
-        ports[host_slots.LOCAL] = free_ports(needs[host_slots.LOCAL])
+        # Free on every address here too: a port that is free on loopback
+        # may be the source port of a connection to another host.
+        ports[host_slots.LOCAL] = free_ports(
+            needs[host_slots.LOCAL], ANY_ADDRESS
+        )
     if not remote:
         return ports
     start = time.monotonic()

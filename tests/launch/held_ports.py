@@ -27,7 +27,7 @@ class HeldPorts:
     """Host `name` holds every port of this namespace's ephemeral range
     (where `topology.free_ports` picks) and picks its own below it, so a
     worker there can serve only on a port that host chose. Its range is
-    restored and the holder stopped on exit.
+    restored and the holders stopped by `release`, or on exit.
 
     Args:
         hosts: An entered `EmulatedHosts`.
@@ -66,7 +66,7 @@ class HeldPorts:
                 end = min(last, start + _PER_PROCESS - 1)
                 self._hold(start, end)
         except BaseException:
-            self.__exit__()
+            self.release()
             raise
         return self
 
@@ -86,9 +86,15 @@ class HeldPorts:
                 f"could not hold ports {first}-{last} on {self.name}."
             )
 
-    def __exit__(self, *exc) -> None:
+    def release(self) -> None:
+        """Frees the ports and restores the host's range (once)."""
         for holder in self.holders:
             holder.stdin.close()
             holder.wait(30)
         self.holders = []
-        self._on_host(f"echo {' '.join(self._saved)} > {RANGE}")
+        if self._saved is not None:
+            self._on_host(f"echo {' '.join(self._saved)} > {RANGE}")
+            self._saved = None
+
+    def __exit__(self, *exc) -> None:
+        self.release()

@@ -263,8 +263,9 @@ def test_a_one_host_job_grows_onto_another_host(hosts, tmp_path):
     step boundary) and grows 2 -> 4; the worker on hostB, whose rows it
     uploaded to the launcher's commit server, is killed, and a survivor
     here reads them from the folder: 4 -> 3, weights equal to one
-    process. hostB holds every port the launcher could pick on its own
-    host: its workers serve on ports hostB chose."""
+    process. Until the job is 4 workers, hostB holds every port the
+    launcher could pick on its own host: its workers serve on ports hostB
+    chose."""
 
     def drive(proc, out_dir, slots, lines):
         deadline = time.monotonic() + TIMEOUT
@@ -275,6 +276,8 @@ def test_a_one_host_job_grows_onto_another_host(hosts, tmp_path):
                 _write(slots, "localhost:2\nhostB:2\n")
                 stage = 1
             elif stage == 1 and any("-> 4 workers" in x for x in lines):
+                # Grown onto hostB: its ports are free again for the loss.
+                taken.release()
                 os.remove(os.path.join(out_dir, "hold"))
                 stage = 2
             elif stage == 2 and sizes.count(4) >= 12:

@@ -46,6 +46,8 @@ from keras_hybrid.launch.elastic_process import ElasticProcesses
 from keras_hybrid.launch.elastic_setup import setup_job
 from keras_hybrid.launch.elastic_setup import widen_job
 from keras_hybrid.launch.host_discovery import HostDiscovery
+from keras_hybrid.launch.host_ports import HostPortsError
+from keras_hybrid.launch.host_ports import task_ports
 from keras_hybrid.launch.plan_channel import FileChannel
 from keras_hybrid.launch.ssh import ssh_hostname
 
@@ -209,8 +211,15 @@ class ElasticDriver(LostWorkers):
         )
 
     def _make_envs(self) -> tuple:
-        """Every task's variables on new ports, and the cluster."""
-        return task_envs(self._placed, self._settings)
+        """Every task's variables on new ports, each free on its task's
+        host (`host_ports`: one ssh round trip per other host), and the
+        cluster.
+
+        Raises:
+            HostPortsError: If another host could not be asked.
+        """
+        ports = task_ports(self._placed, self.max_np)
+        return task_envs(self._placed, self._settings, ports)
 
     def run(self, timeout: float | None = None) -> int:
         """Runs the job; returns its exit code (0 when task 0 finished and
@@ -222,6 +231,14 @@ class ElasticDriver(LostWorkers):
             signal.signal(sig, lambda signum, _: self._signals.append(signum))
         try:
             return self._run(timeout)
+        except HostPortsError as error:
+            # A host that cannot be asked would fail its workers' start
+            # over the same ssh: the job stops as for a failed joiner.
+            logger.error("%s; stopping the job.", error)
+            code = error.returncode
+            return self._stop_all(
+                signal.SIGTERM, exit_codes.exit_code_for(code or 1)
+            )
         finally:
             close = getattr(self.channel, "close", None)
             if close is not None:

@@ -8,7 +8,6 @@ from collections.abc import Callable
 from keras_hybrid.launch import elastic_files as em
 from keras_hybrid.launch import host_slots
 from keras_hybrid.launch.topology import LOOPBACK
-from keras_hybrid.launch.topology import free_ports
 from keras_hybrid.launch.worker_env import worker_env
 from keras_hybrid.launch.worker_spec import WorkerSpec
 
@@ -53,11 +52,13 @@ class ElasticSettings:
     resolve: Callable[[str], str] = str
 
 
-def task_envs(placed: dict[int, str], settings: ElasticSettings) -> tuple:
-    """Every task's variables on new ports, each task on its host in
-    `placed` (others on a loopback placeholder), and the cluster's
-    addresses: `(envs, cluster)`."""
-    ports = free_ports(settings.max_np)
+def task_envs(
+    placed: dict[int, str], settings: ElasticSettings, ports: list[int]
+) -> tuple:
+    """Every task's variables, each task on its host in `placed` (others
+    on a loopback placeholder) and its port of `ports` (free on that host:
+    `host_ports.task_ports`), and the cluster's addresses:
+    `(envs, cluster)`."""
     cluster = host_slots.task_addresses(
         placed, ports, settings.local_address, settings.resolve
     )

@@ -14,7 +14,7 @@ import threading
 import time
 
 from keras_hybrid.launch.output_forwarder import OutputForwarder
-from keras_hybrid.launch.ssh import SSH_FAILURE_EXIT_CODE
+from keras_hybrid.launch.ssh import failure_hint
 from keras_hybrid.launch.ssh import forwarded_env
 from keras_hybrid.launch.ssh import ssh_command
 
@@ -114,12 +114,9 @@ class ElasticProcess:
 
     def hint(self) -> str:
         """String. Why a remote worker's code may be ssh's own, or ``."""
-        if not self.remote or self.proc.returncode != SSH_FAILURE_EXIT_CODE:
+        if not self.remote:
             return ""
-        return (
-            f" (ssh's own failure code: it could not reach host "
-            f"{self.host}, or lost the connection to it)"
-        )
+        return failure_hint(self.host, self.proc.returncode)
 
 
 class ElasticProcesses:

@@ -136,3 +136,52 @@ def task_addresses(
 def hosts_of(cluster: list[str]) -> list[str]:
     """The host part of each `host:port` address."""
     return [address.rpartition(":")[0] for address in cluster]
+
+
+def port_needs(placed: dict[int, str], max_np: int) -> dict[str, int]:
+    """How many ports each host must give a cluster of `max_np` tasks:
+    one per task placed there; this machine (`LOCAL`) also gives the
+    loopback placeholders of the tasks not placed."""
+    needs = {LOCAL: 0}
+    for task in range(max_np):
+        host = placed.get(task, LOCAL)
+        needs[host] = needs.get(host, 0) + 1
+    return needs
+
+
+def task_ports(
+    placed: dict[int, str], max_np: int, ports: dict[str, list[int]]
+) -> list[int]:
+    """Every task's port: the next of its host's `ports`, in task order
+    (tasks not placed take this machine's).
+
+    Args:
+        placed: Dict of int to string. The tasks' hosts (`host_key`).
+        max_np: Int. Tasks in the cluster.
+        ports: Dict of string to list of ints. Ports free on each host
+            (`LOCAL` for this machine), at least `port_needs` of each.
+
+    Returns:
+        List of `max_np` ints, distinct among the tasks of each host.
+
+    Raises:
+        ValueError: If a host's ports are too few or repeat a port.
+
+    Example:
+
+    ```python
+    task_ports({0: "localhost", 1: "b", 2: "b"}, 4,
+               {"localhost": [5, 6], "b": [5, 7]})
+    # [5, 5, 7, 6]
+    ```
+    """
+    needs = port_needs(placed, max_np)
+    for host, count in needs.items():
+        given = list(ports.get(host, []))
+        if len(given) < count or len(set(given)) != len(given):
+            raise ValueError(
+                f"Host {host} must give {count} distinct ports to its "
+                f"tasks. Received: {given}."
+            )
+    left = {host: iter(ports[host]) for host in needs}
+    return [next(left[placed.get(task, LOCAL)]) for task in range(max_np)]

@@ -203,9 +203,6 @@ def ssh_command(
     #  "keras_hybrid.launch.remote_guard --grace_seconds 10 -- python t.py"]
     ```
     """
-    assignments = " ".join(
-        shlex.quote(f"{key}={value}") for key, value in env.items()
-    )
     guard = [
         sys.executable,
         "-m",
@@ -214,13 +211,53 @@ def ssh_command(
         f"{grace_seconds:g}",
         "--",
     ]
+    return remote_command(host, cwd, env, guard + list(command), client)
+
+
+def remote_command(
+    host: str,
+    cwd: str,
+    env: dict[str, str],
+    command: list[str],
+    client: list[str] | None = None,
+) -> list[str]:
+    """Returns the argv that runs `command` on `host` through ssh, in
+    `cwd` (or says that it is missing there) with `env` set by `env(1)`:
+    `ssh_command` without the guard, for a short command whose end the
+    launcher waits for (`host_ports`). Every piece is quoted with
+    `shlex.quote`.
+
+    Args:
+        host: String. Remote host.
+        cwd: String. Working directory on the remote host.
+        env: Dict. Variables to set for the command.
+        command: List of strings. Program and arguments.
+        client: List of strings or `None`. The ssh client and its options.
+            Defaults to `ssh_client()`.
+
+    Returns:
+        List of strings for `subprocess`.
+    """
+    assignments = " ".join(
+        shlex.quote(f"{key}={value}") for key, value in env.items()
+    )
     missing = shlex.quote(
         f"keras-hybrid-run: the working directory {cwd} does not exist on "
         f"{host}; every host needs the job's files at the same path."
     )
     remote = (
         f"cd {shlex.quote(cwd)} 2>/dev/null || {{ echo {missing} >&2; "
-        f"exit 127; }}; exec env {assignments} "
-        f"{shlex.join(guard + list(command))}"
+        f"exit 127; }}; exec env {assignments} {shlex.join(command)}"
     )
     return [*(client or ssh_client()), host, remote]
+
+
+def failure_hint(host: str, returncode: int | None) -> str:
+    """String. Why a remote command's `returncode` may be ssh's own
+    (`SSH_FAILURE_EXIT_CODE`), or ``."""
+    if returncode != SSH_FAILURE_EXIT_CODE:
+        return ""
+    return (
+        f" (ssh's own failure code: it could not reach host {host}, or "
+        f"lost the connection to it)"
+    )

@@ -33,6 +33,7 @@ import time
 
 import numpy as np
 import pytest
+from held_ports import HeldPorts
 
 from keras_hybrid.launch.ssh import SSH_COMMAND_ENV
 from keras_hybrid.testing import emulated_hosts
@@ -262,7 +263,9 @@ def test_a_one_host_job_grows_onto_another_host(hosts, tmp_path):
     step boundary) and grows 2 -> 4; the worker on hostB, whose rows it
     uploaded to the launcher's commit server, is killed, and a survivor
     here reads them from the folder: 4 -> 3, weights equal to one
-    process."""
+    process. Until the job is 4 workers, hostB holds every port the
+    launcher could pick on its own host: its workers serve on ports hostB
+    chose."""
 
     def drive(proc, out_dir, slots, lines):
         deadline = time.monotonic() + TIMEOUT
@@ -273,6 +276,8 @@ def test_a_one_host_job_grows_onto_another_host(hosts, tmp_path):
                 _write(slots, "localhost:2\nhostB:2\n")
                 stage = 1
             elif stage == 1 and any("-> 4 workers" in x for x in lines):
+                # Grown onto hostB: its ports are free again for the loss.
+                taken.release()
                 os.remove(os.path.join(out_dir, "hold"))
                 stage = 2
             elif stage == 2 and sizes.count(4) >= 12:
@@ -284,11 +289,24 @@ def test_a_one_host_job_grows_onto_another_host(hosts, tmp_path):
                 return
             time.sleep(0.05)
 
-    code, output, out_dir = _run_job(
-        hosts, tmp_path, "localhost:2\n", drive, 30
-    )
+    with HeldPorts(hosts, "hostB") as taken:
+        code, output, out_dir = _run_job(
+            hosts, tmp_path, "localhost:2\n", drive, 30
+        )
     assert code == 0, output[-8000:]
     assert "named other hosts ['hostB']" in output, output[-4000:]
+    readdress = re.search(
+        r"re-address for joiners.* on new ports (\[.*\])", output
+    )
+    assert readdress, output[-4000:]
+    cluster = json.loads(readdress.group(1).replace("'", '"'))
+    low, high = taken.host_range
+    on_b = [int(a.rpartition(":")[2]) for a in cluster[2:]]
+    assert len(set(on_b)) == 2 and all(low <= p <= high for p in on_b), cluster
+    for asked in re.findall(
+        r"free ports asked of hosts \['hostB'\] in \S+ s", output
+    ):
+        print(asked)
     assert "plans are served at 10.78.0.254:" in output, output[-4000:]
     assert re.search(
         r"commits under /dev/shm/\S+ are served to other hosts at "

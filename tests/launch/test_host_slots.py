@@ -1,12 +1,16 @@
 """Host bookkeeping of elastic jobs: slots per host to task starts and
 retirements, and the addresses of the cluster."""
 
+import pytest
+
 from keras_hybrid.launch.host_slots import HostPlan
 from keras_hybrid.launch.host_slots import hosts_of
 from keras_hybrid.launch.host_slots import merge_slots
 from keras_hybrid.launch.host_slots import plan_hosts
+from keras_hybrid.launch.host_slots import port_needs
 from keras_hybrid.launch.host_slots import remote_hosts
 from keras_hybrid.launch.host_slots import task_addresses
+from keras_hybrid.launch.host_slots import task_ports
 
 
 def test_first_answer_places_tasks_host_by_host():
@@ -96,3 +100,36 @@ def test_other_hosts_are_named_as_resolved():
         "10.0.0.7:5",
         "10.0.0.9:6",
     ]
+
+
+def test_each_host_gives_the_ports_of_its_tasks():
+    # Tasks 1 and 3 on hostB, task 0 here, task 2 not placed: this
+    # machine gives its loopback placeholder a port too.
+    placed = {0: "localhost", 1: "hostB", 3: "hostB"}
+    assert port_needs(placed, 4) == {"localhost": 2, "hostB": 2}
+    ports = {"localhost": [40001, 40002], "hostB": [40001, 50007]}
+    assert task_ports(placed, 4, ports) == [40001, 40001, 40002, 50007]
+    cluster = task_addresses(placed, task_ports(placed, 4, ports))
+    assert cluster == [
+        "127.0.0.1:40001",
+        "hostB:40001",  # another host: the same number is no clash
+        "127.0.0.1:40002",
+        "hostB:50007",
+    ]
+
+
+def test_a_host_without_tasks_needs_no_ports():
+    assert port_needs({}, 2) == {"localhost": 2}
+    placed = {0: "hostA", 1: "hostA"}
+    assert port_needs(placed, 2) == {"localhost": 0, "hostA": 2}
+    assert task_ports(placed, 2, {"localhost": [], "hostA": [7, 8]}) == [7, 8]
+
+
+def test_a_host_must_give_distinct_ports_enough_for_its_tasks():
+    placed = {0: "localhost", 1: "hostB", 2: "hostB"}
+    with pytest.raises(ValueError, match=r"Host hostB must give 2 distinct"):
+        task_ports(placed, 3, {"localhost": [1], "hostB": [9, 9]})
+    with pytest.raises(ValueError, match=r"Received: \[9\]"):
+        task_ports(placed, 3, {"localhost": [1], "hostB": [9]})
+    with pytest.raises(ValueError, match=r"Host hostB"):
+        task_ports(placed, 3, {"localhost": [1]})

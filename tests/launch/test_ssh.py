@@ -12,6 +12,7 @@ from keras_hybrid.launch.ssh import SSH_COMMAND_ENV
 from keras_hybrid.launch.ssh import SSH_OPTIONS
 from keras_hybrid.launch.ssh import forwarded_env
 from keras_hybrid.launch.ssh import is_local_host
+from keras_hybrid.launch.ssh import remote_command
 from keras_hybrid.launch.ssh import ssh_client
 from keras_hybrid.launch.ssh import ssh_command
 
@@ -53,6 +54,20 @@ class SshCommandTest(unittest.TestCase):
                 "a b;rm -rf x",
             ],
         )
+
+    def test_a_short_remote_command_runs_without_the_guard(self):
+        # The launcher waits for its end (`host_ports`): no guard to keep
+        # ssh's stdin open for.
+        argv = remote_command(
+            "h1", "/my dir", {"A": "1 2"}, ["python", "-m", "m", "3"], ["ssh"]
+        )
+        self.assertEqual(argv[:2], ["ssh", "h1"])
+        words = shlex.split(argv[2])
+        self.assertEqual(
+            words[words.index("exec") :],
+            ["exec", "env", "A=1 2", "python", "-m", "m", "3"],
+        )
+        self.assertIn("does not exist on h1", argv[2])
 
     def test_missing_working_directory_is_named(self):
         argv = ssh_command("h1", "/nowhere", {}, ["true"], client=["ssh"])

@@ -4,9 +4,10 @@ partitioned tables on its own host and serves them over TCP.
 `CommitServer` holds a `CommitFiles` directory (made by
 `commit_store.make_commit_dir`, under /dev/shm when there is one) behind
 a `tcp_service.TcpService` of its own: each worker streams its rows of a
-commit (one `.npz` blob, in 1 MiB messages) from a background thread, so
-hosts need no shared filesystem and no collective runs at commit time;
-after a lost worker the survivor that takes its rows fetches its blob.
+commit (one blob, `strategy.commit_blob`, in 1 MiB messages) from a
+background thread, so hosts need no shared filesystem and no collective
+runs at commit time; after a lost worker the survivor that takes its rows
+fetches its blob.
 `CommitClient` is the worker's end, with the methods of `CommitFiles`.
 
 Imports nothing heavy: the launcher runs without TensorFlow.
@@ -18,6 +19,7 @@ from collections.abc import Callable
 from multiprocessing import AuthenticationError
 
 from keras_hybrid.launch.commit_files import CommitFiles
+from keras_hybrid.launch.commit_files import file_name
 from keras_hybrid.launch.elastic_files import COMMIT_AUTHKEY_ENV
 from keras_hybrid.launch.elastic_files import COMMIT_DIR_ENV
 from keras_hybrid.launch.elastic_files import COMMIT_SERVER_ENV
@@ -101,7 +103,7 @@ class CommitClient:
         return f"the launcher's commit server at {self._client.address}"
 
     def path(self, folder: str, task: int) -> str:
-        return f"{self._client.address}/{folder}/task-{int(task)}.npz"
+        return f"{self._client.address}/{folder}/{file_name(task)}"
 
     def write(self, folder: str, task: int, produce: Callable) -> None:
         def upload(conn):

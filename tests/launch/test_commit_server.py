@@ -74,7 +74,7 @@ def test_prune_keeps_the_named_commits_of_one_task(server, client):
     client.prune(1, [folder_name(20, 0), folder_name(30, 0)])
     root = server.files.root
     assert sorted(os.listdir(root)) == [f"commit-{s}-g0" for s in (10, 20, 30)]
-    assert os.listdir(os.path.join(root, "commit-10-g0")) == ["task-0.npz"]
+    assert os.listdir(os.path.join(root, "commit-10-g0")) == ["task-0.npy"]
     client.prune(0, [folder_name(30, 0)])
     # A folder is gone with the last task's file.
     assert sorted(os.listdir(root)) == ["commit-20-g0", "commit-30-g0"]

@@ -1,13 +1,14 @@
 """`CommitFiles`: the files of commits of partitioned tables in one
 directory.
 
-Each member's rows of a commit are one blob (an `.npz` file, made by
-`strategy.elastic_store`) at `<root>/commit-<step>-g<generation>/
-task-<t>.npz`, written to a temporary name then renamed, so a half-written
-file is never read. The workers use it on a directory they share (the
-directory store); the launcher's `commit_server.CommitServer` uses it on a
-directory of its own host and serves it to workers on other hosts (the
-served store). `commit_server.CommitClient` has the same methods.
+Each member's rows of a commit are one blob (`.npy` records one after the
+other, made by `strategy.commit_blob`) at `<root>/commit-<step>-
+g<generation>/task-<t>.npy`, written to a temporary name then renamed, so
+a half-written file is never read. The workers use it on a directory
+they share (the directory store); the launcher's
+`commit_server.CommitServer` uses it on a directory of its own host and
+serves it to workers on other hosts (the served store).
+`commit_server.CommitClient` has the same methods.
 
 Imports nothing heavy: the launcher runs without TensorFlow.
 """
@@ -24,6 +25,11 @@ _FOLDER = re.compile(r"commit-\d+-g\d+")
 def folder_name(global_step: int, generation: int) -> str:
     """The folder of the commit of `global_step` by `generation`."""
     return f"commit-{int(global_step)}-g{int(generation)}"
+
+
+def file_name(task: int) -> str:
+    """The name of `task`'s file in a commit's folder."""
+    return f"task-{int(task)}.npy"
 
 
 class CommitFiles:
@@ -50,7 +56,7 @@ class CommitFiles:
                 "A commit folder is named `commit-<step>-g<generation>`. "
                 f"Received: {folder!r}."
             )
-        return os.path.join(self.root, folder, f"task-{int(task)}.npz")
+        return os.path.join(self.root, folder, file_name(task))
 
     def write(self, folder: str, task: int, produce: Callable) -> None:
         """Writes `task`'s file of `folder`, atomically: `produce(f)`

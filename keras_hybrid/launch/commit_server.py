@@ -4,20 +4,25 @@ partitioned tables on its own host and serves them over TCP.
 `CommitServer` holds a `CommitFiles` directory (made by
 `commit_store.make_commit_dir`, under /dev/shm when there is one) behind
 a `tcp_service.TcpService` of its own: each worker streams its rows of a
-commit (one `.npz` blob, in 1 MiB messages) from a background thread, so
-hosts need no shared filesystem and no collective runs at commit time;
-after a lost worker the survivor that takes its rows fetches its blob.
+commit (one blob, `strategy.commit_blob`) from a background thread, as raw
+bytes on the socket (`blob_stream`) that the server writes straight to
+the file, so hosts need no shared filesystem and no collective runs at
+commit time; after a lost worker the survivor that takes its rows fetches
+its blob.
 `CommitClient` is the worker's end, with the methods of `CommitFiles`.
 
 Imports nothing heavy: the launcher runs without TensorFlow.
 """
 
-import io
 import os
 from collections.abc import Callable
 from multiprocessing import AuthenticationError
 
+from keras_hybrid.launch.blob_stream import BlobReader
+from keras_hybrid.launch.blob_stream import BlobWriter
+from keras_hybrid.launch.blob_stream import send_blob
 from keras_hybrid.launch.commit_files import CommitFiles
+from keras_hybrid.launch.commit_files import file_name
 from keras_hybrid.launch.elastic_files import COMMIT_AUTHKEY_ENV
 from keras_hybrid.launch.elastic_files import COMMIT_DIR_ENV
 from keras_hybrid.launch.elastic_files import COMMIT_SERVER_ENV
@@ -62,11 +67,12 @@ class CommitServer:
 
     def _answer(self, conn, op: str, args: list) -> None:
         # A failure of the files is the client's error to raise; one of
-        # the connection ends this client's thread (`TcpService`).
-        stream = _Chunks(conn) if op == "write" else None
+        # the connection (`EOFError` from the blob) ends this client's
+        # thread (`TcpService`), and `CommitFiles.write` drops the file.
+        blob = BlobReader(conn) if op == "write" else None
         try:
             if op == "write":
-                value = self.files.write(*args, stream.copy_to)
+                value = self.files.write(*args, blob.copy_to)
             elif op == "prune":
                 value = self.files.prune(*args)
             elif op in ("read", "exists"):
@@ -74,14 +80,14 @@ class CommitServer:
             else:
                 raise ValueError(f"Unknown request {op!r}.")
         except (OSError, ValueError, TypeError) as error:
-            if stream is not None:
-                stream.drain()
+            if blob is not None:
+                blob.drain()
             conn.send((False, f"{type(error).__name__}: {error}"))
             return
         if op == "read":
             conn.send((True, value is not None))
             if value is not None:
-                _send_chunks(conn, memoryview(value))
+                send_blob(conn, value)
         else:
             conn.send((True, value))
 
@@ -101,11 +107,11 @@ class CommitClient:
         return f"the launcher's commit server at {self._client.address}"
 
     def path(self, folder: str, task: int) -> str:
-        return f"{self._client.address}/{folder}/task-{int(task)}.npz"
+        return f"{self._client.address}/{folder}/{file_name(task)}"
 
     def write(self, folder: str, task: int, produce: Callable) -> None:
         def upload(conn):
-            stream = _Upload(conn)
+            stream = BlobWriter(conn)
             try:
                 produce(stream)
             except BaseException:
@@ -121,7 +127,7 @@ class CommitClient:
         def download(conn):
             ok, found = conn.recv()
             if ok and found:
-                return True, _Chunks(conn).join()
+                return True, BlobReader(conn).read_all()
             return ok, None if ok else found
 
         answer = self._request("read", folder, task, exchange=download)
@@ -149,78 +155,6 @@ class CommitClient:
         if not ok:
             raise OSError(f"{self!r} failed: {value}")
         return value
-
-
-# Blobs travel as messages of this size, then an empty one: one message
-# of a whole shard is several times slower (`Connection.recv_bytes` reads
-# it into a growing buffer), and neither side holds the whole blob.
-_CHUNK = 1 << 20
-
-
-def _send_chunks(conn, data: memoryview) -> None:
-    for start in range(0, len(data), _CHUNK):
-        conn.send_bytes(data[start : start + _CHUNK])
-    conn.send_bytes(b"")
-
-
-class _Chunks:
-    """The chunks of one blob arriving on `conn`."""
-
-    def __init__(self, conn) -> None:
-        self._conn = conn
-        self._done = False
-
-    def __iter__(self):
-        while not self._done:
-            chunk = self._conn.recv_bytes()
-            if not chunk:
-                self._done = True
-                return
-            yield chunk
-
-    def copy_to(self, f) -> None:
-        for chunk in self:
-            f.write(chunk)
-
-    def join(self) -> bytes:
-        return b"".join(self)
-
-    def drain(self) -> None:
-        """Reads what is left of the blob (after a failed write)."""
-        for _ in self:
-            pass
-
-
-class _Upload(io.RawIOBase):
-    """A write-only file that sends what is written to it in chunks."""
-
-    def __init__(self, conn) -> None:
-        super().__init__()
-        self._conn = conn
-        self._buffer = bytearray()
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, data) -> int:
-        data = memoryview(data).cast("B")
-        if len(self._buffer) + len(data) < _CHUNK:
-            self._buffer += data
-            return len(data)
-        self._flush_buffer()
-        for start in range(0, len(data), _CHUNK):
-            self._conn.send_bytes(data[start : start + _CHUNK])
-        return len(data)
-
-    def finish(self) -> None:
-        """Sends the rest and the end of the blob."""
-        self._flush_buffer()
-        self._conn.send_bytes(b"")
-
-    def _flush_buffer(self) -> None:
-        if self._buffer:
-            self._conn.send_bytes(self._buffer)
-            self._buffer = bytearray()
 
 
 def commit_files_from_env():

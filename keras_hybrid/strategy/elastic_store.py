@@ -1,8 +1,8 @@
 """The file stores: a commit of partitioned tables in files.
 
 Each member writes its own rows of every partitioned table and optimizer
-slot at each commit as one `.npz` blob, `commit-<global step>-
-g<generation>/task-<t>.npz`, to where the launcher says
+slot at each commit as one blob (`commit_blob`), `commit-<global step>-
+g<generation>/task-<t>.npy`, to where the launcher says
 (`ElasticMembership.commit_files`):
 
 - the directory store: files in a directory every worker shares
@@ -12,10 +12,11 @@ g<generation>/task-<t>.npz`, to where the launcher says
   on its own host (`launch.commit_server.CommitClient`, over TCP).
 
 Both behave alike: the numpy snapshot is taken at the step boundary, then
-a background thread serializes it (`np.savez`) straight to the file or
-to the upload (a blob never appears half-written). No collective runs at
-commit time. The next commit waits for the previous write. Each member
-then removes its files of commits older than the last two it keeps.
+a background thread writes its arrays' memory (`commit_blob`, no copy)
+straight to the file or to the upload (a blob never appears
+half-written). No collective runs at commit time. The next commit waits
+for the previous write. Each member then removes its files of commits
+older than the last two it keeps.
 
 After a lost worker, the next surviving member in task order reads the
 lost one's rows from its file (`elastic_buddy.restored_rows`); a commit
@@ -26,13 +27,13 @@ No private hook is touched here.
 """
 
 import dataclasses
-import io
 import threading
 
 import numpy as np
 
 from keras_hybrid.launch.commit_files import folder_name
 from keras_hybrid.sparse.row_partition import RowPartition
+from keras_hybrid.strategy import commit_blob
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,7 +129,9 @@ class FileStore:
 
     def _write(self, folder: str, arrays: list, keep: list) -> None:
         try:
-            self.files.write(folder, self.task, lambda f: np.savez(f, *arrays))
+            self.files.write(
+                folder, self.task, lambda f: commit_blob.write_blob(f, arrays)
+            )
             self.files.prune(self.task, keep)
         except OSError as error:  # reported by the next `wait`
             self._error = error
@@ -171,5 +174,4 @@ def read_rows(copy: dict, task: int, check_only: bool = False):
         )
     if check_only:
         return None
-    with np.load(io.BytesIO(data)) as arrays:
-        return [arrays[f"arr_{i}"] for i in range(len(arrays.files))]
+    return commit_blob.read_blob(data)

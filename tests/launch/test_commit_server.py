@@ -3,6 +3,7 @@ tables to workers without a shared filesystem (a real server on
 localhost; the restore from it is in tests/strategy/test_elastic_store)."""
 
 import os
+import struct
 import subprocess
 import sys
 import time
@@ -10,6 +11,7 @@ from multiprocessing.connection import Client
 
 import pytest
 
+from keras_hybrid.launch.blob_stream import send_blob
 from keras_hybrid.launch.commit_files import CommitFiles
 from keras_hybrid.launch.commit_files import folder_name
 from keras_hybrid.launch.commit_server import CommitClient
@@ -74,7 +76,7 @@ def test_prune_keeps_the_named_commits_of_one_task(server, client):
     client.prune(1, [folder_name(20, 0), folder_name(30, 0)])
     root = server.files.root
     assert sorted(os.listdir(root)) == [f"commit-{s}-g0" for s in (10, 20, 30)]
-    assert os.listdir(os.path.join(root, "commit-10-g0")) == ["task-0.npz"]
+    assert os.listdir(os.path.join(root, "commit-10-g0")) == ["task-0.npy"]
     client.prune(0, [folder_name(30, 0)])
     # A folder is gone with the last task's file.
     assert sorted(os.listdir(root)) == ["commit-20-g0", "commit-30-g0"]
@@ -131,6 +133,50 @@ def test_a_failure_on_the_launchers_side_reaches_the_worker(tmp_path):
             client.read("../../etc", 0)
     finally:
         served.close()
+
+
+def test_a_failed_write_keeps_the_connection_in_step(tmp_path):
+    # The server drains the 5 MiB blob it could not write, then answers
+    # the next request on the same connection.
+    (tmp_path / "file").write_text("")
+    served = CommitServer(str(tmp_path / "file"), "127.0.0.1")
+    try:
+        with _raw_connection(served) as raw:
+            raw.send(("write", folder_name(1, 0), 0))
+            send_blob(raw, b"r" * (5 << 20))
+            ok, error = raw.recv()
+            assert not ok and error.startswith("NotADirectoryError")
+            raw.send(("exists", folder_name(1, 0), 0))
+            assert raw.recv() == (True, False)
+    finally:
+        served.close()
+
+
+def _raw_connection(server: CommitServer):
+    host, _, port = server.address.rpartition(":")
+    key = bytes.fromhex(server.env()[COMMIT_AUTHKEY_ENV])
+    return Client((host, int(port)), authkey=key)
+
+
+def test_an_upload_cut_in_a_chunk_leaves_no_file(server, client):
+    # As a worker killed in its upload: the request, a chunk's length,
+    # then less than that.
+    root = server.files.root
+    with _raw_connection(server) as raw:
+        raw.send(("write", folder_name(1, 0), 0))
+        os.write(raw.fileno(), struct.pack("<Q", 3 << 20) + b"z" * 1000)
+        _wait_for(lambda: os.listdir(root))  # the server writes a file
+        (temp,) = os.listdir(root)
+        assert temp.startswith(".writing-")
+    _wait_for(lambda: not os.listdir(root))  # and drops it
+    assert not client.exists(folder_name(1, 0), 0)
+
+
+def _wait_for(condition, seconds=10):
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
 
 
 def test_the_environment_names_the_store(tmp_path, monkeypatch):

@@ -60,7 +60,7 @@ class FileStoreTest(TestCase):
             commit = _commit_all(root, 10)
             self.assertEqual(
                 sorted(os.listdir(os.path.join(root, commit["folder"]))),
-                ["task-0.npz", "task-1.npz", "task-2.npz"],
+                ["task-0.npy", "task-1.npy", "task-2.npy"],
             )
             (rows,) = elastic_store.read_rows(commit, 1)
         np.testing.assert_array_equal(rows, TABLE[PARTITION.ids_on_shard(1)])

@@ -1,0 +1,152 @@
+"""Blobs of any size over a `multiprocessing.connection.Connection`, as
+raw bytes on its socket, for the commit server (`commit_server`).
+
+A blob is a run of chunks, each an 8-byte little-endian length and that
+many bytes, ended by a chunk of length 0. The sender writes each buffer
+it is given as one chunk, straight from its memory (`os.write` on the
+socket); the receiver reads each into one reused buffer (`os.readv`) and
+hands it on, so neither side copies or holds the whole blob, and both
+release the GIL while the kernel moves the bytes.
+`Connection.send_bytes`/`recv_bytes` would not do: a long message is
+read into a growing buffer (several times slower), and short messages
+copy each chunk twice more.
+
+A `Connection` on POSIX reads exactly the bytes of each of its messages,
+so requests and answers (`send`/`recv`) and blobs can follow each other
+on one connection.
+
+Imports nothing heavy: the launcher runs without TensorFlow.
+"""
+
+import io
+import os
+import struct
+
+_LENGTH = struct.Struct("<Q")
+# Buffers shorter than this are gathered into one chunk (e.g. an array's
+# header with its rows' chunk after it).
+_SMALL = 64 << 10
+_READ = 1 << 20  # the receiver's buffer
+
+
+def _write_all(fd: int, data: memoryview) -> None:
+    while data:
+        data = data[os.write(fd, data) :]
+
+
+class BlobWriter(io.RawIOBase):
+    """A write-only file that sends what is written to it as one blob on
+    `conn`; `finish` ends the blob.
+
+    Args:
+        conn: A `multiprocessing.connection.Connection`.
+    """
+
+    def __init__(self, conn) -> None:
+        super().__init__()
+        self._fd = conn.fileno()
+        self._small = bytearray()
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        data = memoryview(data).cast("B")
+        if len(self._small) + len(data) < _SMALL:
+            self._small += data
+            return len(data)
+        self._send_small()
+        self._send(data)
+        return len(data)
+
+    def finish(self) -> None:
+        """Sends what is gathered and the end of the blob."""
+        self._send_small()
+        _write_all(self._fd, memoryview(_LENGTH.pack(0)))
+
+    def _send_small(self) -> None:
+        if self._small:
+            self._send(memoryview(self._small))
+            self._small = bytearray()
+
+    def _send(self, data: memoryview) -> None:
+        if data:
+            _write_all(self._fd, memoryview(_LENGTH.pack(len(data))))
+            _write_all(self._fd, data)
+
+
+def send_blob(conn, data) -> None:
+    """Sends `data` (bytes-like) as one blob on `conn`."""
+    writer = BlobWriter(conn)
+    writer.write(data)
+    writer.finish()
+
+
+class BlobReader:
+    """The blob arriving on `conn`, read once, in pieces.
+
+    Raises:
+        EOFError: From any method, if the connection ends (or fails)
+            before the blob does.
+    """
+
+    def __init__(self, conn) -> None:
+        self._fd = conn.fileno()
+        self._left = 0  # bytes of the current chunk not read yet
+        self._done = False
+
+    def copy_to(self, f) -> None:
+        """Writes the blob to the binary file `f`."""
+        buffer = memoryview(bytearray(_READ))
+        while self._next_chunk():
+            while self._left:
+                got = self._read_into(buffer[: min(self._left, _READ)])
+                self._left -= got
+                f.write(buffer[:got])
+
+    def read_all(self) -> bytes:
+        """The whole blob."""
+        chunks = []
+        while self._next_chunk():
+            chunk = memoryview(bytearray(self._left))
+            self._fill(chunk)
+            self._left = 0
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def drain(self) -> None:
+        """Reads what is left of the blob (after a failed write)."""
+        self.copy_to(_Discard())
+
+    def _next_chunk(self) -> bool:
+        """Starts the next chunk unless the blob ended; False at its end."""
+        if self._left:
+            return True  # a chunk left part-read by a failed `copy_to`
+        if self._done:
+            return False
+        header = memoryview(bytearray(_LENGTH.size))
+        self._fill(header)
+        (self._left,) = _LENGTH.unpack(header)
+        self._done = self._left == 0
+        return not self._done
+
+    def _fill(self, buffer: memoryview) -> None:
+        start = 0
+        while start < len(buffer):
+            start += self._read_into(buffer[start:])
+
+    def _read_into(self, buffer: memoryview) -> int:
+        try:
+            got = os.readv(self._fd, [buffer])
+        except OSError as error:
+            raise EOFError(f"The connection failed in a blob: {error}") from (
+                error
+            )
+        if not got:
+            raise EOFError("The connection ended in a blob.")
+        return got
+
+
+class _Discard:
+    def write(self, data) -> int:
+        return len(data)

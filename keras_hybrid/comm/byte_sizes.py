@@ -8,6 +8,14 @@ def static_bytes(tensor: tf.Tensor) -> int:
     return tensor.shape.num_elements() * tensor.dtype.size
 
 
+def bytes_of(tensor: tf.Tensor):
+    """Bytes of a tensor: an int if its shape is known at trace time, else
+    an int64 tensor (a gradient whose static shape a reshape lost)."""
+    if tensor.shape.is_fully_defined():
+        return static_bytes(tensor)
+    return tf.size(tensor, out_type=tf.int64) * tensor.dtype.size
+
+
 def row_bytes(tensor: tf.Tensor) -> tf.Tensor:
     """Bytes of one row (all but the first axis), as an int64 tensor."""
     row = tf.reduce_prod(tf.shape(tensor)[1:])

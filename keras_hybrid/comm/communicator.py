@@ -90,10 +90,17 @@ class Communicator(abc.ABC):
         return results
 
     def _buckets(self, tensors) -> list[list[int]]:
-        """Groups tensor indices by dtype into buckets of <= bucket_bytes."""
+        """Groups tensor indices by dtype into buckets of <= bucket_bytes;
+        a tensor whose static shape is not fully known (a gradient through
+        a `tf.tensordot` of a partly unknown shape) has a bucket of its
+        own."""
         buckets: list[list[int]] = []
         open_bucket: dict = {}
         for i, t in enumerate(tensors):
+            if not t.shape.is_fully_defined():
+                # Its size is known only when the step runs: alone.
+                buckets.append([i])
+                continue
             nbytes = byte_sizes.static_bytes(t)
             current = open_bucket.get(t.dtype)
             if current is None or current[1] + nbytes > self.bucket_bytes:
@@ -380,3 +387,15 @@ class ExchangePlan:
         return ExchangePlan(
             self.recv_counts, self.send_counts, self.capacity, self.flags
         )
+
+
+def split_flat(reduced: tf.Tensor, tensors) -> list:
+    """The parts of the 1-D `reduced` in the shapes of `tensors` (a bucket,
+    or one tensor whose shape is known only when the step runs)."""
+    if len(tensors) == 1 and not tensors[0].shape.is_fully_defined():
+        return [tf.reshape(reduced, tf.shape(tensors[0]))]
+    sizes = [t.shape.num_elements() for t in tensors]
+    return [
+        tf.reshape(part, t.shape)
+        for part, t in zip(tf.split(reduced, sizes), tensors, strict=True)
+    ]

@@ -23,6 +23,7 @@ from keras_hybrid.comm import byte_sizes
 from keras_hybrid.comm import capacity
 from keras_hybrid.comm.communicator import Communicator
 from keras_hybrid.comm.communicator import ExchangePlan
+from keras_hybrid.comm.communicator import split_flat
 
 BUILD_COMMAND = (
     "HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 "
@@ -102,13 +103,9 @@ class HorovodCommunicator(Communicator):
             # The TF engine's final op: integer division truncates.
             size = tf.constant(self.size, flat.dtype)
             reduced = tf.raw_ops.Div(x=reduced, y=size)
-        nbytes = byte_sizes.static_bytes(flat)
+        nbytes = byte_sizes.bytes_of(flat)
         self.stats.record(path, 2 * (self.size - 1) * nbytes // self.size)
-        sizes = [t.shape.num_elements() for t in tensors]
-        return [
-            tf.reshape(part, t.shape)
-            for part, t in zip(tf.split(reduced, sizes), tensors, strict=True)
-        ]
+        return split_flat(reduced, tensors)
 
     def all_gather(self, tensor, path="control"):
         tensor = tf.convert_to_tensor(tensor)

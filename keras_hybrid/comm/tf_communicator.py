@@ -14,6 +14,7 @@ from keras_hybrid.comm import instance_keys
 from keras_hybrid.comm import padded_blocks
 from keras_hybrid.comm import pair_moves
 from keras_hybrid.comm.communicator import Communicator
+from keras_hybrid.comm.communicator import split_flat
 from keras_hybrid.comm.tf_row_moves import RowMoves
 
 _GROUP_KEY = 1
@@ -60,7 +61,7 @@ class TFCommunicator(RowMoves, Communicator):
 
     def _all_reduce_flat(self, tensors, op, path):
         flat = tf.concat([tf.reshape(t, [-1]) for t in tensors], axis=0)
-        if self._two_level(path):
+        if self._two_level(path) and flat.shape.is_fully_defined():
             reduced = host_all_reduce.all_reduce(self, flat, op, path)
         else:
             key = self._keys.base_key(
@@ -73,13 +74,9 @@ class TFCommunicator(RowMoves, Communicator):
                 merge_op=_MERGE_OPS[op],
                 final_op="Div" if op == "mean" else "Id",
             )
-            nbytes = byte_sizes.static_bytes(flat)
+            nbytes = byte_sizes.bytes_of(flat)
             self.stats.record(path, 2 * (self.size - 1) * nbytes // self.size)
-        sizes = [t.shape.num_elements() for t in tensors]
-        return [
-            tf.reshape(part, t.shape)
-            for part, t in zip(tf.split(reduced, sizes), tensors, strict=True)
-        ]
+        return split_flat(reduced, tensors)
 
     def _two_level(self, path: str) -> bool:
         """Whether dense gradients reduce in host first (`host_all_reduce`):

@@ -163,6 +163,22 @@ def test_all_reduce_in_tf_function_counts_every_call(engine, n):
             )
 
 
+def test_all_reduce_of_tensors_without_a_static_shape(engine, n):
+    """Each is reduced alone, in its shape when the step runs; its bytes
+    are counted from that shape."""
+    total = n * (n + 1) / 2
+    rows = np.arange(12, dtype=np.float32).reshape(4, 3) * total
+    for rank, result in case(engine, n, "all_reduce_unknown_shape").items():
+        known, unknown, doubled = result["out"]
+        np.testing.assert_allclose(known, [total, -total], err_msg=rank)
+        np.testing.assert_allclose(unknown, rows, err_msg=rank)
+        np.testing.assert_allclose(doubled, 2 * rows, err_msg=rank)
+        dense = result["stats"]["dense"]
+        assert dense["calls"] == 3, (rank, dense)
+        want = 2 * (n - 1) / n * (8 + 48 + 48)
+        assert abs(dense["bytes"] - want) <= 3, (rank, dense, want)
+
+
 def test_repeated_eager_all_reduce_does_not_mix_up_calls(engine, n):
     for got in case(engine, n, "all_reduce_repeated").values():
         total = n * (n + 1) / 2

@@ -62,6 +62,23 @@ def all_reduce_function(comm):
     ]
 
 
+def all_reduce_unknown_shape(comm):
+    # A gradient through `tf.tensordot` of a partly unknown shape has no
+    # static shape (keras-hub's Transformer feedforward kernels).
+    @tf.function(
+        input_signature=[
+            tf.TensorSpec([None, 3], tf.float32),
+            tf.TensorSpec([2], tf.float32),
+        ]
+    )
+    def step(unknown, known):
+        return comm.all_reduce([known, unknown, unknown * 2.0], "sum")
+
+    r = comm.rank + 1.0
+    rows = np.arange(12, dtype=np.float32).reshape(4, 3) * r
+    return _measure(comm, step, tf.constant(rows), tf.constant([r, -r]))
+
+
 def all_reduce_repeated(comm):
     # Eager calls of one content reuse one instance key; a value mixed up
     # between consecutive calls would show here.
@@ -173,6 +190,7 @@ CASES = (
     broadcast,
     all_reduce_eager,
     all_reduce_function,
+    all_reduce_unknown_shape,
     all_reduce_repeated,
     all_gather_eager,
     all_gather_function,

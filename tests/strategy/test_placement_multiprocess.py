@@ -1,6 +1,7 @@
 """Tables are found by use in every model shape, on 2 and 3 workers.
 
 Each shape of `workers/placement_shapes.py` trains 3 steps on N workers;
+the initial weights must be those plain Keras draws from the same seed,
 the final weights must equal one process trained on the same global
 batches (1e-5), the plan must say what `EXPECTED` says, and on 3 workers
 the sparse bytes per step must be below the same model's with every
@@ -50,6 +51,16 @@ def _reference(shape: str, optimizer: str, start: list) -> list:
     return model.get_weights()
 
 
+def _plain_start(shape: str) -> list:
+    """The weights plain Keras draws for `shape` from rank 0's seed."""
+    keras.backend.clear_session()
+    keras.utils.set_random_seed(11)
+    model = shapes.BUILDERS[shape]()
+    if not model.built:
+        model(shapes.make_data(1, shapes.BATCH)[0])
+    return model.get_weights()
+
+
 def _sparse_bytes(result) -> int:
     return sum(result["sent"][p]["bytes"] for p in SPARSE_PATHS)
 
@@ -81,6 +92,12 @@ class PlacementTest(TestCase):
                         ours["end"], results[rank][key]["end"], strict=True
                     ):
                         np.testing.assert_array_equal(a, b)
+                # The script starts where plain Keras does from the same
+                # seed, whatever became partitioned (`table_init`).
+                for got, ref in zip(
+                    ours["start"], _plain_start(shape), strict=True
+                ):
+                    np.testing.assert_array_equal(got, ref)
                 want = _reference(shape, optimizer, ours["start"])
                 for got, ref in zip(ours["end"], want, strict=True):
                     np.testing.assert_allclose(got, ref, atol=1e-5)

@@ -42,6 +42,8 @@ CALLS = (
     "save_checkpoint",
     "restore_checkpoint",
 )
+# Reads of partitioned tables a callback may make inside `fit`.
+_READS = ("model.get_weights", "layer.get_weights", "variable.numpy")
 GUIDE = (
     'docs/migrating.md, section "Code that runs on rank 0 only '
     "(Horovod's `if rank == 0`)\""
@@ -94,11 +96,25 @@ class CallFence:
         depth = getattr(self._depth, "value", 0)
         if depth == 0 and self.communicator.size > 1:
             self.agree(name)
+            self._depth.outer = name
         self._depth.value = depth + 1
+        first_read = name in _READS and not getattr(self._depth, "read", "")
+        if first_read:
+            self._depth.read = name  # the call the user made
         try:
             yield
+        except tf.errors.OpError as e:
+            if depth == 0 or name not in _READS:
+                raise
+            # A read inside `fit` (a callback) that only some ranks make:
+            # not fenced, so its collective timed out.
+            raise RuntimeError(
+                self._unfenced_message(self._depth.read, self._depth.outer, e)
+            ) from e
         finally:
             self._depth.value = depth
+            if first_read:
+                self._depth.read = ""
 
     def agree(self, name: str) -> None:
         """Gathers every worker's record of its call and compares them.
@@ -119,6 +135,16 @@ class CallFence:
             raise RuntimeError(self._missing_message(name, e)) from None
         if len({_describe(row) for row in records}) > 1:
             raise RuntimeError(_mismatch_message(records))
+
+    def _unfenced_message(self, name: str, outer: str, error) -> str:
+        return (
+            f"{name} failed on rank {self.communicator.rank} inside {outer} "
+            f"({type(error).__name__}): reading a partitioned table is a "
+            "collective every worker must make at the same point, and a "
+            f"call inside {outer} (from a callback) is not fenced, so one "
+            "made on some workers only waits for peers that never come. "
+            f"{_advice(name)}"
+        )
 
     def _missing_message(self, name: str, error: Exception) -> str:
         comm = self.communicator

@@ -1,8 +1,8 @@
 """`predict` on every rank, the call fence and TensorBoard on real workers.
 
-Four launches: `predict` on 2 and 3 workers (with a TensorBoard `fit` on
-2), the fence's errors with every rank catching them, and the issue's
-uncaught Horovod-style script.
+Five launches: `predict` on 2 and 3 workers (with a TensorBoard `fit` on
+2), the fence's errors with every rank catching them, the issue's
+uncaught Horovod-style script, and a rank-0-only read in a `fit` callback.
 """
 
 import glob
@@ -140,6 +140,20 @@ def test_rank0_only_script_fails_with_the_fence_error_on_every_rank():
     assert "broadcast" not in run.stderr
     assert "UnavailableError" not in run.stderr
     assert time.monotonic() - start < 120
+
+
+def test_a_read_on_rank0_only_inside_fit_names_the_call():
+    """Inside `fit` a callback's read is not fenced: its collective times
+    out, and the error says which call and why."""
+    start = time.monotonic()
+    run, _ = _launch("in_fit", 2)
+    assert run.returncode != 0
+    assert _matches(
+        r"\[0\] RuntimeError: model.get_weights failed on rank 0 inside "
+        r"model.fit \(DeadlineExceededError\).*" + ADVICE,
+        run.stderr,
+    ), run.stderr[-3000:]
+    assert time.monotonic() - start < 4 * TIMEOUT + 120
 
 
 def _matches(pattern, text) -> bool:

@@ -8,6 +8,8 @@ Phases (`--phase`):
   saved, and every rank exits 0.
 - `uncaught`: the issue's Horovod-style script: `get_weights` on rank 0
   only, then `model.save` on every rank; nothing is caught.
+- `in_fit`: a callback reads the weights on rank 0 only, inside `fit`;
+  nothing is caught.
 """
 
 import os
@@ -28,7 +30,9 @@ from keras_hybrid.testing.multiprocess import save_result
 FLAGS = flags.FLAGS
 flags.DEFINE_string("out_dir", None, "Where to save this rank's results.")
 flags.DEFINE_string("dir", None, "Folder for logs and saved files.")
-flags.DEFINE_enum("phase", None, ["predict", "fence", "uncaught"], "Phase.")
+flags.DEFINE_enum(
+    "phase", None, ["predict", "fence", "uncaught", "in_fit"], "Phase."
+)
 flags.DEFINE_float("timeout", 30, "HybridStrategy timeout_seconds.")
 
 
@@ -154,6 +158,30 @@ def uncaught(strategy):
     if strategy.rank == 0:
         model.get_weights()
     model.save(os.path.join(FLAGS.dir, "model.keras"))
+    return {"unreachable": True}
+
+
+class _ChiefReads(keras.callbacks.Callback):
+    def __init__(self, strategy):
+        super().__init__()
+        self.strategy = strategy
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self.strategy.is_chief:
+            self.model.get_weights()
+
+
+def in_fit(strategy):
+    model = build(strategy)
+    ids = call_cases.make_ids()
+    model.fit(
+        ids,
+        ids[:, 0] % 3,
+        batch_size=16,
+        epochs=3,
+        verbose=0,
+        callbacks=[_ChiefReads(strategy)],
+    )
     return {"unreachable": True}
 
 

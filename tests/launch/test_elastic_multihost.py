@@ -33,7 +33,7 @@ import time
 
 import numpy as np
 import pytest
-from held_ports import HeldPorts
+from host_port_range import HostPortRange
 
 from keras_hybrid.launch.ssh import SSH_COMMAND_ENV
 from keras_hybrid.testing import emulated_hosts
@@ -263,9 +263,8 @@ def test_a_one_host_job_grows_onto_another_host(hosts, tmp_path):
     step boundary) and grows 2 -> 4; the worker on hostB, whose rows it
     uploaded to the launcher's commit server, is killed, and a survivor
     here reads them from the folder: 4 -> 3, weights equal to one
-    process. Until the job is 4 workers, hostB holds every port the
-    launcher could pick on its own host: its workers serve on ports hostB
-    chose."""
+    process. Until the job is 4 workers, hostB picks free ports from a
+    range below the launcher's: its workers serve on ports hostB chose."""
 
     def drive(proc, out_dir, slots, lines):
         deadline = time.monotonic() + TIMEOUT
@@ -276,7 +275,7 @@ def test_a_one_host_job_grows_onto_another_host(hosts, tmp_path):
                 _write(slots, "localhost:2\nhostB:2\n")
                 stage = 1
             elif stage == 1 and any("-> 4 workers" in x for x in lines):
-                # Grown onto hostB: its ports are free again for the loss.
+                # Grown onto hostB: its usual range again for the loss.
                 taken.release()
                 os.remove(os.path.join(out_dir, "hold"))
                 stage = 2
@@ -289,7 +288,7 @@ def test_a_one_host_job_grows_onto_another_host(hosts, tmp_path):
                 return
             time.sleep(0.05)
 
-    with HeldPorts(hosts, "hostB") as taken:
+    with HostPortRange(hosts, "hostB") as taken:
         code, output, out_dir = _run_job(
             hosts, tmp_path, "localhost:2\n", drive, 30
         )

@@ -166,7 +166,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.count < 1:
         parser.error(f"COUNT must be >= 1. Received: {args.count}.")
     ports = free_ports(args.count, ANY_ADDRESS)
-    print(MARKER, *ports, flush=True)
+    # The answer the launcher parses over ssh, not a log line.
+    sys.stdout.write(" ".join([MARKER, *map(str, ports)]) + "\n")
+    sys.stdout.flush()
     return 0
 
 

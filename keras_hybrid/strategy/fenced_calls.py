@@ -11,6 +11,7 @@ Saves are fenced where `chief_writes` routes them, sharded checkpoints
 and `ShardedTable.numpy` where they are defined. `predict` and
 `predict_on_batch` also turn on `global_predictions.gathering()`, and
 `predict_on_batch` passes on only this worker's slice of its batch.
+Each model call first turns off a `jit_compile=True` (`xla_off`).
 
 Public methods patched (Keras 3.15): `keras.Model.fit`, `evaluate`,
 `predict`, `predict_on_batch`, `train_on_batch`, `test_on_batch` (set on
@@ -29,6 +30,7 @@ from keras_hybrid.strategy import call_fence
 from keras_hybrid.strategy import cluster
 from keras_hybrid.strategy import global_predictions
 from keras_hybrid.strategy import hybrid_extended
+from keras_hybrid.strategy import xla_off
 from keras_hybrid.strategy.call_fence import CallFence
 
 _MODEL_CALLS = (
@@ -90,6 +92,7 @@ def _fenced_model_call(name: str):
         def wrapper(self, *args, **kwargs):
             if not _is_multi_worker(self.distribute_strategy):
                 return original(self, *args, **kwargs)
+            xla_off.turn_off(self, self.distribute_strategy.size)
             if not gathers:
                 with call_fence.fenced(call):
                     return original(self, *args, **kwargs)

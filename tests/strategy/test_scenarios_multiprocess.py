@@ -94,6 +94,21 @@ def test_indexed_slices_of_a_dense_table_are_all_gathered_not_densified(
 
 
 @by_engine
+def test_a_model_compiled_with_xla_trains_without_it(engine):
+    # XLA compiles no collective (on CPU none at all): a script that sets
+    # `jit_compile=True` must train as one process does, with a warning.
+    run = _launch("xla", engine=engine).check()
+    ref = _reference("xla")
+    assert ref["jit_compile"]
+    assert "compiled with jit_compile=True" in run.stderr
+    for rank, result in run.results.items():
+        assert not result["jit_compile"]
+        for a, b in zip(result["weights"], ref["weights"], strict=True):
+            _assert_close(a, b, f"rank {rank}")
+        _assert_close(result["predictions"], ref["predictions"])
+
+
+@by_engine
 def test_predict_returns_every_row_in_input_order_on_every_rank(engine):
     run = _launch("predict", engine=engine).check()
     ref = _reference("predict")

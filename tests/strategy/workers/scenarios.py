@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from keras_hybrid.testing import models
 
-CASES = ("uneven", "extras", "embedding", "predict", "long")
+CASES = ("uneven", "extras", "embedding", "xla", "predict", "long")
 
 
 def run_case(case, strategy, callbacks=()):
@@ -17,11 +17,12 @@ def run_case(case, strategy, callbacks=()):
     rank = strategy.rank if strategy else 0
     with scope:
         model = _model(case, seed=100 + rank)
-        if case == "embedding":
+        if case in ("embedding", "xla"):
             model.compile(
                 optimizer=keras.optimizers.SGD(0.5),
                 loss="mse",
                 metrics=["mae"],
+                jit_compile=case == "xla",
             )
         else:
             models.compile_model(model, "sgd")
@@ -29,7 +30,7 @@ def run_case(case, strategy, callbacks=()):
 
 
 def _model(case, seed):
-    if case != "embedding":
+    if case not in ("embedding", "xla"):
         return models.build_model("functional", seed)
     keras.utils.set_random_seed(seed)
     ids = keras.Input((5,), dtype="int32")
@@ -104,6 +105,15 @@ def _run_embedding(model, strategy, callbacks):
         callbacks=callbacks,
     )
     return _summary(model, history, strategy)
+
+
+def _run_xla(model, strategy, callbacks):
+    out = _run_embedding(model, strategy, callbacks)
+    out["jit_compile"] = bool(model.jit_compile)
+    out["predictions"] = model.predict(
+        np.arange(40, dtype="int32").reshape(8, 5) % 50, verbose=0
+    )
+    return out
 
 
 def _run_predict(model, strategy, callbacks):

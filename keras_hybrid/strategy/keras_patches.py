@@ -2,11 +2,12 @@
 
 A multi-worker strategy changes Keras for the whole process: one writer
 per path (`chief_writes`, with `h5_streaming` and `chief_summaries`), one
-finite-gradient verdict (`finite_check`) and fenced collective calls
-(`fenced_calls`). `acquire` puts these in when a strategy opens;
-`release` takes them out, in reverse order, when the last open strategy
-closes, and then stops the process's `PeerWatchdog`, so plain Keras (or a
-later strategy) starts from stock behaviour.
+finite-gradient verdict (`finite_check`), fenced collective calls
+(`fenced_calls`) and a random stream per worker (`worker_seeds`).
+`acquire` puts these in when a strategy opens; `release` takes them out,
+in reverse order, when the last open strategy closes, and then stops the
+process's `PeerWatchdog`, so plain Keras (or a later strategy) starts
+from stock behaviour.
 
 Open strategies are held weakly: one that was garbage-collected without
 being closed no longer counts. While several are open the patches follow
@@ -22,6 +23,7 @@ from keras_hybrid.checkpoint import chief_writes
 from keras_hybrid.optimizers import finite_check
 from keras_hybrid.strategy import cluster
 from keras_hybrid.strategy import fenced_calls
+from keras_hybrid.strategy import worker_seeds
 
 # Re-entrant: a strategy may be closed from an `atexit` hook while another
 # thread's `acquire` is running.
@@ -69,10 +71,12 @@ def _install(strategy) -> None:
     chief_writes.install(strategy)
     finite_check.install()
     fenced_calls.install(strategy)
+    worker_seeds.install()
     _current["ref"] = weakref.ref(strategy)
 
 
 def _uninstall() -> None:
+    worker_seeds.uninstall()
     fenced_calls.uninstall()
     finite_check.uninstall()
     chief_writes.uninstall()

@@ -109,6 +109,25 @@ def test_a_model_compiled_with_xla_trains_without_it(engine):
 
 
 @by_engine
+def test_random_layers_draw_another_stream_on_each_worker(engine):
+    # Keras' seed generators are variables, the same on every worker: each
+    # worker's slice of a batch got the same dropout masks and noise. Now
+    # rank 0 draws what one process draws for its rows, the others fold
+    # their rank into the seed.
+    run = _launch("random", engine=engine).check()
+    ref = _reference("random")["predictions"]
+    out = run.results[0]["predictions"]
+    np.testing.assert_array_equal(out, run.results[1]["predictions"])
+    for step in (0, 8):
+        rank0, rank1 = out[step : step + 4], out[step + 4 : step + 8]
+        np.testing.assert_array_equal(rank0, ref[step : step + 4])
+        assert (rank0[:, :6] != rank1[:, :6]).any()  # dropout masks
+        assert (rank0[:, 6:] != rank1[:, 6:]).all()  # uniform noise
+    # The generators advance once per step on every worker alike.
+    assert (out[:4, 6:] != out[8:12, 6:]).all()
+
+
+@by_engine
 def test_predict_returns_every_row_in_input_order_on_every_rank(engine):
     run = _launch("predict", engine=engine).check()
     ref = _reference("predict")

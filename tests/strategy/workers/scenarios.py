@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from keras_hybrid.testing import models
 
-CASES = ("uneven", "extras", "embedding", "xla", "predict", "long")
+CASES = ("uneven", "extras", "embedding", "xla", "random", "predict", "long")
 
 
 def run_case(case, strategy, callbacks=()):
@@ -29,7 +29,26 @@ def run_case(case, strategy, callbacks=()):
     return globals()[f"_run_{case}"](model, strategy, list(callbacks))
 
 
+class _Noise(keras.layers.Layer):
+    """Dropout mask and uniform noise drawn in every call, as Keras'
+    random layers draw them (a `SeedGenerator` each)."""
+
+    def __init__(self):
+        super().__init__()
+        self.drop_seeds = keras.random.SeedGenerator(7)
+        self.noise_seeds = keras.random.SeedGenerator(8)
+
+    def call(self, x):
+        mask = keras.random.dropout(x, 0.5, seed=self.drop_seeds)
+        noise = keras.random.uniform(keras.ops.shape(x), seed=self.noise_seeds)
+        return keras.ops.concatenate([mask, noise], axis=1)
+
+
 def _model(case, seed):
+    if case == "random":
+        keras.utils.set_random_seed(seed)
+        x = keras.Input((6,))
+        return keras.Model(x, _Noise()(x))
     if case not in ("embedding", "xla"):
         return models.build_model("functional", seed)
     keras.utils.set_random_seed(seed)
@@ -114,6 +133,12 @@ def _run_xla(model, strategy, callbacks):
         np.arange(40, dtype="int32").reshape(8, 5) % 50, verbose=0
     )
     return out
+
+
+def _run_random(model, strategy, callbacks):
+    # 16 rows, batch 8: two steps, each worker 4 rows of each on 2.
+    ones = np.ones((16, 6), "float32")
+    return {"predictions": model.predict(ones, batch_size=8, verbose=0)}
 
 
 def _run_predict(model, strategy, callbacks):

@@ -41,6 +41,7 @@ def keras_objects() -> dict:
             "_start_profiler"
         ],
         "Layer.get_weights": keras.layers.Layer.__dict__["get_weights"],
+        "SeedGenerator.next": keras.random.SeedGenerator.__dict__["next"],
     }
     for module in _CALLBACK_MODULES:
         objects[f"{module.__name__}.file_utils"] = module.file_utils

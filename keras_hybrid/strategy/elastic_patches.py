@@ -17,6 +17,7 @@ Private hooks touched: Keras' loss scaling functions (the
 
 import functools
 import inspect
+import math
 import threading
 
 import keras
@@ -101,6 +102,7 @@ def _elastic_fit(original):
             bound.arguments.get("batch_size"),
             membership.min_np,
             membership.max_np,
+            bound.arguments.get("validation_split") or 0.0,
         )
         strategy = self.distribute_strategy
         user_callbacks = list(bound.arguments.get("callbacks") or [])
@@ -167,14 +169,19 @@ def _callbacks(strategy, membership, user, commit, recovery, resume) -> tuple:
     return [*user, resize, commit], resize
 
 
-def check_global_batch(x, batch_size, min_np: int, max_np: int) -> None:
+def check_global_batch(
+    x, batch_size, min_np: int, max_np: int, validation_split: float = 0.0
+) -> None:
     """Raises `ValueError` if a global batch of `fit` does not split evenly
     over some worker count in `[min_np, max_np]`.
 
     Each worker's loss is the mean over its rows, scaled by 1 / N: equal
-    slices are what makes N workers compute the global batch's mean.
+    slices are what makes N workers compute the global batch's mean. Only
+    training batches count: `validation_split` keeps its last rows out
+    (as Keras splits arrays), and validation's metrics are sums over
+    workers, exact for any split.
     """
-    batches = _global_batches(x, batch_size)
+    batches = _global_batches(x, batch_size, validation_split)
     if not batches:
         return
     counts = range(min_np, max_np + 1)
@@ -191,9 +198,9 @@ def check_global_batch(x, batch_size, min_np: int, max_np: int) -> None:
             )
 
 
-def _global_batches(x, batch_size) -> list[int]:
-    """Global batch sizes `fit` will use: the full one and a last partial
-    one; empty if they are unknown (a generator)."""
+def _global_batches(x, batch_size, validation_split=0.0) -> list[int]:
+    """Global batch sizes `fit` will train on: the full one and a last
+    partial one; empty if they are unknown (a generator)."""
     if isinstance(x, tf.data.Dataset):
         first = next(iter(x.take(1)), None)
         if first is None:
@@ -204,6 +211,9 @@ def _global_batches(x, batch_size) -> list[int]:
     if not leaves or not leaves[0].shape:
         return []
     samples = int(leaves[0].shape[0])
+    if validation_split:
+        # Keras' `train_validation_split`: the first rows train.
+        samples = int(math.floor(samples * (1.0 - validation_split)))
     batch = batch_size or _KERAS_DEFAULT_BATCH
     sizes = [min(batch, samples)]
     if samples > batch and samples % batch:

@@ -25,6 +25,13 @@ class GlobalBatchTest(TestCase):
         with self.assertRaisesRegex(ValueError, "global batch of 6 rows"):
             check_global_batch(np.zeros((30, 3)), 12, 2, 4)
 
+    def test_validation_split_rows_are_not_training_batches(self):
+        # 160 rows, validation_split 0.25: 120 train (10 batches of 12),
+        # 40 validate (a last batch of 4, summed exactly by metrics).
+        check_global_batch(np.zeros((160, 3)), 12, 2, 4, 0.25)
+        with self.assertRaisesRegex(ValueError, "global batch of 8 rows"):
+            check_global_batch(np.zeros((160, 3)), 12, 2, 4, 0.2)  # 128
+
     def test_dataset_batch_is_read_from_its_first_element(self):
         data = tf.data.Dataset.from_tensor_slices(np.zeros((20, 3))).batch(10)
         with self.assertRaisesRegex(ValueError, "global batch of 10 rows"):

@@ -154,6 +154,7 @@ class ElasticDriver(LostWorkers):
             threads,
             env,
             resolve=functools.lru_cache(maxsize=None)(ssh_hostname),
+            discovery_wait_seconds=wait_seconds,
         )
         self._placed: dict[int, str] = {}  # members' (and joiners') hosts
         self._envs, self.cluster = [], []

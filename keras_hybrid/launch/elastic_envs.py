@@ -36,6 +36,9 @@ class ElasticSettings:
             store to other hosts' tasks. Defaults to `commit_env`.
         resolve: Callable. A host's name in the cluster
             (`host_slots.task_addresses`). Defaults to the host itself.
+        discovery_wait_seconds: Float. `--elastic-timeout`: how long the
+            launcher waits for discovery when fewer than `min_np` are left
+            (`DISCOVERY_WAIT_ENV`).
     """
 
     directory: str
@@ -50,6 +53,7 @@ class ElasticSettings:
     channel_env: dict = dataclasses.field(default_factory=dict)
     remote_commit_env: dict | None = None
     resolve: Callable[[str], str] = str
+    discovery_wait_seconds: float = 0.0
 
 
 def task_envs(
@@ -68,6 +72,7 @@ def task_envs(
         em.MAX_NP_ENV: str(settings.max_np),
         em.SEED_ENV: settings.seed,
         em.COMMIT_INTERVAL_ENV: str(int(settings.commit_interval)),
+        em.DISCOVERY_WAIT_ENV: str(float(settings.discovery_wait_seconds)),
         em.COMMIT_DIR_ENV: "",
         em.COMMIT_SERVER_ENV: "",
         **settings.channel_env,

@@ -25,6 +25,10 @@ MAX_NP_ENV = "KERAS_HYBRID_ELASTIC_MAX_NP"
 MIN_NP_ENV = "KERAS_HYBRID_ELASTIC_MIN_NP"
 SEED_ENV = "KERAS_HYBRID_ELASTIC_SEED"
 COMMIT_INTERVAL_ENV = "KERAS_HYBRID_ELASTIC_COMMIT_INTERVAL"
+# How long the launcher waits for discovery when fewer than --min-np
+# workers are left (--elastic-timeout): survivors wait that long for its
+# recovery plan too.
+DISCOVERY_WAIT_ENV = "KERAS_HYBRID_ELASTIC_DISCOVERY_WAIT"
 # The shared directory of commits of partitioned tables (the directory
 # store); unset or empty, with no commit server either: a buddy copy
 # (`strategy.elastic_store`, `strategy.elastic_buddy`).

@@ -103,11 +103,13 @@ class CallFence:
             self._depth.read = name  # the call the user made
         try:
             yield
-        except tf.errors.OpError as e:
+        except tf.errors.DeadlineExceededError as e:
             if depth == 0 or name not in _READS:
                 raise
             # A read inside `fit` (a callback) that only some ranks make:
-            # not fenced, so its collective timed out.
+            # not fenced, so its collective timed out. Other failures (a
+            # peer gone: unavailable, aborted) stay what they are: an
+            # elastic job recovers from them.
             raise RuntimeError(
                 self._unfenced_message(self._depth.read, self._depth.outer, e)
             ) from e

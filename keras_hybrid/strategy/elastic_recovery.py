@@ -53,13 +53,13 @@ from keras_hybrid.strategy.elastic_commit import broadcast_values
 from keras_hybrid.strategy.elastic_commit import is_partitioned
 from keras_hybrid.strategy.elastic_commit import state_variables
 from keras_hybrid.strategy.elastic_commit import variables_bytes
+from keras_hybrid.strategy.elastic_plan_wait import plan_wait_seconds
 from keras_hybrid.strategy.global_read_variable import GlobalReadVariable
 
 _PLAN = re.compile(r"recover-(\d+)\.json$")
 _JOB = "worker"
 # How long a failed step waits for the launcher's recovery plan before the
 # error is taken for what it is (the launcher sees a death within 0.05 s).
-_PLAN_WAIT_SECONDS = 15.0
 # A probe of the peer watchdog lasts at most its interval (<= 10 s).
 _WATCHDOG_JOIN_SECONDS = 12.0
 
@@ -247,9 +247,7 @@ class ElasticRecovery:
         return commit
 
     def _wait_for_plan(self, error: BaseException) -> dict | None:
-        deadline = time.monotonic() + (
-            _PLAN_WAIT_SECONDS if isinstance(error, tf.errors.OpError) else 0
-        )
+        deadline = time.monotonic() + plan_wait_seconds(error)
         while True:
             with self._lock:
                 plan = self._pending

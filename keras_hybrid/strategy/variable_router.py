@@ -21,6 +21,7 @@ import gc
 import re
 import weakref
 
+import numpy as np
 import tensorflow as tf
 from absl import logging
 
@@ -285,7 +286,7 @@ class VariableRouter:
                 if keras_var is None:
                     continue
                 new = tf_compat.plain_variable(
-                    old.gather_full(),
+                    self._full_value(old),
                     name=old.name.split(":")[0],
                     trainable=old.trainable,
                     like=old,
@@ -299,6 +300,16 @@ class VariableRouter:
             placed.slots = []
         logging.info("keras-hybrid: %s is dense (%s).", path, why)
         return placed.storage
+
+    def _full_value(self, old):
+        """`old`'s whole value: gathered from every worker; zeros on an
+        elastic joiner tracing before it is admitted (no collective may
+        run then: the members' group is not its own yet), whose every
+        weight and slot rank 0 sends when it is admitted."""
+        membership = getattr(self._comm, "membership", None)
+        if membership is not None and membership.joining:
+            return np.zeros(old.full_shape, old.dtype.as_numpy_dtype)
+        return old.gather_full()
 
     # -- checks and warnings
 

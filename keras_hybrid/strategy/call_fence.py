@@ -94,9 +94,12 @@ class CallFence:
                 f"`name` must be one of {CALLS}. Received: name={name!r}"
             )
         depth = getattr(self._depth, "value", 0)
-        if depth == 0 and self.communicator.size > 1:
-            self.agree(name)
+        if depth == 0:
+            # Also on one worker: an elastic joiner enters `fit` as one
+            # and makes collectives inside it once admitted.
             self._depth.outer = name
+            if self.communicator.size > 1:
+                self.agree(name)
         self._depth.value = depth + 1
         first_read = name in _READS and not getattr(self._depth, "read", "")
         if first_read:

@@ -132,6 +132,29 @@ class CallFenceTest(TestCase):
             pass
         self.assertEqual(comm.gathered, 0)
 
+    def test_a_read_failing_in_a_joiners_fit_is_explained(self):
+        # An elastic joiner enters `fit` as one worker (no agreement) and
+        # is admitted inside it: a read there that times out is explained
+        # like any other (it raised AttributeError: no `outer`).
+        comm = _FakeCommunicator([], size=1)
+        fence = CallFence(comm, 30.0)
+        with self.assertRaisesRegex(RuntimeError, "inside model.fit"):
+            with fence.fenced("model.fit"):
+                comm.size = 2  # admitted
+                with fence.fenced("model.get_weights"):
+                    raise _timeout()
+        self.assertEqual(comm.gathered, 0)
+
+    def test_a_lost_peer_in_a_read_inside_fit_stays_what_it_is(self):
+        # Not a rank-0-only read: an elastic job recovers from it.
+        comm = _FakeCommunicator([("model.fit", 1)])
+        fence = CallFence(comm, 30.0)
+        lost = tf.errors.UnavailableError(None, None, "connection refused")
+        with self.assertRaises(tf.errors.UnavailableError):
+            with fence.fenced("model.fit"):
+                with fence.fenced("model.get_weights"):
+                    raise lost
+
     def test_unknown_call_name(self):
         fence = CallFence(_FakeCommunicator([]), 30.0)
         with self.assertRaisesRegex(ValueError, r"`name` must be one of"):

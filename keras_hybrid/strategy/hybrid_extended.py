@@ -227,8 +227,12 @@ class HybridExtended(OneProcessExtended):
         for d in shape[1:]:
             row_bytes *= int(d)
         lookups = cost_rule.lookups_of(value.indices.shape)
+        # For the most workers an elastic job can have (`width`): every
+        # process, a joiner tracing before admission included, must choose
+        # alike whatever the size when it traced; an all-gather then makes
+        # every resize trace the step again on every process.
         return cost_rule.table_cost(
-            rows, row_bytes, lookups, self._communicator.size, self._link
+            rows, row_bytes, lookups, self._communicator.width, self._link
         ).dense_sync
 
     def _gather_indexed_slices(self, value, op):

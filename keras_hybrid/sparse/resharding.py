@@ -285,7 +285,9 @@ def adopt_partitions(tables, communicator, root: int = 0) -> None:
         if target.rows_on_shard(communicator.rank):
             wrong.append(table.path)
             continue
-        table.take_rows(target, tf.zeros((0, *table.full_shape[1:])))
+        table.take_rows(
+            target, tf.zeros((0, *table.full_shape[1:]), table.dtype)
+        )
     if wrong:
         raise ValueError(
             f"Worker {communicator.rank} holds tables {wrong} with another "

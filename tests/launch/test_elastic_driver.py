@@ -122,6 +122,7 @@ def test_members_get_the_max_np_cluster_and_the_members(tmp_path):
 
 _LOSER = """
 import json, os, signal, sys, time
+DEADLINE = time.monotonic() + 180
 task = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
 d = os.environ["KERAS_HYBRID_ELASTIC_DIR"]
 if not os.environ.get("KERAS_HYBRID_ELASTIC_MEMBERS"):
@@ -131,6 +132,10 @@ if task == 2:
 def wait(name):
     while not os.path.exists(os.path.join(d, name)):
         time.sleep(0.05)
+    if time.monotonic() > DEADLINE:
+        sys.exit('stand-in worker: gave up waiting')
+        if time.monotonic() > DEADLINE:
+            sys.exit('stand-in worker: gave up waiting')
     with open(os.path.join(d, name)) as f:
         return json.load(f)
 plan = wait("recover-1.json")
@@ -219,6 +224,7 @@ FAKE_HOST="$1" exec sh -c "$2"
 
 _READDRESSED = """
 import json, os, sys, time
+DEADLINE = time.monotonic() + 180
 from keras_hybrid.launch.plan_channel import channel_from_env
 task = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
 channel = channel_from_env()
@@ -226,6 +232,10 @@ slots = sys.argv[1]
 def wait(name):
     while channel.get(name) is None:
         time.sleep(0.05)
+    if time.monotonic() > DEADLINE:
+        sys.exit('stand-in worker: gave up waiting')
+        if time.monotonic() > DEADLINE:
+            sys.exit('stand-in worker: gave up waiting')
     return json.loads(channel.get(name))
 print(json.dumps({"task": task, "host": os.environ["FAKE_HOST"],
                   "tcp": "KERAS_HYBRID_ELASTIC_CHANNEL" in os.environ,
@@ -305,6 +315,7 @@ def test_a_joiner_on_a_new_host_comes_after_a_readdress(tmp_path, shared_dir):
 
 _WIDENED = """
 import json, os, sys, time
+DEADLINE = time.monotonic() + 180
 from keras_hybrid.launch.commit_files import CommitFiles
 from keras_hybrid.launch.commit_server import commit_files_from_env
 from keras_hybrid.launch.plan_channel import channel_from_env
@@ -314,6 +325,10 @@ slots, marker = sys.argv[1], sys.argv[2]
 def wait(name):
     while channel.get(name) is None:
         time.sleep(0.05)
+    if time.monotonic() > DEADLINE:
+        sys.exit('stand-in worker: gave up waiting')
+        if time.monotonic() > DEADLINE:
+            sys.exit('stand-in worker: gave up waiting')
     return json.loads(channel.get(name))
 print(json.dumps({"task": task, "host": os.environ.get("FAKE_HOST", "-"),
                   "tcp": "KERAS_HYBRID_ELASTIC_CHANNEL" in os.environ,
@@ -329,6 +344,10 @@ if task == 0:
     channel.put("recovered-1.json", "{}")
     while not os.path.exists(marker):
         time.sleep(0.05)
+    if time.monotonic() > DEADLINE:
+        sys.exit('stand-in worker: gave up waiting')
+        if time.monotonic() > DEADLINE:
+            sys.exit('stand-in worker: gave up waiting')
     files = CommitFiles(os.environ["KERAS_HYBRID_ELASTIC_COMMIT_DIR"])
     print(json.dumps({"blob": files.read("commit-5-g1", 2).decode()}))
 elif task == 2:

@@ -36,6 +36,7 @@ FAKE_HOST="$1" exec sh -c "$2"
 
 _WORKER = """
 import json, os, sys, time
+DEADLINE = time.monotonic() + 180
 from keras_hybrid.launch.plan_channel import channel_from_env
 task = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
 channel = channel_from_env()
@@ -43,6 +44,10 @@ slots, more = sys.argv[1], sys.argv[2]
 def wait(name):
     while channel.get(name) is None:
         time.sleep(0.05)
+    if time.monotonic() > DEADLINE:
+        sys.exit('stand-in worker: gave up waiting')
+        if time.monotonic() > DEADLINE:
+            sys.exit('stand-in worker: gave up waiting')
     return json.loads(channel.get(name))
 print(json.dumps({"task": task, "host": os.environ.get("FAKE_HOST", "-"),
                   "cluster": json.loads(os.environ["TF_CONFIG"])
@@ -56,6 +61,10 @@ if task == 0:
     # Joiners write to the launcher's TCP board, members read files.
     while not all(os.path.exists(f"{slots}.{t}") for t in (2, 3)):
         time.sleep(0.05)
+    if time.monotonic() > DEADLINE:
+        sys.exit('stand-in worker: gave up waiting')
+        if time.monotonic() > DEADLINE:
+            sys.exit('stand-in worker: gave up waiting')
 elif task in (2, 3):
     open(f"{slots}.{task}", "w").close()
 """

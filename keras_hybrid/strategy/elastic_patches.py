@@ -194,7 +194,9 @@ def check_global_batch(
                 f"Received: a global batch of {rows} rows, which does not "
                 f"split over {bad} workers. Use a batch size divisible by "
                 f"{int(np.lcm.reduce(list(counts)))}, drop the last partial "
-                "batch, or narrow --min-np/--max-np."
+                "batch (trim the arrays to a multiple of the batch size, or "
+                "batch a tf.data dataset with drop_remainder=True), or "
+                "narrow --min-np/--max-np."
             )
 
 

@@ -18,12 +18,14 @@ half-written). No collective runs at commit time. The next commit waits
 for the previous write. Each member then removes its files of commits
 older than the last two it keeps.
 
-The snapshot is one copy of each variable's value into host memory that
-a commit the member no longer keeps held before: a fresh 19 MB array per
-commit cost its page faults on the training thread (about 2 ms of the
-3.5 ms numpy copy, timed alone). A buffer is handed out again only
-after the write of its commit ended (the next commit waits for it) and
-once that commit left `keep`.
+The snapshot, on the training thread, is one copy of each shard: from
+the variable's own memory (`stored_tensor_shared`, without the copy that
+a whole read of a table makes in TensorFlow's copy-on-read mode: about
+1 ms for 19 MB) into arrays of a commit the member gave up. New arrays
+cost page faults whenever the heap has given their memory back (the
+first commits of a worker took up to 30 ms); reused ones never do. An
+array is handed out again only after the write of its commit ended (the
+next commit waits for it) and once that commit left `keep`.
 
 After a lost worker, the next surviving member in task order reads the
 lost one's rows from its file (`elastic_buddy.restored_rows`); a commit
@@ -102,7 +104,7 @@ class FileStore:
         self.wait()
         folder = folder_name(global_step, generation)
         spare = self._release(keep)
-        own = [_snapshot(t.stored_tensor(), spare) for t in tables]
+        own = [_snapshot(t.stored_tensor_shared(), spare) for t in tables]
         self._snapshots[folder] = own
         self._thread = threading.Thread(
             target=self._write,
@@ -160,9 +162,7 @@ class FileStore:
 def _snapshot(tensor, spare: list) -> np.ndarray:
     """A copy of `tensor` in host memory: in an array of `spare` of its
     shape and dtype (taken out of `spare`), else in a new one."""
-    # A view of the tensor's memory: reading a table copies it already
-    # (TensorFlow's copy-on-read of a variable that was gathered from).
-    value = np.asarray(tensor)
+    value = np.asarray(tensor)  # a view of the variable's memory
     for i, array in enumerate(spare):
         if array.shape == value.shape and array.dtype == value.dtype:
             del spare[i]

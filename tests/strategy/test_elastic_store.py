@@ -37,7 +37,7 @@ class _Shard:
         self.partition = PARTITION
         self._rows = TABLE[PARTITION.ids_on_shard(task)] * scale
 
-    def stored_tensor(self):
+    def stored_tensor_shared(self):
         return self._rows
 
 
@@ -49,7 +49,7 @@ class _Changing:
         self.partition = PARTITION
         self.value = np.zeros((rows, 2), "float32")
 
-    def stored_tensor(self):
+    def stored_tensor_shared(self):
         return self.value
 
 

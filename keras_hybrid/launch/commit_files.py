@@ -67,7 +67,8 @@ class CommitFiles:
 
     def write(self, folder: str, task: int, produce: Callable) -> None:
         """Writes `task`'s file of `folder`, atomically: `produce(f)`
-        writes the blob to `f`, a binary file object."""
+        writes the blob to `f`, an unbuffered binary file (`io.FileIO`,
+        whose `write` may write part of what it is given)."""
         final = self.path(folder, task)
         # Beside the folders, not in `folder`: a member ahead of this
         # (slower) write may prune `folder` while it is empty.
@@ -76,7 +77,8 @@ class CommitFiles:
         try:
             with contextlib.suppress(FileNotFoundError):
                 os.replace(self._spare(task), temp)
-            with open(temp, "r+b") as f:
+            # Unbuffered: the commit server splices into its descriptor.
+            with open(temp, "r+b", buffering=0) as f:
                 produce(f)
                 f.truncate()  # the spare may be longer
             while True:

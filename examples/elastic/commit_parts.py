@@ -25,10 +25,12 @@ system, page faults included) and its minor page faults, over
   task's spare plus the prune that makes the next spare (`commit_files`);
 - served store: the worker's thread sending the blob (`blob_stream`), and
   the server's thread receiving it into one reused buffer alone, then
-  into a new file (before) or the spare, each with its prune.
+  into a new file (before), or over the spare through that buffer, or
+  spliced from the socket over the spare (now), each with its prune.
 """
 
 import collections
+import contextlib
 import os
 import resource
 import statistics
@@ -121,34 +123,60 @@ def training_thread() -> list:
     ]
 
 
-def _write_and_prune(files, step, produce, spare: bool) -> None:
-    """Writes task 0's file of `step`, prunes the one before; without
-    `spare`, also removes the spare (the code before removed the file)."""
+def _write_new(folder: str, step: int, produce) -> None:
+    """As the code before: a new file (buffered, so no splice) renamed into
+    place, and the file of the step before removed (its prune)."""
+    fd, temp = tempfile.mkstemp(prefix=".writing-", dir=folder)
+    with os.fdopen(fd, "wb") as f:
+        produce(f)
+    os.replace(temp, os.path.join(folder, f"{step}.npy"))
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(os.path.join(folder, f"{step - 1}.npy"))
+
+
+def _write_spare(files, step: int, produce) -> None:
+    """As now: over task 0's spare, then the prune that makes the next."""
     files.write(folder_name(step, 0), 0, produce)
     files.prune(0, [folder_name(step, 0)])
-    for name in os.listdir(files.root):
-        if not spare and name.startswith(".spare-"):
-            os.remove(os.path.join(files.root, name))
+
+
+class _Unspliced:
+    """A raw file seen through `write` alone: `BlobReader.copy_to` then
+    receives into its buffer and writes, as before the splice."""
+
+    def __init__(self, f) -> None:
+        self.write = f.write
+
+
+def _timed(folder: str, variant: str, step: int, produce) -> _Clock:
+    with _Clock() as clock:
+        if variant == "new":
+            _write_new(folder, step, produce)
+        elif variant == "spare":
+            _write_spare(CommitFiles(folder), step, produce)
+        else:  # the spare, not spliced
+            _write_spare(
+                CommitFiles(folder), step, lambda f: produce(_Unspliced(f))
+            )
+    return clock
 
 
 def directory_writer(arrays, root: str) -> list:
     lines = []
-    for label, spare in (
-        ("a new file, removal (before)", False),
-        ("over the spare (now)", True),
+    for label, variant in (
+        ("a new file, removal (before)", "new"),
+        ("over the spare (now)", "spare"),
     ):
         with tempfile.TemporaryDirectory(dir=root) as folder:
-            files = CommitFiles(folder)
-            clocks = []
-            for step in range(FLAGS.repeats + 1):
-                with _Clock() as clock:
-                    _write_and_prune(
-                        files,
-                        step,
-                        lambda f: commit_blob.write_blob(f, arrays),
-                        spare,
-                    )
-                clocks.append(clock)
+            clocks = [
+                _timed(
+                    folder,
+                    variant,
+                    step,
+                    lambda f: commit_blob.write_blob(f, arrays),
+                )
+                for step in range(FLAGS.repeats + 1)
+            ]
             lines.append(_line(f"directory writer: {label}", clocks[1:]))
     return lines
 
@@ -160,26 +188,26 @@ def served(arrays, root: str) -> list:
     sender.start()
     conn = listener.accept()
     lines = []
-    with tempfile.TemporaryDirectory(dir=root) as folder:
-        files = CommitFiles(folder)
-        variants = (
-            ("receive into one buffer alone", None),
-            ("receive into a new file, removal (before)", False),
-            ("receive over the spare (now)", True),
-        )
-        for label, spare in variants:
-            clocks = []
+    variants = (
+        ("receive into one buffer alone", None),
+        ("receive into a new file, removal (before)", "new"),
+        ("receive over the spare, one buffer", "unspliced"),
+        ("receive over the spare, spliced (now)", "spare"),
+    )
+    for label, variant in variants:
+        clocks = []
+        with tempfile.TemporaryDirectory(dir=root) as folder:
             for step in range(FLAGS.repeats + 1):
                 conn.send("blob")
                 blob = BlobReader(conn)
-                with _Clock() as clock:
-                    if spare is None:
+                if variant is None:
+                    with _Clock() as clock:
                         blob.drain()
-                    else:
-                        _write_and_prune(files, step, blob.copy_to, spare)
+                else:
+                    clock = _timed(folder, variant, step, blob.copy_to)
                 clocks.append(clock)
                 conn.send("written")
-            lines.append(_line(f"server: {label}", clocks[1:]))
+        lines.append(_line(f"server: {label}", clocks[1:]))
     conn.send("stop")
     sender.join()
     conn.close()

@@ -17,7 +17,8 @@ PARTS = [
     "served writer: send the blob",
     "server: receive into one buffer alone",
     "server: receive into a new file, removal",
-    "server: receive over the spare",
+    "server: receive over the spare, one buffer",
+    "server: receive over the spare, spliced",
 ]
 
 

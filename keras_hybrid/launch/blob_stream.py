@@ -4,9 +4,10 @@ raw bytes on its socket, for the commit server (`commit_server`).
 A blob is a run of chunks, each an 8-byte little-endian length and that
 many bytes, ended by a chunk of length 0. The sender writes each buffer
 it is given as one chunk, straight from its memory (`os.write` on the
-socket); the receiver reads each into one reused buffer (`os.readv`) and
-hands it on, so neither side copies or holds the whole blob, and both
-release the GIL while the kernel moves the bytes.
+socket); the receiver moves each into a raw file through a pipe
+(`os.splice`), or reads it into one reused buffer (`os.readv`) and hands
+it on, so neither side copies or holds the whole blob, and both release
+the GIL while the kernel moves the bytes.
 `Connection.send_bytes`/`recv_bytes` would not do: a long message is
 read into a growing buffer (several times slower), and short messages
 copy each chunk twice more.

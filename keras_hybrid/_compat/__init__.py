@@ -19,7 +19,9 @@ TensorFlow (`tf.py`, `one_process_extended.py`):
   `_device` and `_container_strategy()`;
 - `ConvertibleVariable`: `resource_variable_ops.ResourceVariable` with its
   `_dense_var_to_tensor` sent to `to_tensor`, and the static shape of
-  `_read_variable_op`'s result given by `read_shape`;
+  `_read_variable_op`'s result given by `read_shape`; its
+  `stored_tensor_shared` relies on the copy-on-read mode of resource
+  variables (the public `DisableCopyOnRead` op turns it off);
 - `all_reduce`, `all_gather`, `all_to_all`, `broadcast_send`,
   `broadcast_recv`: `collective_ops`' V2 ops;
 - `run_independently`: a traced graph's `experimental_acd_manager`, which

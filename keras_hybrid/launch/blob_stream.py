@@ -4,9 +4,10 @@ raw bytes on its socket, for the commit server (`commit_server`).
 A blob is a run of chunks, each an 8-byte little-endian length and that
 many bytes, ended by a chunk of length 0. The sender writes each buffer
 it is given as one chunk, straight from its memory (`os.write` on the
-socket); the receiver reads each into one reused buffer (`os.readv`) and
-hands it on, so neither side copies or holds the whole blob, and both
-release the GIL while the kernel moves the bytes.
+socket); the receiver moves each into a raw file through a pipe
+(`os.splice`), or reads it into one reused buffer (`os.readv`) and hands
+it on, so neither side copies or holds the whole blob, and both release
+the GIL while the kernel moves the bytes.
 `Connection.send_bytes`/`recv_bytes` would not do: a long message is
 read into a growing buffer (several times slower), and short messages
 copy each chunk twice more.
@@ -18,6 +19,8 @@ on one connection.
 Imports nothing heavy: the launcher runs without TensorFlow.
 """
 
+import contextlib
+import fcntl
 import io
 import os
 import struct
@@ -26,7 +29,16 @@ _LENGTH = struct.Struct("<Q")
 # Buffers shorter than this are gathered into one chunk (e.g. an array's
 # header with its rows' chunk after it).
 _SMALL = 64 << 10
-_READ = 1 << 20  # the receiver's buffer
+_READ = 1 << 20  # the receiver's buffer, and its pipe for `os.splice`
+_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
+
+
+def write_all(f, data) -> None:
+    """Writes all of `data` to the binary file `f` (a raw file may write
+    part of it)."""
+    data = memoryview(data).cast("B")
+    while data:
+        data = data[f.write(data) :]
 
 
 def _write_all(fd: int, data: memoryview) -> None:
@@ -96,13 +108,39 @@ class BlobReader:
         self._done = False
 
     def copy_to(self, f) -> None:
-        """Writes the blob to the binary file `f`."""
+        """Writes the blob to the binary file `f`.
+
+        To an unbuffered file (`io.FileIO`, whose position is its
+        descriptor's) on Linux, the bytes go from the socket to the file
+        through a pipe (`os.splice`): one copy, not two (a 19 MB blob into
+        an existing file under /dev/shm: 4.6 ms of CPU against 8.3 ms).
+        """
+        if isinstance(f, io.FileIO) and hasattr(os, "splice"):
+            self._splice_to(f.fileno())
+            return
         buffer = memoryview(bytearray(_READ))
         while self._next_chunk():
             while self._left:
                 got = self._read_into(buffer[: min(self._left, _READ)])
                 self._left -= got
-                f.write(buffer[:got])
+                write_all(f, buffer[:got])
+
+    def _splice_to(self, fd: int) -> None:
+        read_end, write_end = os.pipe()
+        try:
+            with contextlib.suppress(OSError):  # else the default size
+                fcntl.fcntl(write_end, _SETPIPE_SZ, _READ)
+            while self._next_chunk():
+                while self._left:
+                    got = self._splice(write_end, min(self._left, _READ))
+                    # Read from the socket: a failed write leaves the
+                    # rest of the blob to `drain`.
+                    self._left -= got
+                    while got:
+                        got -= os.splice(read_end, fd, got)
+        finally:
+            os.close(read_end)
+            os.close(write_end)
 
     def read_all(self) -> bytes:
         """The whole blob."""
@@ -134,6 +172,17 @@ class BlobReader:
         start = 0
         while start < len(buffer):
             start += self._read_into(buffer[start:])
+
+    def _splice(self, pipe: int, count: int) -> int:
+        try:
+            got = os.splice(self._fd, pipe, count)
+        except OSError as error:
+            raise EOFError(f"The connection failed in a blob: {error}") from (
+                error
+            )
+        if not got:
+            raise EOFError("The connection ended in a blob.")
+        return got
 
     def _read_into(self, buffer: memoryview) -> int:
         try:

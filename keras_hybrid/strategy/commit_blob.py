@@ -16,6 +16,8 @@ import io
 
 import numpy as np
 
+from keras_hybrid.launch.blob_stream import write_all
+
 
 def blob_pieces(arrays) -> list:
     """The buffers of the blob of `arrays`, in order: each array's `.npy`
@@ -43,9 +45,10 @@ def blob_pieces(arrays) -> list:
 
 
 def write_blob(f, arrays) -> None:
-    """Writes the blob of `arrays` to the binary file `f`."""
+    """Writes the blob of `arrays` to the binary file `f` (buffered or
+    raw: a raw file may write part of a piece)."""
     for piece in blob_pieces(arrays):
-        f.write(piece)
+        write_all(f, piece)
 
 
 def read_blob(data) -> list:

@@ -468,6 +468,39 @@ class ResourceVariableTest(TestCase):
         self.assertTrue({"numpy", "__array__"} & set(table.reads))
 
 
+class CopyOnReadTest(TestCase):
+    """`ConvertibleVariable.stored_tensor_shared`: a variable that was
+    gathered from is in copy-on-read mode (each whole read a copy); the
+    `DisableCopyOnRead` op turns that off until the next gather, and an
+    update never changes a value read before it."""
+
+    def _address(self, tensor) -> int:
+        return np.asarray(tensor).ctypes.data
+
+    def test_a_shared_read_is_not_a_copy_and_stays_as_read(self):
+        variable = tf_compat.ConvertibleVariable(
+            initial_value=np.zeros((64, 4), "float32")
+        )
+        ids = tf.constant([1, 5])
+        variable.sparse_read(ids)  # copy-on-read from now on
+        first, second = variable.stored_tensor(), variable.stored_tensor()
+        self.assertNotEqual(self._address(first), self._address(second))
+        shared = variable.stored_tensor_shared()
+        self.assertEqual(
+            self._address(shared),
+            self._address(variable.stored_tensor_shared()),
+        )
+        variable.scatter_add(tf.IndexedSlices(tf.ones([2, 4]), ids))
+        np.testing.assert_array_equal(np.asarray(shared), np.zeros((64, 4)))
+        np.testing.assert_array_equal(
+            variable.sparse_read(ids), np.ones((2, 4))
+        )
+        del shared
+        # Copy-on-read again after the gather and scatter.
+        first, second = variable.stored_tensor(), variable.stored_tensor()
+        self.assertNotEqual(self._address(first), self._address(second))
+
+
 class CompatHooksTest(TestCase):
     """`keras_hybrid/_compat/`: each named hook does what it says."""
 

@@ -95,3 +95,43 @@ def test_a_sender_gone_in_a_chunk_is_an_eof_error():
     with pytest.raises(EOFError, match="ended in a blob"):
         BlobReader(receiver).copy_to(f)
     assert bytes(f.data) == b"z" * 1000
+
+
+def test_to_a_raw_file_the_bytes_are_spliced_whole(tmp_path):
+    # An `io.FileIO` (the commit files' kind) takes the splice path; a
+    # longer file is overwritten from its position.
+    sender, receiver = Pipe()
+    blob = bytes(range(256)) * (9 * 4096) + b"end"  # over two pipefuls
+
+    def send():
+        send_blob(sender, blob)
+        sender.send("next request")
+
+    thread = _in_thread(send)
+    path = tmp_path / "blob"
+    path.write_bytes(b"z" * (len(blob) + 100))
+    with open(path, "r+b", buffering=0) as f:
+        BlobReader(receiver).copy_to(f)
+        assert f.tell() == len(blob)
+        f.truncate()
+    assert receiver.recv() == "next request"
+    thread.join(timeout=30)
+    assert path.read_bytes() == blob
+
+
+def test_a_raw_file_that_fails_is_drained_in_step(tmp_path):
+    sender, receiver = Pipe()
+
+    def send():
+        send_blob(sender, b"w" * (3 * MB))
+        sender.send("next request")
+
+    thread = _in_thread(send)
+    path = tmp_path / "read-only"
+    path.write_bytes(b"")
+    blob = BlobReader(receiver)
+    with open(path, "rb", buffering=0) as f, pytest.raises(OSError):
+        blob.copy_to(f)
+    blob.drain()
+    assert receiver.recv() == "next request"
+    thread.join(timeout=30)

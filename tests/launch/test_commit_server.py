@@ -75,11 +75,18 @@ def test_prune_keeps_the_named_commits_of_one_task(server, client):
             client.write(folder_name(step, 0), task, _blob(b"x"))
     client.prune(1, [folder_name(20, 0), folder_name(30, 0)])
     root = server.files.root
-    assert sorted(os.listdir(root)) == [f"commit-{s}-g0" for s in (10, 20, 30)]
+    folders = [f"commit-{s}-g0" for s in (10, 20, 30)]
+    # Task 1's pruned file is its spare (`test_commit_files`).
+    assert sorted(os.listdir(root)) == [".spare-task-1.npy", *folders]
     assert os.listdir(os.path.join(root, "commit-10-g0")) == ["task-0.npy"]
     client.prune(0, [folder_name(30, 0)])
     # A folder is gone with the last task's file.
-    assert sorted(os.listdir(root)) == ["commit-20-g0", "commit-30-g0"]
+    assert sorted(os.listdir(root)) == [
+        ".spare-task-0.npy",
+        ".spare-task-1.npy",
+        "commit-20-g0",
+        "commit-30-g0",
+    ]
     assert client.exists(folder_name(20, 0), 1)
     assert not client.exists(folder_name(20, 0), 0)
 
@@ -200,9 +207,11 @@ def test_a_late_write_lands_after_its_folder_was_pruned(server, client):
     assert client.read(folder_name(10, 0), 0) == b"0"
     client.prune(0, [folder_name(20, 0), folder_name(30, 0)])
     assert sorted(os.listdir(server.files.root)) == [
+        ".spare-task-0.npy",
+        ".spare-task-1.npy",
         "commit-20-g0",
         "commit-30-g0",
-    ]  # and no temporary file is left beside them
+    ]  # and no temporary file is left beside them (spares apart)
 
 
 def test_a_blob_cut_short_is_dropped(server, client):

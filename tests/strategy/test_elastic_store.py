@@ -7,8 +7,10 @@ the files (a shared directory) and the restore from them, on the table of
 shards over the tasks [0, 1, 2]).
 """
 
+import io
 import os
 import tempfile
+import time
 
 import numpy as np
 
@@ -17,6 +19,7 @@ from keras_hybrid.launch.commit_server import CommitClient
 from keras_hybrid.launch.commit_server import CommitServer
 from keras_hybrid.launch.elastic_files import COMMIT_AUTHKEY_ENV
 from keras_hybrid.sparse.row_partition import RowPartition
+from keras_hybrid.strategy import commit_blob
 from keras_hybrid.strategy import elastic_buddy
 from keras_hybrid.strategy import elastic_store
 from keras_hybrid.testing import TestCase
@@ -34,8 +37,44 @@ class _Shard:
         self.partition = PARTITION
         self._rows = TABLE[PARTITION.ids_on_shard(task)] * scale
 
-    def stored_tensor(self):
+    def stored_tensor_shared(self):
         return self._rows
+
+
+class _Changing:
+    """A task's shard whose rows change: all equal to `value`."""
+
+    def __init__(self, rows: int = 4):
+        self.path = "items/embeddings"
+        self.partition = PARTITION
+        self.value = np.zeros((rows, 2), "float32")
+
+    def stored_tensor_shared(self):
+        return self.value
+
+
+class _SlowFiles(CommitFiles):
+    """`CommitFiles` whose writes last 0.2 s, and which records the values
+    of each blob at the start and at the end of its write."""
+
+    def __init__(self, root):
+        super().__init__(root)
+        self.seen = {}
+
+    def write(self, folder, task, produce):
+        first, second = io.BytesIO(), io.BytesIO()
+        produce(first)
+        time.sleep(0.2)
+        produce(second)
+        self.seen[folder] = {
+            float(v) for blob in (first, second) for v in _values(blob)
+        }
+        super().write(folder, task, produce)
+
+
+def _values(blob: io.BytesIO):
+    (rows,) = commit_blob.read_blob(blob.getvalue())
+    return np.unique(rows)
 
 
 def _commit_all(root, step: int, scale: float = 1.0) -> dict:
@@ -74,9 +113,68 @@ class FileStoreTest(TestCase):
                 commit = store.take([_Shard(1)], MEMBERS, step, 0, kept[-1:])
                 kept.append(commit["folder"])
             store.wait()
+            # The file of commit 10 is the spare the next write overwrites.
             self.assertEqual(
-                sorted(os.listdir(root)), ["commit-20-g0", "commit-30-g0"]
+                sorted(os.listdir(root)),
+                [".spare-task-1.npy", "commit-20-g0", "commit-30-g0"],
             )
+
+    def test_a_snapshot_reuses_the_arrays_of_a_commit_given_up(self):
+        shard = _Changing()
+        with tempfile.TemporaryDirectory() as root:
+            files = _SlowFiles(root)
+            store = elastic_store.FileStore(files, 1)
+            commits, kept = {}, []
+            for step in (10, 20, 30, 40):
+                shard.value[:] = step
+                commit = store.take([shard], MEMBERS, step, 0, kept[-1:])
+                commits[step] = commit
+                kept.append(commit["folder"])
+            store.wait()
+            (rows_30,) = elastic_store.read_rows(commits[30], 1)
+            (rows_40,) = elastic_store.read_rows(commits[40], 1)
+        own = {s: c["tables"][0].own for s, c in commits.items()}
+        # The commits kept (30 and 40) hold their own rows, in memory and
+        # in their files; 30 holds 10's arrays, 40 holds 20's.
+        self.assertIs(own[30], own[10])
+        self.assertIs(own[40], own[20])
+        self.assertIsNot(own[30], own[40])
+        np.testing.assert_array_equal(own[30], np.full((4, 2), 30.0))
+        np.testing.assert_array_equal(own[40], np.full((4, 2), 40.0))
+        np.testing.assert_array_equal(rows_30, own[30])
+        np.testing.assert_array_equal(rows_40, own[40])
+        self.assertEqual(
+            files.seen,
+            {f"commit-{s}-g0": {float(s)} for s in (10, 20, 30, 40)},
+        )
+
+    def test_a_buffer_is_not_reused_while_its_write_lasts(self):
+        # Commit 10 leaves `keep` at once: its arrays are free only when
+        # its (slow) write has ended.
+        shard = _Changing()
+        with tempfile.TemporaryDirectory() as root:
+            files = _SlowFiles(root)
+            store = elastic_store.FileStore(files, 1)
+            shard.value[:] = 10
+            first = store.take([shard], MEMBERS, 10, 0, [])
+            shard.value[:] = 20
+            second = store.take([shard], MEMBERS, 20, 0, [])
+            store.wait()
+            (rows,) = elastic_store.read_rows(second, 1)
+        self.assertIs(second["tables"][0].own, first["tables"][0].own)
+        self.assertEqual(
+            files.seen, {"commit-10-g0": {10.0}, "commit-20-g0": {20.0}}
+        )
+        np.testing.assert_array_equal(rows, np.full((4, 2), 20.0))
+
+    def test_a_shard_of_another_shape_gets_a_new_array(self):
+        with tempfile.TemporaryDirectory() as root:
+            store = elastic_store.FileStore(CommitFiles(root), 1)
+            first = store.take([_Changing(4)], MEMBERS, 10, 0, [])
+            second = store.take([_Changing(6)], MEMBERS, 20, 0, [])
+            store.wait()
+        self.assertIsNot(second["tables"][0].own, first["tables"][0].own)
+        self.assertEqual(second["tables"][0].own.shape, (6, 2))
 
     def test_neighbours_lost_together_come_back_from_the_files(self):
         with tempfile.TemporaryDirectory() as root:

@@ -82,7 +82,8 @@ class StableAlltoall:
         received = tf.concat(
             [received[: got_end - pad], received[got_end:]], axis=0
         )
-        received.set_shape([None, *tensor.shape[1:]])
+        if tensor.shape.rank is not None:
+            received.set_shape([None, *tensor.shape[1:]])
         return received, recv - mine
 
     def _capacity(self, key: str, rows) -> tf.Tensor:

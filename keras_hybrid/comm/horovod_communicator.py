@@ -6,7 +6,10 @@ graph, which is the same on every worker that traced the same code, so a
 worker that retraces alone still meets its peers (what content-derived
 instance keys do for the TF engine). Horovod sizes every exchange itself:
 `hvd.alltoall` takes unequal splits and `hvd.allgather` unequal rows, so
-nothing is padded.
+nothing is padded on the wire. In a traced step an all-to-all's input is
+padded in the block a worker sends itself, so that its shape, and with it
+Horovod's cached negotiation, stays the same from step to step
+(`stable_alltoall`).
 
 Horovod has no per-collective timeout, so `timeout_seconds` is not used:
 a rank that exits or fails ends the collectives of the others ("Horovod has
@@ -21,9 +24,11 @@ import tensorflow as tf
 
 from keras_hybrid.comm import byte_sizes
 from keras_hybrid.comm import capacity
+from keras_hybrid.comm.comm_stats import PATHS
 from keras_hybrid.comm.communicator import Communicator
 from keras_hybrid.comm.communicator import ExchangePlan
 from keras_hybrid.comm.communicator import split_flat
+from keras_hybrid.comm.stable_alltoall import StableAlltoall
 
 BUILD_COMMAND = (
     "HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 "
@@ -74,7 +79,8 @@ class HorovodCommunicator(Communicator):
     Bytes are charged with the same model as `TFCommunicator`: an
     all-reduce of D bytes sends 2 (N - 1) / N D, an all-gather of D local
     bytes (N - 1) D, an all-to-all the rows bound for other workers. No
-    `padding` is ever charged: Horovod exchanges exact sizes.
+    `padding` is ever charged: what pads an all-to-all stays on this
+    worker.
     """
 
     def __init__(self, rank, size, timeout_seconds, bucket_bytes) -> None:
@@ -94,6 +100,7 @@ class HorovodCommunicator(Communicator):
                 "build a `HybridStrategy(engine='horovod')`) first. "
                 f"Received: rank={rank}, size={size}"
             )
+        self._alltoall = StableAlltoall(self._hvd, rank, size, PATHS)
 
     def _all_reduce_flat(self, tensors, op, path):
         flat = tf.concat([tf.reshape(t, [-1]) for t in tensors], axis=0)
@@ -146,8 +153,7 @@ class HorovodCommunicator(Communicator):
         send_counts = tf.cast(tf.reshape(send_counts, [self.size]), tf.int32)
         if self.size == 1:
             return tf.identity(tensor), send_counts
-        received, recv_counts = self._hvd.alltoall(tensor, splits=send_counts)
-        recv_counts = tf.cast(recv_counts, tf.int32)
+        received, recv_counts = self._alltoall(tensor, send_counts, path)
         sent_rows = tf.reduce_sum(send_counts) - send_counts[self.rank]
         got_rows = tf.reduce_sum(recv_counts) - recv_counts[self.rank]
         row_bytes = byte_sizes.row_bytes(tensor)
@@ -190,8 +196,8 @@ class HorovodCommunicator(Communicator):
             ],
             axis=0,
         )
-        received, recv_counts = self._hvd.alltoall(
-            message, splits=sent[:, 0] + width
+        received, recv_counts = self._alltoall(
+            message, sent[:, 0] + width, "ids"
         )
         parts = tf.split(received, recv_counts, num=self.size)
         got = tf.cast(tf.stack([p[:width] for p in parts]), tf.int32)

@@ -174,26 +174,22 @@ class BlobReader:
             start += self._read_into(buffer[start:])
 
     def _splice(self, pipe: int, count: int) -> int:
-        try:
-            got = os.splice(self._fd, pipe, count)
-        except OSError as error:
-            raise EOFError(f"The connection failed in a blob: {error}") from (
-                error
-            )
-        if not got:
-            raise EOFError("The connection ended in a blob.")
-        return got
+        return _received(lambda: os.splice(self._fd, pipe, count))
 
     def _read_into(self, buffer: memoryview) -> int:
-        try:
-            got = os.readv(self._fd, [buffer])
-        except OSError as error:
-            raise EOFError(f"The connection failed in a blob: {error}") from (
-                error
-            )
-        if not got:
-            raise EOFError("The connection ended in a blob.")
-        return got
+        return _received(lambda: os.readv(self._fd, [buffer]))
+
+
+def _received(read) -> int:
+    """Bytes `read()` got from the connection; `EOFError` if it failed or
+    ended in a blob."""
+    try:
+        got = read()
+    except OSError as error:
+        raise EOFError(f"The connection failed in a blob: {error}") from error
+    if not got:
+        raise EOFError("The connection ended in a blob.")
+    return got
 
 
 class _Discard:

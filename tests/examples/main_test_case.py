@@ -10,6 +10,7 @@ import importlib.util
 import io
 import logging
 import os
+import subprocess
 
 from absl import flags
 from absl.testing import flagsaver
@@ -18,6 +19,19 @@ from keras_hybrid.testing import OneProcessTestCase
 
 FLAGS = flags.FLAGS
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
+
+
+def run_example(args, timeout=240) -> subprocess.CompletedProcess:
+    """Runs `args` (an example's command line) from the repository root,
+    with TF's C++ logs quiet; returns the finished process."""
+    return subprocess.run(
+        args,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        cwd=ROOT,
+    )
 
 
 class ExampleMainTestCase(OneProcessTestCase):

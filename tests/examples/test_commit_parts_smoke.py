@@ -3,10 +3,10 @@ part of one commit is timed and printed."""
 
 import os
 import re
-import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
+from tests.examples.main_test_case import run_example
+
 PARTS = [
     "training: read, copy-on-read",
     "training: numpy copy into new arrays",
@@ -23,16 +23,12 @@ PARTS = [
 
 
 def test_every_part_is_timed(tmp_path):
-    out = subprocess.run(
+    out = run_example(
         [
             *(sys.executable, "-m", "examples.elastic.commit_parts"),
             *("--rows=300", "--dim=4", "--repeats=2", f"--root={tmp_path}"),
         ],
-        capture_output=True,
-        text=True,
         timeout=240,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
-        cwd=ROOT,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "one commit of 0.0 MB (3 arrays of 300 x 4 float32)" in out.stdout

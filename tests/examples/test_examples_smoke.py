@@ -1,12 +1,11 @@
 """Examples run end to end with tiny flags: alone and on 2 workers."""
 
-import os
-import subprocess
 import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
+from tests.examples.main_test_case import run_example
+
 QUICKSTART = [
     "examples/quickstart/main.py",
     "--epochs=2",
@@ -15,20 +14,8 @@ QUICKSTART = [
 ]
 
 
-def _run(args, timeout=240):
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    return subprocess.run(
-        args,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-        cwd=ROOT,
-    )
-
-
 def test_quickstart_one_process():
-    out = _run([sys.executable, *QUICKSTART])
+    out = run_example([sys.executable, *QUICKSTART])
     assert out.returncode == 0, out.stderr[-3000:]
     assert "1 worker(s); global loss per epoch:" in out.stderr
 
@@ -36,7 +23,7 @@ def test_quickstart_one_process():
 @pytest.mark.multiprocess
 def test_quickstart_two_workers_like_make_demo():
     launcher = [sys.executable, "-m", "keras_hybrid.run", "-np", "2"]
-    out = _run([*launcher, sys.executable, *QUICKSTART])
+    out = run_example([*launcher, sys.executable, *QUICKSTART])
     assert out.returncode == 0, out.stderr[-3000:]
     assert "2 worker(s); global loss per epoch:" in out.stderr
     losses = out.stderr.split("global loss per epoch:")[1].split("\n")[0]
@@ -45,13 +32,13 @@ def test_quickstart_two_workers_like_make_demo():
 
 
 def test_quickstart_rejects_extra_arguments():
-    out = _run([sys.executable, "examples/quickstart/main.py", "oops"])
+    out = run_example([sys.executable, "examples/quickstart/main.py", "oops"])
     assert out.returncode != 0
     assert "Unexpected arguments" in out.stderr
 
 
 def test_fusion_benchmark_prints_both_configurations():
-    out = _run(
+    out = run_example(
         [
             sys.executable,
             "examples/fusion_benchmark/main.py",

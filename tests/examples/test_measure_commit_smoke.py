@@ -4,30 +4,24 @@ workers each (the figures themselves are tested in
 test_commit_figures.py)."""
 
 import json
-import os
 import re
-import subprocess
 import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
+from tests.examples.main_test_case import run_example
 
 
 @pytest.mark.multiprocess
 def test_one_round_prints_each_stores_share_and_verdict():
-    out = subprocess.run(
+    out = run_example(
         [
             *(sys.executable, "-m", "examples.elastic.measure_commit"),
             *("--hidden=16", "--vocab=200", "--embedding_dim=4"),
             *("--steps=30", "--repeats=1", "--stores=directory,served"),
             *("--recovery=false", "--timeout=240"),
         ],
-        capture_output=True,
-        text=True,
         timeout=600,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
-        cwd=ROOT,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads(out.stdout[: out.stdout.index("\ncommit cost at")])

@@ -33,6 +33,7 @@ from keras_hybrid.strategy import global_predictions
 from keras_hybrid.strategy import global_read_variable
 from keras_hybrid.strategy import hierarchy
 from keras_hybrid.strategy import input_sharding
+from keras_hybrid.strategy import worker_state
 from keras_hybrid.strategy.global_read_variable import GlobalReadVariable
 from keras_hybrid.strategy.variable_router import VariableRouter
 
@@ -113,13 +114,19 @@ class HybridExtended(OneProcessExtended):
             with (
                 global_read_variable.local_reads(),
                 self._fused_lookups(fn, args, kwargs),
+                worker_state.recording() as assigned,
             ):
                 outputs = fn(*args, **kwargs)
             if not tf.executing_eagerly():
                 sharded_table.check_whole_reads(
                     tf.compat.v1.get_default_graph()
                 )
-            if model is not None:
+            if model is not None and not (
+                use_discovery.active() or prefetch.active()
+            ):
+                worker_state.average(
+                    worker_state.averaged(model, assigned), self._communicator
+                )
                 outputs = global_metrics.globalize_logs(
                     model, outputs, self._communicator
                 )

@@ -3,7 +3,8 @@
 A multi-worker strategy changes Keras for the whole process: one writer
 per path (`chief_writes`, with `h5_streaming` and `chief_summaries`), one
 finite-gradient verdict (`finite_check`), fenced collective calls
-(`fenced_calls`) and a random stream per worker (`worker_seeds`).
+(`fenced_calls`), a random stream per worker (`worker_seeds`) and
+state a step assigns averaged over workers (`worker_state`).
 `acquire` puts these in when a strategy opens; `release` takes them out,
 in reverse order, when the last open strategy closes, and then stops the
 process's `PeerWatchdog`, so plain Keras (or a later strategy) starts
@@ -24,6 +25,7 @@ from keras_hybrid.optimizers import finite_check
 from keras_hybrid.strategy import cluster
 from keras_hybrid.strategy import fenced_calls
 from keras_hybrid.strategy import worker_seeds
+from keras_hybrid.strategy import worker_state
 
 # Re-entrant: a strategy may be closed from an `atexit` hook while another
 # thread's `acquire` is running.
@@ -72,10 +74,12 @@ def _install(strategy) -> None:
     finite_check.install()
     fenced_calls.install(strategy)
     worker_seeds.install()
+    worker_state.install()
     _current["ref"] = weakref.ref(strategy)
 
 
 def _uninstall() -> None:
+    worker_state.uninstall()
     worker_seeds.uninstall()
     fenced_calls.uninstall()
     finite_check.uninstall()

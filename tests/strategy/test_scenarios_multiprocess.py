@@ -14,6 +14,7 @@ import keras
 import numpy as np
 import pytest
 
+from keras_hybrid.testing import models
 from keras_hybrid.testing import run_workers
 from keras_hybrid.testing.multiprocess import engines_under_test
 
@@ -125,6 +126,36 @@ def test_random_layers_draw_another_stream_on_each_worker(engine):
         assert (rank0[:, 6:] != rank1[:, 6:]).all()  # uniform noise
     # The generators advance once per step on every worker alike.
     assert (out[:4, 6:] != out[8:12, 6:]).all()
+
+
+@by_engine
+def test_batchnorm_statistics_are_the_mean_of_the_workers(engine):
+    # Unsynchronized BatchNormalization updates its moving statistics from
+    # each worker's rows: the copies drifted apart. They are now averaged
+    # over the workers after each step, on every rank alike.
+    run = _launch("batchnorm", engine=engine).check()
+    rank0, rank1 = run.results[0], run.results[1]
+    for a, b in zip(rank0["weights"], rank1["weights"], strict=True):
+        np.testing.assert_array_equal(a, b)
+    x, _ = models.make_data(96)
+    kernel, bias = rank0["features"]
+    h = x.astype("float64") @ kernel + bias
+    mean, variance = np.zeros(4), np.ones(4)
+    for step in range(2):
+        halves = np.split(h[48 * step : 48 * (step + 1)], 2)
+        # The mean of the halves' variances, not the global batch's.
+        batch_mean = np.mean([part.mean(axis=0) for part in halves], axis=0)
+        batch_var = np.mean([part.var(axis=0) for part in halves], axis=0)
+        mean = 0.99 * mean + 0.01 * batch_mean
+        variance = 0.99 * variance + 0.01 * batch_var
+    _assert_close(rank0["moving_mean"], mean)
+    _assert_close(rank0["moving_variance"], variance)
+    # The mean of equal halves' means is the global mean: as one process.
+    ref = _reference("batchnorm")
+    _assert_close(rank0["moving_mean"], ref["moving_mean"])
+    assert (
+        np.abs(rank0["moving_variance"] - ref["moving_variance"]).max() > 1e-4
+    )
 
 
 @by_engine

@@ -9,7 +9,16 @@ import tensorflow as tf
 
 from keras_hybrid.testing import models
 
-CASES = ("uneven", "extras", "embedding", "xla", "random", "predict", "long")
+CASES = (
+    "uneven",
+    "extras",
+    "embedding",
+    "xla",
+    "random",
+    "predict",
+    "long",
+    "batchnorm",
+)
 
 
 def run_case(case, strategy, callbacks=()):
@@ -17,7 +26,11 @@ def run_case(case, strategy, callbacks=()):
     rank = strategy.rank if strategy else 0
     with scope:
         model = _model(case, seed=100 + rank)
-        if case in ("embedding", "xla"):
+        if case == "batchnorm":
+            # Learning rate 0: the normalized features stay x @ W + b with
+            # the initial W, b, so the test can recompute the statistics.
+            model.compile(optimizer=keras.optimizers.SGD(0.0), loss="mse")
+        elif case in ("embedding", "xla"):
             model.compile(
                 optimizer=keras.optimizers.SGD(0.5),
                 loss="mse",
@@ -49,6 +62,12 @@ def _model(case, seed):
         keras.utils.set_random_seed(seed)
         x = keras.Input((6,))
         return keras.Model(x, _Noise()(x))
+    if case == "batchnorm":
+        keras.utils.set_random_seed(seed)
+        x = keras.Input((8,))
+        h = keras.layers.Dense(4, name="features")(x)
+        h = keras.layers.BatchNormalization(name="norm")(h)
+        return keras.Model(x, keras.layers.Dense(1)(h))
     if case not in ("embedding", "xla"):
         return models.build_model("functional", seed)
     keras.utils.set_random_seed(seed)
@@ -153,3 +172,17 @@ def _run_long(model, strategy, callbacks):
         x, y, batch_size=48, epochs=3, verbose=0, callbacks=callbacks
     )
     return _summary(model, history, strategy)
+
+
+def _run_batchnorm(model, strategy, callbacks):
+    # Two global batches of 48: each of 2 workers normalizes its 24 rows
+    # with their own statistics (unsynchronized, Keras' default).
+    x, _ = models.make_data(96)
+    y = np.zeros((96, 1), "float32")
+    history = model.fit(x, y, batch_size=48, epochs=1, shuffle=False, verbose=0)
+    out = _summary(model, history, strategy)
+    norm = model.get_layer("norm")
+    out["moving_mean"] = norm.moving_mean.numpy()
+    out["moving_variance"] = norm.moving_variance.numpy()
+    out["features"] = [w.numpy() for w in model.get_layer("features").weights]
+    return out

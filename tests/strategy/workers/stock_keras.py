@@ -42,6 +42,7 @@ def keras_objects() -> dict:
         ],
         "Layer.get_weights": keras.layers.Layer.__dict__["get_weights"],
         "SeedGenerator.next": keras.random.SeedGenerator.__dict__["next"],
+        "Variable.assign": keras.Variable.__dict__.get("assign"),
     }
     for module in _CALLBACK_MODULES:
         objects[f"{module.__name__}.file_utils"] = module.file_utils

@@ -243,7 +243,8 @@ class HybridExtended(OneProcessExtended):
         ).dense_sync
 
     def _gather_indexed_slices(self, value, op):
-        """IndexedSlices sum: all-gather of rows and ids, never densified."""
+        """IndexedSlices sum: all-gather of rows and ids, never densified,
+        then one row per id."""
         if not self._warned_indexed_slices:
             logging.info(
                 "keras-hybrid: IndexedSlices gradients are all-gathered "
@@ -255,7 +256,13 @@ class HybridExtended(OneProcessExtended):
         ids, _ = comm.all_gather(value.indices, path="ids")
         if op == "mean":
             rows = rows / tf.cast(comm.size, rows.dtype)
-        return tf.IndexedSlices(rows, ids, value.dense_shape)
+        # One row per id, as a partitioned table's pushed gradient and a
+        # densified one have: Adam and Adagrad then see the same gradient
+        # whichever way a table's gradient was summed, on any number of
+        # workers (stock Keras squares each duplicate separately).
+        return table_gradients.aggregate(
+            tf.IndexedSlices(rows, ids, value.dense_shape)
+        )
 
     def gather_values(self, value, axis):
         value = tf.convert_to_tensor(value)

@@ -95,6 +95,23 @@ def test_indexed_slices_of_a_dense_table_are_all_gathered_not_densified(
 
 
 @by_engine
+def test_adagrad_sees_one_row_per_id_however_a_table_is_summed(engine):
+    # A replicated table's IndexedSlices gradient was handed to the
+    # optimizer with one entry per lookup when all-gathered (and on one
+    # worker) but summed per id when densified or partitioned: Adagrad,
+    # which squares it, trained differently with the cost rule's choice.
+    ref = _reference("adagrad")
+    runs = {
+        how: _launch("adagrad", 2, f"--indexed_slices={how}", engine=engine)
+        for how in ("allgather", "densify")
+    }
+    for how, run in runs.items():
+        run.check()
+        for a, b in zip(run.results[0]["weights"], ref["weights"], strict=True):
+            _assert_close(a, b, how)
+
+
+@by_engine
 def test_a_model_compiled_with_xla_trains_without_it(engine):
     # XLA compiles no collective (on CPU none at all): a script that sets
     # `jit_compile=True` must train as one process does, with a warning.

@@ -20,6 +20,9 @@ flags.DEFINE_string("out_dir", None, "Where to save this rank's results.")
 flags.DEFINE_enum("case", None, scenarios.CASES, "Scenario to run.")
 flags.DEFINE_float("timeout", 60, "Collective timeout in seconds.")
 flags.DEFINE_integer("die_rank", -1, "Rank that SIGKILLs itself mid-fit.")
+flags.DEFINE_string(
+    "indexed_slices", None, "HybridStrategy(indexed_slices=...) if given."
+)
 
 
 class _DieMidEpoch(keras.callbacks.Callback):
@@ -41,6 +44,11 @@ def main(argv):
         extra = {
             "variable_kinds": {".*embeddings": "dense"},
             "indexed_slices": "allgather",
+        }
+    if FLAGS.indexed_slices:
+        extra = {
+            "variable_kinds": {".*embeddings": "dense"},
+            "indexed_slices": FLAGS.indexed_slices,
         }
     strategy = kh.HybridStrategy(timeout_seconds=FLAGS.timeout, **extra)
     result = scenarios.run_case(

@@ -78,6 +78,16 @@ def trace(fn, args, kwargs) -> dict[str, TableUse]:
     return rec.uses
 
 
+def add_whole_reads(uses: dict, other: dict) -> None:
+    """Adds the whole reads of another step's trace (`other`) to `uses`,
+    keeping `uses`' lookup counts (those of the step that trains)."""
+    for path, use in other.items():
+        if use.whole_reads:
+            uses.setdefault(path, TableUse()).whole_reads.extend(
+                use.whole_reads
+            )
+
+
 def _spec(value):
     if isinstance(value, (tf.Tensor, tf.Variable)) or tf.is_tensor(value):
         return tf.type_spec_from_value(value)

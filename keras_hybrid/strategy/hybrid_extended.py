@@ -16,6 +16,7 @@ Keras' TF optimizer sends every gradient through the replica context's
 """
 
 import contextlib
+import inspect
 
 import keras
 import tensorflow as tf
@@ -167,7 +168,24 @@ class HybridExtended(OneProcessExtended):
             return
         self.router.prepare()
         if self.router.undecided():
-            self.router.decide(use_discovery.trace(fn, args, kwargs))
+            uses = use_discovery.trace(fn, args, kwargs)
+            for step in _inference_steps_of(fn):
+                # Placement is final after this step: a table that only
+                # `evaluate` or `predict` reads whole (keras-rs'
+                # `BruteForceRetrieval` scores every candidate row) must
+                # stay dense now, not fail when validation starts.
+                try:
+                    other = use_discovery.trace(step, args, kwargs)
+                except Exception as error:  # noqa: BLE001 (a scratch trace)
+                    logging.info(
+                        "keras-hybrid: placement could not trace %s on the "
+                        "training data (%s); its whole reads are not seen.",
+                        step.__name__,
+                        error,
+                    )
+                    continue
+                use_discovery.add_whole_reads(uses, other)
+            self.router.decide(uses)
 
     @property
     def replica_count(self) -> int:
@@ -364,6 +382,15 @@ class HybridExtended(OneProcessExtended):
         return value_fn(
             tf.distribute.experimental.ValueContext(comm.rank, comm.size)
         )
+
+
+def _inference_steps_of(fn) -> list:
+    """A Keras model's `test_step` and `predict_step` when `fn` is its
+    `train_step` (they take the same data), else none."""
+    model = global_metrics.keras_model_of_step(fn)
+    if model is None or inspect.unwrap(fn).__name__ != "train_step":
+        return []
+    return [model.test_step, model.predict_step]
 
 
 def is_hybrid(strategy) -> bool:

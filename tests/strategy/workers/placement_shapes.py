@@ -161,6 +161,28 @@ class ReversibleLM(keras.Model):
         return self.token(h, reverse=True)[:, :1]
 
 
+class ScoredInInference(keras.Model):
+    """keras-rs' retrieval pattern (`BruteForceRetrieval`): training reads
+    both tables by id; inference scores every candidate row, a whole read
+    that only `evaluate` and `predict` make."""
+
+    def __init__(self, **kwargs):
+        super().__init__(name="retrieval", **kwargs)
+        self.user = keras.layers.Embedding(ROWS, DIM, name="user")
+        self.item = keras.layers.Embedding(ROWS, DIM, name="item")
+
+    def build(self, input_shape):
+        self.user.build(input_shape)
+        self.item.build(input_shape)
+
+    def call(self, x, training=False):
+        user = self.user(x[:, 0])
+        if training:
+            return ops.sum(user * self.item(x[:, 1]), axis=1, keepdims=True)
+        scores = ops.matmul(user, ops.transpose(self.item.embeddings))
+        return ops.max(scores, axis=1, keepdims=True)
+
+
 def _functional(layer_fn, name):
     ids = keras.Input((2,), dtype="int32")
     x = layer_fn(ids)
@@ -235,10 +257,16 @@ BUILDERS = {
     "reversible_untied": lambda: ReversibleLM(tie_weights=False),
     "regularized": _regularized,
     "column_constraint": _column_constraint,
+    # Built by `fit`: an eager call would read the table whole at once.
+    "scored_in_inference_unbuilt": ScoredInInference,
 }
 
 EXPECTED = {
     "functional": {"table/embeddings": "table"},
+    "scored_in_inference_unbuilt": {
+        "retrieval/user/embeddings": "table",
+        "retrieval/item/embeddings": "whole",
+    },
     "subclassed": {
         "recommender/user/embeddings": "table",
         "recommender/item/embeddings": "table",

@@ -385,12 +385,16 @@ class HybridExtended(OneProcessExtended):
 
 
 def _inference_steps_of(fn) -> list:
-    """A Keras model's `test_step` and `predict_step` when `fn` is its
-    `train_step` (they take the same data), else none."""
+    """A Keras model's `test_step`, and its `predict_step` if the model
+    overrides it (Keras' runs the forward pass `test_step` runs), when
+    `fn` is its `train_step` (they take the same data); else none."""
     model = global_metrics.keras_model_of_step(fn)
     if model is None or inspect.unwrap(fn).__name__ != "train_step":
         return []
-    return [model.test_step, model.predict_step]
+    steps = [model.test_step]
+    if type(model).predict_step is not keras.Model.predict_step:
+        steps.append(model.predict_step)
+    return steps
 
 
 def is_hybrid(strategy) -> bool:

@@ -136,6 +136,13 @@ def set_validation_gate(model, is_open) -> None:
 # -- saving (checkpoint/h5_streaming.py)
 
 
+def epoch_dataset_spec(epoch_iterator):
+    """The element spec of the (distributed) dataset a Keras TF
+    `TFEpochIterator` iterates, or None."""
+    dataset = getattr(epoch_iterator, "_distributed_dataset", None)
+    return getattr(dataset, "element_spec", None)
+
+
 def h5_dataset(store, key: str, shape, dtype):
     """Creates dataset `key` in the group of a `.h5` weights store entry
     (`saving_lib.H5IOStore`, as passed to its `__setitem__`)."""
@@ -185,6 +192,13 @@ _SITES = {
         "keras.src.callbacks.tensorboard",
         "TensorBoard",
         "_start_profiler",
+    ),
+    # Draws a batch from a fresh iterator only to read its shapes
+    # (strategy/spec_build.py).
+    "TensorFlowTrainer._maybe_symbolic_build": (
+        "keras.src.backend.tensorflow.trainer",
+        "TensorFlowTrainer",
+        "_maybe_symbolic_build",
     ),
     # Looked up on the module at call time by Keras' TF trainer and
     # `compile_utils`; elastic jobs scale by the current group size.

@@ -16,6 +16,7 @@ from keras_hybrid.strategy import cluster
 from keras_hybrid.strategy import elastic
 from keras_hybrid.strategy import elastic_patches
 from keras_hybrid.strategy import hierarchy
+from keras_hybrid.strategy import host_random
 from keras_hybrid.strategy import keras_patches
 from keras_hybrid.strategy import quiet_ranks
 from keras_hybrid.strategy.hybrid_extended import HybridExtended
@@ -382,7 +383,9 @@ class HybridStrategy(tf.distribute.Strategy):
         """Gives every worker rank 0's TF global seed (a random one if unset).
 
         Keras shuffles `fit` data with TF random ops; workers must draw the
-        same permutation, or slices of a global batch would overlap.
+        same permutation, or slices of a global batch would overlap. Rank
+        0's Python and NumPy random states go with it (`host_random`:
+        Keras shuffles a `PyDataset` with Python's `random`).
         """
         if self.size == 1:
             return
@@ -395,6 +398,7 @@ class HybridStrategy(tf.distribute.Strategy):
         seed = int(seed.numpy()[0])
         tf.random.set_seed(seed)
         logging.info("keras-hybrid: TF global seed %d on all ranks", seed)
+        host_random.share_from_rank0(self.communicator)
 
 
 def _close_at_exit(strategy_ref) -> None:

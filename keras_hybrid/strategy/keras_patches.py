@@ -3,8 +3,9 @@
 A multi-worker strategy changes Keras for the whole process: one writer
 per path (`chief_writes`, with `h5_streaming` and `chief_summaries`), one
 finite-gradient verdict (`finite_check`), fenced collective calls
-(`fenced_calls`), a random stream per worker (`worker_seeds`) and
-state a step assigns averaged over workers (`worker_state`).
+(`fenced_calls`), a random stream per worker (`worker_seeds`),
+state a step assigns averaged over workers (`worker_state`) and a model
+built from its dataset's spec, not a drawn batch (`spec_build`).
 `acquire` puts these in when a strategy opens; `release` takes them out,
 in reverse order, when the last open strategy closes, and then stops the
 process's `PeerWatchdog`, so plain Keras (or a later strategy) starts
@@ -24,6 +25,7 @@ from keras_hybrid.checkpoint import chief_writes
 from keras_hybrid.optimizers import finite_check
 from keras_hybrid.strategy import cluster
 from keras_hybrid.strategy import fenced_calls
+from keras_hybrid.strategy import spec_build
 from keras_hybrid.strategy import worker_seeds
 from keras_hybrid.strategy import worker_state
 
@@ -75,10 +77,12 @@ def _install(strategy) -> None:
     fenced_calls.install(strategy)
     worker_seeds.install()
     worker_state.install()
+    spec_build.install()
     _current["ref"] = weakref.ref(strategy)
 
 
 def _uninstall() -> None:
+    spec_build.uninstall()
     worker_state.uninstall()
     worker_seeds.uninstall()
     fenced_calls.uninstall()

@@ -959,6 +959,30 @@ class CompatFunctionsTest(TestCase):
         with self.assertRaisesRegex(ValueError, "Unknown Keras patch site"):
             keras_compat.current("nope")
 
+    def test_symbolic_build_takes_the_epoch_datasets_spec(self):
+        # strategy/spec_build.py: Keras' TF trainer builds a model under a
+        # strategy from a drawn batch; given the dataset's element spec it
+        # builds all the same, and the epoch iterator holds that dataset.
+        from keras.src.backend.tensorflow.trainer import TFEpochIterator
+
+        strategy = one_device_strategy.OneDeviceStrategy("/cpu:0")
+        with strategy.scope():
+            model = keras.Sequential([keras.layers.Dense(2)])
+            model.compile(optimizer="sgd", loss="mse")
+        ones = np.ones((8, 3), "float32")
+        data = tf.data.Dataset.from_tensor_slices((ones, ones[:, :2]))
+        epochs = TFEpochIterator(distribute_strategy=strategy, x=data.batch(4))
+        spec = keras_compat.epoch_dataset_spec(epochs)
+        self.assertEqual(spec[0].shape.as_list(), [None, 3])
+        build = keras_compat.current("TensorFlowTrainer._maybe_symbolic_build")
+        self.assertEqual(
+            list(inspect.signature(build).parameters),
+            ["self", "iterator", "data_batch"],
+        )
+        build(model, data_batch=spec)
+        self.assertTrue(model.built)
+        self.assertTrue(model.optimizer.built)
+
     def test_h5_dataset_writes_into_the_store_entry(self):
         model = _tiny_model()
         original = keras_compat.current("H5IOStore.__setitem__")

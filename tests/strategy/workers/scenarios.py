@@ -19,6 +19,7 @@ CASES = (
     "long",
     "batchnorm",
     "adagrad",
+    "generator",
 )
 
 
@@ -210,3 +211,17 @@ def _run_batchnorm(model, strategy, callbacks):
     out["moving_variance"] = norm.moving_variance.numpy()
     out["features"] = [w.numpy() for w in model.get_layer("features").weights]
     return out
+
+
+def _run_generator(model, strategy, callbacks):
+    # 10 batches of 48 from a Python generator, in order: Keras' build
+    # under a strategy must not draw (and lose) any of them.
+    x, y = models.make_data(480)
+
+    def batches():
+        while True:
+            for start in range(0, 480, 48):
+                yield x[start : start + 48], y[start : start + 48]
+
+    history = model.fit(batches(), steps_per_epoch=8, epochs=2, verbose=0)
+    return _summary(model, history, strategy)

@@ -3,6 +3,7 @@ for tests that check they are stock again after `close()`."""
 
 import keras
 from keras.src import export as export_pkg
+from keras.src.backend.tensorflow import trainer as tf_trainer
 from keras.src.callbacks import backup_and_restore
 from keras.src.callbacks import csv_logger
 from keras.src.callbacks import model_checkpoint
@@ -10,6 +11,7 @@ from keras.src.callbacks import tensorboard
 from keras.src.saving import saving_api
 from keras.src.saving import saving_lib
 
+_TRAINER = tf_trainer.TensorFlowTrainer
 _CALLBACK_MODULES = (
     backup_and_restore,
     csv_logger,
@@ -43,6 +45,9 @@ def keras_objects() -> dict:
         "Layer.get_weights": keras.layers.Layer.__dict__["get_weights"],
         "SeedGenerator.next": keras.random.SeedGenerator.__dict__["next"],
         "Variable.assign": keras.Variable.__dict__.get("assign"),
+        "TensorFlowTrainer._maybe_symbolic_build": _TRAINER.__dict__[
+            "_maybe_symbolic_build"
+        ],
     }
     for module in _CALLBACK_MODULES:
         objects[f"{module.__name__}.file_utils"] = module.file_utils

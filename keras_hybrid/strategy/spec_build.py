@@ -1,0 +1,55 @@
+"""Keras builds a model from the dataset's spec, not from a batch it draws.
+
+Under any `tf.distribute` strategy, Keras' TF trainer
+(`_maybe_symbolic_build`) starts `fit`, `evaluate` and `predict` by
+drawing one batch from a fresh iterator of the distributed dataset, only
+to read its shapes and dtypes, and drops that iterator. A dataset that
+can be iterated again (arrays, most `tf.data` pipelines) loses nothing.
+One that reads a Python generator or a `keras.utils.PyDataset` does:
+Keras' `from_generator` pipeline goes on with the same generator, so the
+batches the dropped iterator had pulled ahead never reach training. On 2
+workers, whose per-worker slice is a parallel `map` that reads ahead, a
+generator's first epoch skipped its 3rd to 5th batches.
+
+While a multi-worker strategy is open, the build is given the dataset's
+element spec (`tf.TensorSpec`s: shapes and dtypes, all that Keras reads
+of the batch) and draws nothing. Where the spec cannot be read, Keras'
+own build runs.
+"""
+
+import threading
+
+import tensorflow as tf
+
+from keras_hybrid._compat import keras as keras_compat
+
+_SITE = "TensorFlowTrainer._maybe_symbolic_build"
+_lock = threading.Lock()
+_original = {}
+
+
+def install() -> None:
+    """Replaces Keras' `_maybe_symbolic_build` (idempotent)."""
+    with _lock:
+        if _original:
+            return
+        original = keras_compat.current(_SITE)
+        _original["build"] = original
+
+        def build(self, iterator=None, data_batch=None):
+            if iterator is not None and data_batch is None:
+                spec = keras_compat.epoch_dataset_spec(iterator)
+                if spec is not None and all(
+                    isinstance(s, tf.TensorSpec) for s in tf.nest.flatten(spec)
+                ):
+                    return original(self, data_batch=spec)
+            return original(self, iterator=iterator, data_batch=data_batch)
+
+        keras_compat.replace(_SITE, build)
+
+
+def uninstall() -> None:
+    """Restores Keras' `_maybe_symbolic_build`."""
+    with _lock:
+        if _original:
+            keras_compat.replace(_SITE, _original.pop("build"))

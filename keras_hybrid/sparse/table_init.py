@@ -36,6 +36,8 @@ _ROW_INDEPENDENT = (
     keras.initializers.Constant,
 )
 _WHOLE_SHAPE = (keras.initializers.Orthogonal, keras.initializers.Identity)
+# Seeds drawn here, apart from the stream user code and Keras draw from.
+_own_random = random.Random()
 
 
 def rows_independent(initializer) -> bool:
@@ -67,11 +69,20 @@ def check_initializer(
 
 
 def base_seed(initializer) -> int:
-    """The initializer's integer seed, or a fresh one if it has none."""
+    """The initializer's integer seed, 0 for one that draws nothing
+    (`Zeros`, `Ones`, `Constant`), or a fresh one.
+
+    Never drawn from Python's global `random`: Keras draws the default
+    seed of each unseeded initializer from it when the initializer is
+    made, so a draw here for a table (a `Constant` embedding matrix, say)
+    shifted every later layer's initial weights away from plain Keras'.
+    """
     seed = getattr(initializer, "seed", None)
     if isinstance(seed, int) and not isinstance(seed, bool):
         return seed
-    return random.randint(1, 2**31 - 2)
+    if isinstance(initializer, _ROW_INDEPENDENT):
+        return 0
+    return _own_random.randint(1, 2**31 - 2)
 
 
 def shard_rows(
@@ -97,7 +108,7 @@ def shard_rows(
     """
     row_shape = tuple(full_shape[1:])
     num_local = partition.rows_on_shard(shard)
-    if drawn_whole(full_shape, dtype):
+    if drawn_whole(full_shape, dtype) or _holds_a_table(initializer):
         table = _numpy(_reseeded(initializer, seed)(full_shape, dtype=dtype))
         ids = np.arange(full_shape[0], dtype=np.int64)
         mine = partition.shard_of(ids) == shard
@@ -127,6 +138,14 @@ def shard_rows(
         # table-sized buffer.
         rows[partition.local_index(ids[mine])] = values[mine]
     return rows
+
+
+def _holds_a_table(initializer) -> bool:
+    """A `Constant` given the whole table (a pretrained embedding matrix):
+    it is in memory already, and its rows are not all alike."""
+    return isinstance(initializer, keras.initializers.Constant) and (
+        np.ndim(initializer.value) > 0
+    )
 
 
 def _reseeded(initializer, seed: int):

@@ -83,3 +83,33 @@ class TableInitTest(TestCase):
         table_init.check_initializer(
             keras.initializers.Orthogonal(), "t", shape, "float32"
         )
+
+    def test_seeds_of_tables_leave_pythons_random_alone(self):
+        # Keras draws each unseeded initializer's seed from Python's
+        # `random` when it is made; a draw for a `Constant` table here
+        # shifted every later layer's initial weights from plain Keras'.
+        import random
+
+        random.seed(4)
+        expected = random.random()
+        random.seed(4)
+        for initializer in (
+            keras.initializers.Zeros(),
+            keras.initializers.Constant(np.ones(SHAPE)),
+            lambda shape, dtype=None: np.zeros(shape),
+        ):
+            table_init.base_seed(initializer)
+        self.assertEqual(random.random(), expected)
+
+    def test_a_constant_matrix_gives_each_shard_its_rows(self):
+        # A pretrained embedding matrix (keras-io's GloVe example), also
+        # where bigger tables are otherwise drawn by blocks.
+        shape = (2 * table_init.BLOCK_ROWS + 3, 2)
+        matrix = np.random.default_rng(0).normal(size=shape).astype("float32")
+        initializer = keras.initializers.Constant(matrix)
+        for whole_bytes in (table_init.WHOLE_DRAW_BYTES, 1024):
+            with mock.patch.object(table_init, "WHOLE_DRAW_BYTES", whole_bytes):
+                for shards in (1, 3):
+                    np.testing.assert_array_equal(
+                        table_from_shards(initializer, shards, 0, shape), matrix
+                    )

@@ -29,7 +29,6 @@ import os
 import sys
 import tempfile
 
-import numpy as np
 from absl import app
 from absl import flags
 from absl import logging
@@ -38,7 +37,7 @@ from keras_hybrid.benchmark import config_flags
 from keras_hybrid.benchmark import modes
 from keras_hybrid.benchmark import netem
 from keras_hybrid.benchmark import results
-from keras_hybrid.callbacks.communication_stats import align_rows
+from keras_hybrid.benchmark import target_cluster
 from keras_hybrid.launch import launcher
 from keras_hybrid.launch.ssh import SSH_COMMAND_ENV
 from keras_hybrid.launch.topology import free_ports
@@ -273,47 +272,6 @@ def check_flags() -> tuple[list[modes.Mode], netem.NetemSpec | None]:
     return chosen, spec
 
 
-def scaled_link(calibration: list[dict]) -> tuple[netem.NetemSpec, dict]:
-    """The link that gives communication the target cluster's share of a
-    step, from the calibration runs' median step time (the median over
-    `--repeats` runs); and what was used."""
-    target = netem.parse(f"{FLAGS.target_bandwidth}:0")
-    compute_ms = float(
-        np.median([r["step_time_ms"]["median"] for r in calibration])
-    )
-    bits = target.bits_per_second * FLAGS.target_step_ms / compute_ms
-    spec = netem.NetemSpec(f"{max(1, round(bits / 1e3))}kbit", 0.0)
-    scaling = {
-        "calibration_mode": FLAGS.calibration_mode,
-        "compute_ms_here": compute_ms,
-        "compute_ms_runs": [r["step_time_ms"]["median"] for r in calibration],
-        "target_step_ms": FLAGS.target_step_ms,
-        "target_bandwidth": target.rate,
-        "time_scale": compute_ms / FLAGS.target_step_ms,
-        "emulated_rate": spec.rate,
-    }
-    return spec, scaling
-
-
-def target_shares(measured: list[dict], scaling: dict) -> str:
-    """Per mode: communication's share of a step on the target cluster
-    (bytes at the target rate against the accelerator step) and as
-    measured here (step time above the calibration's compute time)."""
-    target = netem.parse(f"{scaling['target_bandwidth']}:0")
-    rows = [("mode", "target_comm_share", "measured_comm_share")]
-    for r in measured:
-        comm_ms = 8e3 * r["bytes_per_step"]["total"] / target.bits_per_second
-        step_ms = r["step_time_ms"]["median"]
-        rows.append(
-            (
-                r["mode"],
-                f"{comm_ms / (comm_ms + scaling['target_step_ms']):.2f}",
-                f"{max(0.0, 1 - scaling['compute_ms_here'] / step_ms):.2f}",
-            )
-        )
-    return align_rows(rows)
-
-
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
@@ -337,7 +295,12 @@ def main(argv):
                     run_mode(calibration_mode, network, 0)
                     for _ in range(FLAGS.repeats)
                 ]
-            spec, scaling = scaled_link(calibration)
+            spec, scaling = target_cluster.scaled_link(
+                calibration,
+                FLAGS.target_bandwidth,
+                FLAGS.target_step_ms,
+                FLAGS.calibration_mode,
+            )
             logging.info("network scaling: %s", json.dumps(scaling))
         if spec is None and not FLAGS.emulated_hosts:
             measured = run_all(chosen, None)
@@ -357,6 +320,8 @@ def main(argv):
         "repeats": FLAGS.repeats,
         "results": measured,
     }
+    if scaling:
+        report["target"] = target_cluster.against_target(measured, scaling)
     logging.info("results:\n%s", results.table(measured))
     versus = results.comparison(measured)
     if versus:
@@ -366,8 +331,9 @@ def main(argv):
         logging.info("cross-host sparse traffic:\n%s", hierarchical)
     if scaling:
         logging.info(
-            "communication's share of a step:\n%s",
-            target_shares(measured, scaling),
+            "against the target cluster (communication's share of a step; "
+            "speed-up measured and allowed by bytes alone):\n%s",
+            target_cluster.target_table(report["target"]),
         )
     if FLAGS.output_json:
         with open(FLAGS.output_json, "w") as f:

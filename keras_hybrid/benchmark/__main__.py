@@ -95,9 +95,10 @@ flags.DEFINE_integer(
 flags.DEFINE_float(
     "tbf_queue_ms",
     50.0,
-    "With --netem on a kernel without sch_netem (rate-only tbf links): "
-    "the longest a packet may wait in a link's token bucket before tbf "
-    "drops it (tbf `latency`), i.e. the size of each link's queue.",
+    "On rate-limited links (--netem or --target_step_ms, with or without "
+    "--emulated_hosts) of a kernel without sch_netem (tbf links): the "
+    "longest a packet may wait in a link's token bucket before tbf drops "
+    "it (tbf `latency`), i.e. the size of each link's queue.",
     lower_bound=0.001,
 )
 flags.DEFINE_string("output_json", "", "Write the results here.")
@@ -239,7 +240,11 @@ def emulated_network(spec: netem.NetemSpec | None):
     one namespace per worker. `spec` limits every link (`None`: no limit)."""
     if FLAGS.emulated_hosts:
         names = [f"host{i}" for i in range(FLAGS.emulated_hosts)]
-        return EmulatedHosts(names, None if spec is None else spec.rate)
+        return EmulatedHosts(
+            names,
+            None if spec is None else spec.rate,
+            tbf_queue_ms=FLAGS.tbf_queue_ms,
+        )
     return netem.EmulatedNetwork(
         FLAGS.workers, spec, tbf_queue_ms=FLAGS.tbf_queue_ms
     )

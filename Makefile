@@ -118,12 +118,14 @@ test-matrix: $(MATRIX_STAMPS)
 # with sshd, over ssh, 1 run per mode), the links scaled so that
 # communication takes the share of a step it takes on TARGET_STEP_MS
 # accelerators with TARGET_BANDWIDTH links (docs/benchmarks.md). About
-# 20 + 25 minutes on a busy 2-core machine.
+# 20 + 25 minutes on a busy 2-core machine. TBF_QUEUE_MS sizes each link's
+# queue (400 for the 1 Gbit/s target: docs/benchmarks.md says why).
 TARGET_STEP_MS ?= 2
 TARGET_BANDWIDTH ?= 10gbit
+TBF_QUEUE_MS ?= 50
 BENCH_OUT ?= bench
 SCALED := --workload=lm --vocab=20000 --target_step_ms=$(TARGET_STEP_MS) \
-	--target_bandwidth=$(TARGET_BANDWIDTH)
+	--target_bandwidth=$(TARGET_BANDWIDTH) --tbf_queue_ms=$(TBF_QUEUE_MS)
 bench-scaled: $(STAMP)
 	@mkdir -p $(BENCH_OUT)
 	$(PY) -m keras_hybrid.benchmark $(SCALED) --workers=4 --steps=15 \

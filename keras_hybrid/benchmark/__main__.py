@@ -14,7 +14,9 @@ reads them, prints a table, and writes the JSON and the plot.
 Network-scaled runs (`--target_step_ms`, `--target_bandwidth`) first
 measure this machine's step time with unlimited links, then limit every
 link so that communication takes the share of a step it would take on the
-stated target cluster; see docs/benchmarks.md. `--emulated_hosts=H` puts
+stated target cluster, and log per mode the speed-up over allgather that
+the target allows from bytes alone beside the measured one
+(`target_cluster`); see docs/benchmarks.md. `--emulated_hosts=H` puts
 the workers on H namespaces that act as hosts, each running sshd, and
 starts them with `keras-hybrid-run --hosts` over ssh.
 
@@ -29,16 +31,16 @@ import os
 import sys
 import tempfile
 
-import numpy as np
 from absl import app
 from absl import flags
 from absl import logging
 
+from keras_hybrid.benchmark import cli_flags
 from keras_hybrid.benchmark import config_flags
 from keras_hybrid.benchmark import modes
 from keras_hybrid.benchmark import netem
 from keras_hybrid.benchmark import results
-from keras_hybrid.callbacks.communication_stats import align_rows
+from keras_hybrid.benchmark import target_cluster
 from keras_hybrid.launch import launcher
 from keras_hybrid.launch.ssh import SSH_COMMAND_ENV
 from keras_hybrid.launch.topology import free_ports
@@ -50,80 +52,7 @@ from keras_hybrid.testing.emulated_hosts import EmulatedHosts
 
 FLAGS = flags.FLAGS
 config_flags.define_flags()
-flags.DEFINE_integer("workers", 4, "Worker processes per mode.", lower_bound=1)
-flags.DEFINE_list(
-    "modes",
-    ["hybrid", "allgather", "dense"],
-    f"Modes to compare, in order; among {modes.names()}.",
-)
-flags.DEFINE_string(
-    "netem",
-    "",
-    "BANDWIDTH:LATENCY (e.g. 10gbit:50us): run every worker in its own "
-    "network namespace with this link. Needs root. Empty: loopback.",
-)
-flags.DEFINE_float(
-    "target_step_ms",
-    0.0,
-    "Network-scaled run: compute time of one step on the target cluster's "
-    "accelerators, in ms. The link rate here becomes --target_bandwidth x "
-    "target_step_ms / (step time measured here with unlimited links), so "
-    "that communication's share of a step matches the target. 0: off.",
-    lower_bound=0.0,
-)
-flags.DEFINE_string(
-    "target_bandwidth",
-    "10gbit",
-    "Network-scaled run: the target cluster's link rate per worker (or "
-    "per host with --emulated_hosts), in bit/kbit/mbit/gbit.",
-)
-flags.DEFINE_string(
-    "calibration_mode",
-    "hybrid",
-    "Network-scaled run: the mode whose step time with unlimited links "
-    "stands for this machine's compute time per step.",
-)
-flags.DEFINE_integer(
-    "emulated_hosts",
-    0,
-    "If > 0, run the workers on this many network namespaces acting as "
-    "hosts (--workers must be a multiple), each with its own sshd, "
-    "launched by `keras-hybrid-run --hosts` over ssh. Needs root and "
-    "openssh-server. Link limits then apply per host. 0: one namespace "
-    "per worker with --netem, else loopback.",
-    lower_bound=0,
-)
-flags.DEFINE_float(
-    "tbf_queue_ms",
-    50.0,
-    "With --netem on a kernel without sch_netem (rate-only tbf links): "
-    "the longest a packet may wait in a link's token bucket before tbf "
-    "drops it (tbf `latency`), i.e. the size of each link's queue.",
-    lower_bound=0.001,
-)
-flags.DEFINE_string("output_json", "", "Write the results here.")
-flags.DEFINE_string("plot", "", "Write a PNG of the results here.")
-flags.DEFINE_integer(
-    "threads", 1, "Intra- and inter-op threads per worker.", lower_bound=1
-)
-flags.DEFINE_float(
-    "timeout", 900.0, "Seconds allowed per mode.", lower_bound=1.0
-)
-flags.DEFINE_integer(
-    "repeats",
-    1,
-    "Run the list of modes this many times in turn and report, per mode, "
-    "the median over repeats (a shared machine's load drifts).",
-    lower_bound=1,
-)
-flags.DEFINE_integer(
-    "callback_overhead_repeats",
-    0,
-    "If > 0, the first mode also fits the measured steps this many times "
-    "with and without CommunicationStats, alternating, and reports the "
-    "ratio of fit times.",
-    lower_bound=0,
-)
+cli_flags.define_flags()
 
 
 def worker_commands(
@@ -240,7 +169,11 @@ def emulated_network(spec: netem.NetemSpec | None):
     one namespace per worker. `spec` limits every link (`None`: no limit)."""
     if FLAGS.emulated_hosts:
         names = [f"host{i}" for i in range(FLAGS.emulated_hosts)]
-        return EmulatedHosts(names, None if spec is None else spec.rate)
+        return EmulatedHosts(
+            names,
+            None if spec is None else spec.rate,
+            tbf_queue_ms=FLAGS.tbf_queue_ms,
+        )
     return netem.EmulatedNetwork(
         FLAGS.workers, spec, tbf_queue_ms=FLAGS.tbf_queue_ms
     )
@@ -273,47 +206,6 @@ def check_flags() -> tuple[list[modes.Mode], netem.NetemSpec | None]:
     return chosen, spec
 
 
-def scaled_link(calibration: list[dict]) -> tuple[netem.NetemSpec, dict]:
-    """The link that gives communication the target cluster's share of a
-    step, from the calibration runs' median step time (the median over
-    `--repeats` runs); and what was used."""
-    target = netem.parse(f"{FLAGS.target_bandwidth}:0")
-    compute_ms = float(
-        np.median([r["step_time_ms"]["median"] for r in calibration])
-    )
-    bits = target.bits_per_second * FLAGS.target_step_ms / compute_ms
-    spec = netem.NetemSpec(f"{max(1, round(bits / 1e3))}kbit", 0.0)
-    scaling = {
-        "calibration_mode": FLAGS.calibration_mode,
-        "compute_ms_here": compute_ms,
-        "compute_ms_runs": [r["step_time_ms"]["median"] for r in calibration],
-        "target_step_ms": FLAGS.target_step_ms,
-        "target_bandwidth": target.rate,
-        "time_scale": compute_ms / FLAGS.target_step_ms,
-        "emulated_rate": spec.rate,
-    }
-    return spec, scaling
-
-
-def target_shares(measured: list[dict], scaling: dict) -> str:
-    """Per mode: communication's share of a step on the target cluster
-    (bytes at the target rate against the accelerator step) and as
-    measured here (step time above the calibration's compute time)."""
-    target = netem.parse(f"{scaling['target_bandwidth']}:0")
-    rows = [("mode", "target_comm_share", "measured_comm_share")]
-    for r in measured:
-        comm_ms = 8e3 * r["bytes_per_step"]["total"] / target.bits_per_second
-        step_ms = r["step_time_ms"]["median"]
-        rows.append(
-            (
-                r["mode"],
-                f"{comm_ms / (comm_ms + scaling['target_step_ms']):.2f}",
-                f"{max(0.0, 1 - scaling['compute_ms_here'] / step_ms):.2f}",
-            )
-        )
-    return align_rows(rows)
-
-
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
@@ -337,7 +229,12 @@ def main(argv):
                     run_mode(calibration_mode, network, 0)
                     for _ in range(FLAGS.repeats)
                 ]
-            spec, scaling = scaled_link(calibration)
+            spec, scaling = target_cluster.scaled_link(
+                calibration,
+                FLAGS.target_bandwidth,
+                FLAGS.target_step_ms,
+                FLAGS.calibration_mode,
+            )
             logging.info("network scaling: %s", json.dumps(scaling))
         if spec is None and not FLAGS.emulated_hosts:
             measured = run_all(chosen, None)
@@ -357,6 +254,8 @@ def main(argv):
         "repeats": FLAGS.repeats,
         "results": measured,
     }
+    if scaling:
+        report["target"] = target_cluster.against_target(measured, scaling)
     logging.info("results:\n%s", results.table(measured))
     versus = results.comparison(measured)
     if versus:
@@ -366,8 +265,9 @@ def main(argv):
         logging.info("cross-host sparse traffic:\n%s", hierarchical)
     if scaling:
         logging.info(
-            "communication's share of a step:\n%s",
-            target_shares(measured, scaling),
+            "against the target cluster (communication's share of a step; "
+            "speed-up measured and allowed by bytes alone):\n%s",
+            target_cluster.target_table(report["target"]),
         )
     if FLAGS.output_json:
         with open(FLAGS.output_json, "w") as f:

@@ -114,6 +114,9 @@ class EmulatedHosts:
             namespaces and links. Defaults to this process id.
         subnet: String. First three octets; host `i` gets `subnet.(i+1)`
             and the root namespace `subnet.254`. Defaults to `"10.77.0"`.
+        tbf_queue_ms: Float. With a `rate` on a kernel without netem: the
+            longest a packet may wait in a link's token bucket before it
+            is dropped (see `netem.EmulatedNetwork`). Defaults to 50.
 
     Raises:
         PermissionError: Without root.
@@ -129,6 +132,7 @@ class EmulatedHosts:
         tag: str | None = None,
         *,
         subnet: str = SUBNET,
+        tbf_queue_ms: float = 50.0,
     ) -> None:
         names = list(names)
         bad = [n for n in names if not n or not n.replace("-", "").isalnum()]
@@ -140,7 +144,12 @@ class EmulatedHosts:
         self.names = names
         spec = None if rate is None else netem.parse(f"{rate}:0")
         self.network = netem.EmulatedNetwork(
-            len(names), spec, tag, subnet=subnet, reach_from_host=True
+            len(names),
+            spec,
+            tag,
+            subnet=subnet,
+            reach_from_host=True,
+            tbf_queue_ms=tbf_queue_ms,
         )
         self.addresses = dict(zip(names, self.network.addresses, strict=True))
         self.namespaces = dict(zip(names, self.network.namespaces, strict=True))

@@ -224,6 +224,17 @@ class ScaledOverHostsCliTest(unittest.TestCase):
         )
         self.assertEqual(report["netem"], f"{scaling['emulated_rate']}:0us")
         self.assertIn("communication's share of a step", stderr)
+        # Against the target: the wire time of the bytes at 1 Gbit/s; with
+        # no allgather run there is no speed-up to set beside a ceiling.
+        (against,) = report["target"].values()
+        hybrid = report["results"][0]
+        busiest = max(
+            hybrid["bytes_per_step"]["total"],
+            hybrid["received_bytes_per_step"]["total"],
+        )
+        self.assertAlmostEqual(against["target_wire_ms"], 8e3 * busiest / 1e9)
+        self.assertNotIn("allowed_speedup", against)
+        self.assertIn("allowed_by_bytes", stderr)
         self.assertIn("workers start over ssh, as with --hosts", stderr)
         self.assertIn("serving on host1:", stderr)
         # One worker per host: each has its own eth0, whose counters see at

@@ -63,21 +63,6 @@ class ProfileTest(unittest.TestCase):
         self.assertEqual(table.unique_ids(1000), 20_000)
         self.assertEqual(table.unique_ids(10**6), ROWS)
 
-    def test_calls_together_follow_their_own_power_law(self):
-        n = np.array([320, 640, 1280])  # 2 calls of 20 lookups per sample
-        table = _table(calls=2, table_unique=tuple(2.0 * n**0.8))
-        self.assertAlmostEqual(table.table_unique_ids(64), 2.0 * 2560**0.8)
-        # Not measured (older profiles): the calls' sum, capped by rows.
-        apart = _table(calls=2)
-        self.assertAlmostEqual(
-            apart.table_unique_ids(32), 2 * apart.unique_ids(32)
-        )
-        self.assertEqual(apart.table_unique_ids(10**6), ROWS)
-        one = _table()
-        self.assertEqual(one.table_unique_ids(32), one.unique_ids(32))
-        with self.assertRaisesRegex(ValueError, "table_unique.*per batch"):
-            _table(calls=2, table_unique=(1.0,))
-
     def test_compute_time_is_linear_in_the_batch(self):
         self.assertAlmostEqual(_profile().compute_time(64), 0.080)
 

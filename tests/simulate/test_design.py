@@ -162,54 +162,6 @@ class FusedTest(unittest.TestCase):
             places=9,
         )
 
-    def test_a_tables_calls_are_deduped_together(self):
-        # Two calls of 320 unique ids each at batch 32 that share ids:
-        # 480 unique together. `sparse/fused_exchange.py` dedupes a
-        # table's calls together, so the fused step moves 480, not 640.
-        shared = dataclasses.replace(
-            _table(calls=2), table_unique=(150.0, 270.0, 480.0)
-        )
-        profile = _profile(shared)
-        spec = ClusterSpec(4)
-        fused = cost_model.predict(profile, "hybrid", spec, 32)
-        apart = cost_model.predict(
-            profile, "hybrid", spec, 32, design=Design(fused=False)
-        )
-        # Owners are a multinomial draw: within 3% of (N - 1) / N.
-        for got, unique in ((fused, 480), (apart, 640)):
-            self.assertAlmostEqual(
-                got.bytes["sparse_pull"] / (unique * ROW_BYTES),
-                3 / 4,
-                delta=0.03,
-                msg=unique,
-            )
-
-    def test_packed_blocks_are_padded_as_one(self):
-        # Tables of 64 and 128 floats travel in units of 64 floats (1 and
-        # 2 units a row). Worker 0 serves worker 1 33 rows of a and 30 of
-        # b: 93 units, on the ladder's step of 4 above 64 -> 96.
-        # Worker 1 serves 40 + 2 * 20 = 80 units, a step: no padding.
-        narrow = _table("a")
-        wide = dataclasses.replace(_table("b"), shape=(ROWS, 2 * DIM))
-        found = [
-            [("flat", np.array([[[0, 40], [33, 0]]]))],
-            [("flat", np.array([[[0, 20], [30, 0]]]))],
-        ]
-        got = table_exchange.fused_exchanges(
-            [narrow, wide], found, Design("per_pair")
-        )
-        pulls = [e for e in got if "sparse_pull" in e.bytes]
-        self.assertEqual(len(pulls), 1)
-        self.assertEqual(pulls[0].bytes["padding"], (3 * ROW_BYTES + 0) / 2)
-        self.assertEqual(
-            pulls[0].bytes["sparse_pull"], (93 + 80) / 2 * ROW_BYTES
-        )
-        # Ids: 60 and 63 ids in one block each (steps of 2: 63 -> 64).
-        (ids,) = [e for e in got if "ids" in e.bytes]
-        self.assertEqual(ids.bytes["padding"], 8 / 2)
-        # Per peer: 2 table counts, a flag, largest of ids and of floats.
-        self.assertEqual(got[0].bytes["control"], 5 * 4)
-
 
 class HierarchicalTest(unittest.TestCase):
     """Item 3."""

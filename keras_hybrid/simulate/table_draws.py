@@ -43,11 +43,13 @@ def scopes(var, call, workers, batch, design, per_host, rng) -> list:
 def _unique(var, batch: int, call, design) -> float:
     """Cold unique ids of one call, or with `call=None` of all calls
     together (a fused exchange dedupes a table's calls as one)."""
-    if call is None:
-        unique = var.table_unique_ids(batch)
-    else:
-        unique = var.unique_ids(batch, call)
-    return unique * _cold(var, batch, call, design)
+    if call is not None:
+        return var.unique_ids(batch, call) * _cold(var, batch, call, design)
+    if var.calls > 1 and not var.table_unique:
+        # Not measured (older profiles): the calls apart, each with its
+        # own hot share; an id two calls share counts twice.
+        return sum(_unique(var, batch, c, design) for c in range(var.calls))
+    return var.table_unique_ids(batch) * _cold(var, batch, None, design)
 
 
 def _cold(var, batch: int, call, design) -> float:

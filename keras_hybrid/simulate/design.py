@@ -47,10 +47,11 @@ class Design:
             the largest pair count of the step: before item 1, and in
             elastic jobs) or `"exact"` (no padding).
         fused: Bool. If `True` (today), one count exchange, one id
-            exchange, one pull and one push per step carry every table
-            and lookup call (each table's segment padded as `padding`
-            says); if `False`, each table and call has its own four
-            all-to-alls (elastic jobs, `hybrid_per_call`).
+            exchange, one pull and one push (per dtype) per step carry
+            every table and lookup call: a table's calls deduped
+            together, each pair's block packing all tables and padded as
+            `padding` says; if `False`, each table and call has its own
+            four all-to-alls (elastic jobs, `hybrid_per_call`).
         hierarchical: Bool. If `True`, the k workers of a host dedupe
             their ids: each all-to-all becomes an in-host stage among the
             k workers and a cross-host stage among the workers of one

@@ -40,6 +40,10 @@ class VariableStats:
         batch_sizes: Tuple of ints. Batch sizes measured (empty if dense).
         unique: Tuple of tuples of floats. Per call, the mean unique ids
             per batch at each of `batch_sizes`.
+        table_unique: Tuple of floats. The mean unique ids of all calls
+            together (the ids of the table's gradient) at each of
+            `batch_sizes`, or empty if not measured. The fused exchange
+            dedupes a table's calls together, so it moves these.
     """
 
     path: str
@@ -50,6 +54,7 @@ class VariableStats:
     lookups_per_sample: tuple = ()
     batch_sizes: tuple = ()
     unique: tuple = ()
+    table_unique: tuple = ()
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -65,6 +70,14 @@ class VariableStats:
                 f"call. Received: {len(self.lookups_per_sample)} calls, "
                 f"batch_sizes={self.batch_sizes}, unique={self.unique} "
                 f"for {self.path!r}"
+            )
+        if self.table_unique and len(self.table_unique) != len(
+            self.batch_sizes
+        ):
+            raise ValueError(
+                "`table_unique` needs one count per batch size. Received: "
+                f"batch_sizes={self.batch_sizes}, "
+                f"table_unique={self.table_unique} for {self.path!r}"
             )
         if self.kind == "sparse" and not (self.batch_sizes and self.unique):
             raise ValueError(
@@ -98,18 +111,43 @@ class VariableStats:
 
     def heaps_fit(self, call: int = 0) -> tuple[float, float]:
         """`(K, beta)` of `u = K n^beta` through one call's points."""
-        n = np.array([self.lookups(b, call) for b in self.batch_sizes], float)
-        u = np.array(self.unique[call], float)
-        if len(n) == 1:
-            return float(u[0] / n[0]), 1.0
-        beta, log_k = np.polyfit(np.log(n), np.log(u), 1)
-        return float(math.exp(log_k)), float(beta)
+        n = [self.lookups(b, call) for b in self.batch_sizes]
+        return _heaps_fit(n, self.unique[call])
 
     def unique_ids(self, batch_size: int, call: int = 0) -> float:
         """Expected unique ids of one call in a batch of `batch_size`."""
         n = self.lookups(batch_size, call)
         k, beta = self.heaps_fit(call)
         return float(min(k * n**beta, n, self.rows))
+
+    def table_unique_ids(self, batch_size: int) -> float:
+        """Expected unique ids of all calls together in a batch of
+        `batch_size`: what a table's fused exchange moves.
+
+        Without `table_unique` (profiles written before it was measured),
+        the sum over calls, which counts an id shared by two calls twice.
+        """
+        if self.calls == 1:
+            return self.unique_ids(batch_size, 0)
+        if not self.table_unique:
+            apart = sum(
+                self.unique_ids(batch_size, c) for c in range(self.calls)
+            )
+            return float(min(apart, self.rows))
+        n = self.lookups(batch_size)
+        points = [self.lookups(b) for b in self.batch_sizes]
+        k, beta = _heaps_fit(points, self.table_unique)
+        return float(min(k * n**beta, n, self.rows))
+
+
+def _heaps_fit(lookups, unique) -> tuple[float, float]:
+    """`(K, beta)` of `u = K n^beta` through the points (least squares in
+    log-log space; `beta = 1` through a single point)."""
+    n, u = np.array(lookups, float), np.array(unique, float)
+    if len(n) == 1:
+        return float(u[0] / n[0]), 1.0
+    beta, log_k = np.polyfit(np.log(n), np.log(u), 1)
+    return float(math.exp(log_k)), float(beta)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,6 +214,7 @@ class Profile:
                     "lookups_per_sample": tuple(v["lookups_per_sample"]),
                     "batch_sizes": tuple(v["batch_sizes"]),
                     "unique": tuple(tuple(u) for u in v["unique"]),
+                    "table_unique": tuple(v.get("table_unique", ())),
                 }
             )
             for v in body["variables"]

@@ -172,6 +172,9 @@ def _stats(variable, lookups, batch_sizes, calls) -> VariableStats:
         float(np.mean([u for b2, _, u, _ in lookups if b2 == b]))
         for b in batch_sizes
     )
+    # The gradient holds every call's ids: with several calls, its unique
+    # ids are those of the calls together, which a fused exchange moves.
+    table_unique = unique
     per_sample, unique = (float(per_sample),), (unique,)
     if calls:
         per_batch = len(calls) // len(batch_sizes)
@@ -195,4 +198,5 @@ def _stats(variable, lookups, batch_sizes, calls) -> VariableStats:
         lookups_per_sample=per_sample,
         batch_sizes=batch_sizes,
         unique=unique,
+        table_unique=table_unique,
     )

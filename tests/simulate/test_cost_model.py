@@ -12,6 +12,7 @@ from keras_hybrid.simulate import cost_model
 from keras_hybrid.simulate import table_exchange
 from keras_hybrid.simulate import traffic
 from keras_hybrid.simulate.cluster_spec import ClusterSpec
+from keras_hybrid.simulate.design import Design
 from keras_hybrid.simulate.profile import Profile
 from keras_hybrid.simulate.profile import VariableStats
 
@@ -19,7 +20,9 @@ ROWS, DIM = 100_000, 64
 ROW_BYTES = 4 * DIM
 
 
-def _table(unique=(100.0, 180.0, 320.0), lookups=20.0, calls=1):
+def _table(
+    unique=(100.0, 180.0, 320.0), lookups=20.0, calls=1, table_unique=()
+):
     return VariableStats(
         path="emb",
         kind="sparse",
@@ -29,6 +32,7 @@ def _table(unique=(100.0, 180.0, 320.0), lookups=20.0, calls=1):
         lookups_per_sample=(lookups,) * calls,
         batch_sizes=(8, 16, 32),
         unique=(tuple(unique),) * calls,
+        table_unique=tuple(table_unique),
     )
 
 
@@ -63,7 +67,7 @@ class ProfileTest(unittest.TestCase):
         self.assertAlmostEqual(_profile().compute_time(64), 0.080)
 
     def test_json_round_trip(self):
-        profile = _profile(calls=2)
+        profile = _profile(calls=2, table_unique=(150.0, 270.0, 480.0))
         self.assertEqual(Profile.from_json(profile.to_json()), profile)
 
     def test_rejects_a_foreign_json(self):
@@ -144,9 +148,17 @@ class BytesTest(unittest.TestCase):
         self.assertEqual(got["slots"].tolist(), [43, 98, 51])
         # Three int32 per peer: count, flag and largest count.
         self.assertEqual(got["control"].tolist(), [24, 24, 24])
+        apart = Design(fused=False)
         for n in (4, 64, 256):
-            got = cost_model.predict(_profile(), "hybrid", ClusterSpec(n), 32)
+            spec = ClusterSpec(n)
+            got = cost_model.predict(
+                _profile(), "hybrid", spec, 32, design=apart
+            )
             self.assertEqual(got.bytes["control"], (n - 1) * 12, msg=n)
+            # Fused (`plan_packed_exchange`): per peer a count per table,
+            # the flag, and the largest count of ids and of each dtype.
+            got = cost_model.predict(_profile(), "hybrid", spec, 32)
+            self.assertEqual(got.bytes["control"], (n - 1) * 16, msg=n)
 
     def test_each_lookup_call_pulls_and_pushes_its_own_ids(self):
         one = cost_model.predict(_profile(), "hybrid", ClusterSpec(4), 32)

@@ -14,6 +14,7 @@ import numpy as np
 from keras_hybrid.simulate import cost_model
 from keras_hybrid.simulate import hot_rows
 from keras_hybrid.simulate import parallax
+from keras_hybrid.simulate import table_draws
 from keras_hybrid.simulate import table_exchange
 from keras_hybrid.simulate import traffic
 from keras_hybrid.simulate import validate
@@ -92,7 +93,7 @@ class PaddingTest(unittest.TestCase):
 
     def _stage(self, padding, pull=False):
         peer = 1 - np.eye(3, dtype=np.int64)
-        return table_exchange._stage_bytes(self.COUNTS, pull, padding, peer)
+        return table_draws.stage_bytes(self.COUNTS, pull, padding, peer)
 
     def test_max_pair_pads_every_block_to_the_largest(self):
         sent, padded, recv = self._stage("max_pair")
@@ -133,7 +134,7 @@ class FusedTest(unittest.TestCase):
     table and call."""
 
     def test_same_payload_fewer_exchanges_less_latency(self):
-        profile = _profile(_table("a", calls=2), _table("b"))
+        profile = _profile(_table("a"), _table("b"), _table("c"))
         spec = ClusterSpec(32, 8, inter_latency=5e-6)
         apart = Design("exact", fused=False)
         fused = Design("exact", fused=True)

@@ -98,6 +98,14 @@ class ProfilerTest(TestCase):
                 [np.unique(_two_inputs(8, i)[0][name]).size for i in (0, 1)]
             )
             self.assertAlmostEqual(two.unique[call][1], by_hand)
+        # Input b is the first two ids of input a: the calls together have
+        # a's unique ids, which the fused exchange moves once.
+        for b, together in zip((4, 8), two.table_unique, strict=True):
+            by_hand = np.mean(
+                [np.unique(_two_inputs(b, i)[0]["a"]).size for i in (0, 1)]
+            )
+            self.assertAlmostEqual(together, by_hand)
+        self.assertEqual(one.table_unique, one.unique[0])
 
     def test_rejects_an_uncompiled_model(self):
         model = _one_table_model()

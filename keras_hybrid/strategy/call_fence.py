@@ -113,9 +113,13 @@ class CallFence:
             # not fenced, so its collective timed out. Other failures (a
             # peer gone: unavailable, aborted) stay what they are: an
             # elastic job recovers from them.
-            raise RuntimeError(
-                self._unfenced_message(self._depth.read, self._depth.outer, e)
-            ) from e
+            message = self._unfenced_message(
+                self._depth.read, self._depth.outer, e
+            )
+            # Logged first: TensorFlow may crash this process (SIGSEGV)
+            # after a timed-out collective, before the error is printed.
+            logging.error("keras-hybrid: %s", message)
+            raise RuntimeError(message) from e
         finally:
             self._depth.value = depth
             if first_read:

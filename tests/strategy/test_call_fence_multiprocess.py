@@ -144,15 +144,19 @@ def test_rank0_only_script_fails_with_the_fence_error_on_every_rank():
 
 def test_a_read_on_rank0_only_inside_fit_names_the_call():
     """Inside `fit` a callback's read is not fenced: its collective times
-    out, and the error says which call and why."""
+    out, and the error says which call and why. The message is logged
+    before it is raised: TensorFlow may segfault after the timed-out
+    collective while Python prints the traceback (seen once under load)."""
     start = time.monotonic()
     run, _ = _launch("in_fit", 2)
     assert run.returncode != 0
-    assert _matches(
-        r"\[0\] RuntimeError: model.get_weights failed on rank 0 inside "
-        r"model.fit \(DeadlineExceededError\).*" + ADVICE,
-        run.stderr,
-    ), run.stderr[-3000:]
+    what = (
+        r"model.get_weights failed on rank 0 inside "
+        r"model.fit \(DeadlineExceededError\).*" + ADVICE
+    )
+    assert _matches(r"\[0\] E.*keras-hybrid: " + what, run.stderr), run.stderr[
+        -3000:
+    ]
     assert time.monotonic() - start < 4 * TIMEOUT + 120
 
 

@@ -62,6 +62,8 @@ Keras (`keras.py`):
 - `set_validation_gate`: an instance attribute shadowing
   `Trainer._should_eval` (an elastic joiner skips the validation of the
   epochs it skips);
+- `epoch_dataset_spec`: the `_distributed_dataset` of Keras' TF
+  `TFEpochIterator` (its element spec builds the model);
 - `h5_dataset`: `saving_lib.H5IOStore`'s `_h5_entry_initialized`,
   `_create_h5_group`, `_h5_entry_path`, `_h5_entry_group`;
 - `current`, `replace` on the patch sites `SITES`: `saving_api.save_model`
@@ -70,5 +72,6 @@ Keras (`keras.py`):
   `TensorBoard.summary`, `TensorBoard._start_profiler`, and
   `losses.loss.scale_loss_for_distribution` and
   `unscale_loss_for_distribution` (elastic jobs scale by the current
-  group size).
+  group size), and `TensorFlowTrainer._maybe_symbolic_build` (the model
+  is built from the dataset's spec, not from a batch drawn from it).
 """

@@ -117,8 +117,20 @@ class Communicator(abc.ABC):
         returns them reduced, in their shapes."""
 
     @abc.abstractmethod
-    def all_gather(self, tensor: tf.Tensor, path: str = "control") -> tuple:
+    def all_gather(
+        self, tensor: tf.Tensor, path: str = "control", key: str | None = None
+    ) -> tuple:
         """Concatenates every worker's `tensor` along axis 0.
+
+        Args:
+            tensor: This worker's rows.
+            path: String. The `CommStats` path charged.
+            key: Optional string naming the call site, for a gather whose
+                rows change from step to step inside a traced step. An
+                engine whose collectives are cheaper at a stable shape
+                (Horovod) pads the rows up to a high-water mark kept per
+                key and charges the padding to `padding`. Defaults to
+                `None`: no padding.
 
         Returns:
             `(gathered, sizes)`: the rows of all workers in rank order, and

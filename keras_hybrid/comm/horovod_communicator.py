@@ -24,6 +24,7 @@ import tensorflow as tf
 
 from keras_hybrid.comm import byte_sizes
 from keras_hybrid.comm import capacity
+from keras_hybrid.comm import high_water
 from keras_hybrid.comm.comm_stats import PATHS
 from keras_hybrid.comm.communicator import Communicator
 from keras_hybrid.comm.communicator import ExchangePlan
@@ -78,9 +79,10 @@ class HorovodCommunicator(Communicator):
 
     Bytes are charged with the same model as `TFCommunicator`: an
     all-reduce of D bytes sends 2 (N - 1) / N D, an all-gather of D local
-    bytes (N - 1) D, an all-to-all the rows bound for other workers. No
-    `padding` is ever charged: what pads an all-to-all stays on this
-    worker.
+    bytes (N - 1) D, an all-to-all the rows bound for other workers. What
+    pads an all-to-all stays on this worker and is not charged; what pads a
+    keyed all-gather (`all_gather(..., key=...)`) crosses the wire and is
+    charged to `padding`.
     """
 
     def __init__(self, rank, size, timeout_seconds, bucket_bytes) -> None:
@@ -101,6 +103,9 @@ class HorovodCommunicator(Communicator):
                 f"Received: rank={rank}, size={size}"
             )
         self._alltoall = StableAlltoall(self._hvd, rank, size, PATHS)
+        self._gather_marks = high_water.HighWaterMarks(
+            "keras_hybrid_allgather_rows"
+        )
 
     def _all_reduce_flat(self, tensors, op, path):
         flat = tf.concat([tf.reshape(t, [-1]) for t in tensors], axis=0)
@@ -114,11 +119,13 @@ class HorovodCommunicator(Communicator):
         self.stats.record(path, 2 * (self.size - 1) * nbytes // self.size)
         return split_flat(reduced, tensors)
 
-    def all_gather(self, tensor, path="control"):
+    def all_gather(self, tensor, path="control", key=None):
         tensor = tf.convert_to_tensor(tensor)
         rows = tf.shape(tensor)[0]
         if self.size == 1:
             return tf.identity(tensor), tf.reshape(rows, [1])
+        if key is not None and not tf.executing_eagerly():
+            return self._gather_stable(tensor, path, key)
         sizes = self._gather_fixed(tf.reshape(rows, [1]), "control")
         gathered = self._hvd.allgather(tensor)
         row_bytes = byte_sizes.row_bytes(tensor)
@@ -126,6 +133,45 @@ class HorovodCommunicator(Communicator):
             path,
             byte_sizes.i64((self.size - 1) * rows) * row_bytes,
             received_bytes=byte_sizes.i64(tf.reduce_sum(sizes) - rows)
+            * row_bytes,
+        )
+        return gathered, sizes
+
+    def _gather_stable(self, tensor, path, key):
+        """`all_gather` padded to `key`'s high-water mark of rows, so that
+        Horovod's response cache holds from step to step; the padding
+        crosses the wire (charged to `padding`) and is dropped here."""
+        rows = tf.shape(tensor, out_type=tf.int32)[0]
+        cap = self._gather_marks.capacity(key, rows)
+        padding = tf.zeros(
+            tf.concat(
+                [[cap - rows], tf.shape(tensor, out_type=tf.int32)[1:]], 0
+            ),
+            tensor.dtype,
+        )
+        counts = self._gather_fixed(tf.stack([rows, cap]), "control")
+        counts = tf.reshape(counts, [self.size, 2])
+        sizes, caps = counts[:, 0], counts[:, 1]
+        gathered = self._hvd.allgather(tf.concat([tensor, padding], axis=0))
+        # Position of each gathered row within its worker's block.
+        starts = tf.repeat(tf.cumsum(caps, exclusive=True), caps)
+        position = tf.range(tf.reduce_sum(caps)) - starts
+        gathered = tf.boolean_mask(gathered, position < tf.repeat(sizes, caps))
+        if tensor.shape.rank is not None:
+            gathered.set_shape([None, *tensor.shape[1:]])
+        row_bytes = byte_sizes.row_bytes(tensor)
+        peers = self.size - 1
+        received = tf.reduce_sum(sizes) - rows
+        self.stats.record(
+            path,
+            byte_sizes.i64(peers * rows) * row_bytes,
+            received_bytes=byte_sizes.i64(received) * row_bytes,
+        )
+        self.stats.record(
+            "padding",
+            byte_sizes.i64(peers * (cap - rows)) * row_bytes,
+            calls=0,
+            received_bytes=byte_sizes.i64(tf.reduce_sum(caps) - cap - received)
             * row_bytes,
         )
         return gathered, sizes

@@ -21,7 +21,7 @@ padded.
 
 import tensorflow as tf
 
-from keras_hybrid.comm import capacity
+from keras_hybrid.comm import high_water
 
 
 class StableAlltoall:
@@ -39,16 +39,9 @@ class StableAlltoall:
         self._hvd = hvd
         self._rank = rank
         self._size = size
-        with tf.init_scope():
-            self._marks = {
-                key: tf.Variable(
-                    0,
-                    dtype=tf.int32,
-                    trainable=False,
-                    name=f"keras_hybrid_alltoall_rows_{key}",
-                )
-                for key in keys
-            }
+        self._marks = high_water.HighWaterMarks(
+            "keras_hybrid_alltoall_rows", keys
+        )
 
     def __call__(self, tensor, splits, key: str) -> tuple:
         """Sends `splits[j]` consecutive rows of `tensor` to worker j.
@@ -67,7 +60,7 @@ class StableAlltoall:
             received, recv = self._hvd.alltoall(tensor, splits=splits)
             return received, tf.cast(recv, tf.int32)
         rows = tf.shape(tensor, out_type=tf.int32)[0]
-        pad = self._capacity(key, rows) - rows
+        pad = self._marks.capacity(key, rows) - rows
         mine = tf.one_hot(self._rank, self._size, dtype=tf.int32) * pad
         # The own block ends here; the padding goes right after it.
         end = tf.reduce_sum(splits[: self._rank + 1])
@@ -85,11 +78,3 @@ class StableAlltoall:
         if tensor.shape.rank is not None:
             received.set_shape([None, *tensor.shape[1:]])
         return received, recv - mine
-
-    def _capacity(self, key: str, rows) -> tf.Tensor:
-        """Rows to send: the key's high-water mark, raised to the ladder
-        capacity of `rows` when they exceed it."""
-        mark = self._marks[key]
-        cap = tf.maximum(mark.read_value(), capacity.capacity_for(rows))
-        with tf.control_dependencies([mark.assign(cap)]):
-            return tf.identity(cap)

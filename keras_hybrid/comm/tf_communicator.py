@@ -104,7 +104,8 @@ class TFCommunicator(RowMoves, Communicator):
 
     # -- variable-sized exchanges -------------------------------------------
 
-    def all_gather(self, tensor, path="control"):
+    def all_gather(self, tensor, path="control", key=None):
+        del key  # Its collectives are keyed by capacity bucket already.
         tensor = tf.convert_to_tensor(tensor)
         rows = tf.shape(tensor)[0]
         if self.size == 1:

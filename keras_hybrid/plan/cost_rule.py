@@ -15,7 +15,10 @@ times per worker and step on `workers` workers linked by `link`:
   optimizer state, would cost every worker several times its size in
   memory), the cheaper of: the table's gradient densified into the
   dense all-reduce, which exists anyway (no extra latency), or its
-  `IndexedSlices` all-gathered, rows and ids, as stock TensorFlow does.
+  `IndexedSlices` summed per id on each worker and all-gathered, rows and
+  ids (`"allgather_unique"`: stock TensorFlow gathers one row per lookup;
+  this gathers one per distinct id, in one round where partitioning takes
+  three).
 
 Times come from `simulate.cost_model.exchange_seconds` on a flat cluster of
 one worker per host.
@@ -23,6 +26,7 @@ one worker per host.
 
 import dataclasses
 import functools
+import math
 
 import tensorflow as tf
 
@@ -37,7 +41,7 @@ DEFAULT_LATENCY = "50us"
 # Per-worker batch assumed for a lookup whose batch dimension is unknown
 # when the step is traced.
 ASSUMED_BATCH = 128
-SYNCS = ("allreduce", "allgather")
+SYNCS = ("allreduce", "allgather_unique")
 # A replica of a table this big, with its optimizer state, costs more
 # memory per worker than any traffic saving is worth: it is partitioned.
 REPLICA_BYTES_LIMIT = 64 * 2**20
@@ -217,13 +221,15 @@ def _table_cost(rows, row_bytes, lookups, workers, link, unique):
     # Fused into the dense all-reduce: bandwidth only.
     reduce_bytes = 2 * (n - 1) * table_bytes / n
     reduce_seconds = reduce_bytes / link.bytes_per_second
+    # Summed per id before the gather: one row per distinct id.
+    deduped = _Table(row_bytes, math.ceil(unique), unique)
     gather_bytes, gather_seconds = _priced(
-        traffic.allgather_table(table, n, batch=0), spec
+        traffic.allgather_table(deduped, n, batch=0), spec
     )
     if reduce_seconds <= gather_seconds:
         dense = (reduce_bytes, reduce_seconds, "allreduce")
     else:
-        dense = (gather_bytes, gather_seconds, "allgather")
+        dense = (gather_bytes, gather_seconds, "allgather_unique")
     return TableCost(
         lookups, unique, sparse_bytes, sparse_seconds, *dense, table_bytes
     )

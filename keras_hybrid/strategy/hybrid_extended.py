@@ -210,9 +210,10 @@ class HybridExtended(OneProcessExtended):
             )
         if use_discovery.active() or prefetch.active():
             return list(values)  # a scratch trace: never run
+        syncs = [self._sync_of(v) for v in values]
         values = [
-            tf.convert_to_tensor(v) if self._sync_of(v) == "allreduce" else v
-            for v in values
+            tf.convert_to_tensor(v) if sync == "allreduce" else v
+            for v, sync in zip(values, syncs, strict=True)
         ]
         results = list(values)
         dense = [
@@ -231,7 +232,9 @@ class HybridExtended(OneProcessExtended):
                 # Pushed to this owner already, summed over workers.
                 results[i] = table_gradients.aggregate(value)
             elif isinstance(value, tf.IndexedSlices):
-                results[i] = self._gather_indexed_slices(value, op)
+                results[i] = self._gather_indexed_slices(
+                    value, op, unique=syncs[i] == "allgather_unique", key=i
+                )
         return results
 
     def _sync_of(self, value) -> str:
@@ -247,7 +250,7 @@ class HybridExtended(OneProcessExtended):
             )
         shape = tf.get_static_value(value.dense_shape)
         if shape is None or len(shape) == 0 or self._communicator.size == 1:
-            return "allgather"
+            return "allgather_unique"
         rows, row_bytes = int(shape[0]), value.dtype.size
         for d in shape[1:]:
             row_bytes *= int(d)
@@ -260,18 +263,28 @@ class HybridExtended(OneProcessExtended):
             rows, row_bytes, lookups, self._communicator.width, self._link
         ).dense_sync
 
-    def _gather_indexed_slices(self, value, op):
+    def _gather_indexed_slices(self, value, op, unique: bool, key: int):
         """IndexedSlices sum: all-gather of rows and ids, never densified,
-        then one row per id."""
+        then one row per id. With `unique`, each worker first sums its own
+        rows per id, so one row per distinct id crosses the network
+        instead of one per lookup (the same sum, in another order); their
+        count then changes every step, so the gathers are keyed by the
+        gradient's place `key` (see `Communicator.all_gather`)."""
         if not self._warned_indexed_slices:
             logging.info(
                 "keras-hybrid: IndexedSlices gradients are all-gathered "
-                "(rows and ids, not densified)."
+                "(rows and ids, not densified%s).",
+                ", one row per id and worker" if unique else "",
             )
             self._warned_indexed_slices = True
         comm = self._communicator
-        rows, _ = comm.all_gather(value.values, path="sparse_push")
-        ids, _ = comm.all_gather(value.indices, path="ids")
+        site = None
+        if unique:
+            value = table_gradients.aggregate(value)
+            shape = "x".join(str(d) for d in value.values.shape[1:])
+            site = f"slices{key}_{shape}"
+        rows, _ = comm.all_gather(value.values, path="sparse_push", key=site)
+        ids, _ = comm.all_gather(value.indices, path="ids", key=site)
         if op == "mean":
             rows = rows / tf.cast(comm.size, rows.dtype)
         # One row per id, as a partitioned table's pushed gradient and a

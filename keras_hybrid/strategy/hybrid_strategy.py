@@ -24,7 +24,7 @@ from keras_hybrid.strategy.hybrid_extended import HybridExtended
 ENGINE_ENV = "KERAS_HYBRID_ENGINE"
 DEFAULT_BUCKET_BYTES = 4 * 1024 * 1024
 # How IndexedSlices gradients of dense (replicated) variables are summed.
-INDEXED_SLICES = ("allgather", "densify")
+INDEXED_SLICES = ("allgather", "allgather_unique", "densify")
 # What `horovodrun` sets in every worker: with no engine named, these choose
 # the Horovod engine.
 HOROVOD_ENV = ("HOROVOD_RANK", "HOROVOD_SIZE")
@@ -87,11 +87,14 @@ class HybridStrategy(tf.distribute.Strategy):
             everything else is dense (docs/sparse.md).
         indexed_slices: Optional string. How `tf.IndexedSlices` gradients
             of *replicated* variables (a table the plan keeps dense) are
-            summed: `"allgather"` all-gathers their rows and ids, as stock
-            TensorFlow does; `"densify"` turns them into full tensors and
-            all-reduces those. Partitioned tables do not use this. Defaults
-            to `None`: per gradient, whichever the cost rule finds cheaper
-            on `link`.
+            summed: `"allgather"` all-gathers their rows and ids, one per
+            lookup, as stock TensorFlow does; `"allgather_unique"` first
+            sums each worker's rows per id (Parallax's local aggregation)
+            and all-gathers one row per distinct id; `"densify"` turns them
+            into full tensors and all-reduces those. Partitioned tables do
+            not use this. Defaults to `None`: per gradient, whichever of
+            `"allgather_unique"` and `"densify"` the cost rule finds
+            cheaper on `link`.
         link: Optional `keras_hybrid.Link`: bandwidth and latency between
             workers, for the cost rule that decides which tables are
             partitioned (docs/sparse.md). Defaults to `Link()`, 10 Gbit/s

@@ -244,6 +244,51 @@ def test_all_gather_in_tf_function_with_changing_capacity(engine, n):
         )
 
 
+def test_a_keyed_all_gather_keeps_its_shape_on_horovod(engine, n):
+    # With a key, Horovod's gather is padded to the largest rows seen so
+    # far (its response cache then holds); the TF engine is unchanged.
+    extra = comm_cases.GATHER_EXTRA_ROWS
+    calls = case(engine, n, "all_gather_keyed")
+    for rank, (first, second, third) in calls.items():
+        if engine != "horovod":
+            check_all_gather(engine, n, first, lambda r: r + 1, n, rank)
+            check_all_gather(
+                engine,
+                n,
+                second,
+                lambda r: extra * r + 17,
+                GATHER_CAPACITY[n],
+                rank,
+            )
+            check_all_gather(engine, n, third, lambda r: r + 1, n, rank)
+            continue
+        for got, rows_of, mark_of in (
+            (first, lambda r: r + 1, lambda r: r + 1),
+            (second, lambda r: extra * r + 17, lambda r: extra * r + 17),
+            (third, lambda r: r + 1, lambda r: extra * r + 17),
+        ):
+            sizes = [rows_of(r) for r in range(n)]
+            caps = [pair_capacity(mark_of(r)) for r in range(n)]
+            gathered, got_sizes = got["out"]
+            want = np.concatenate(
+                [comm_cases.gather_rows(r, sizes[r]) for r in range(n)]
+            )
+            assert_equal(gathered, want, f"rank {rank}")
+            assert_equal(got_sizes, np.array(sizes, np.int32), f"rank {rank}")
+            others = sum(sizes) - sizes[rank]
+            padded_others = sum(caps) - caps[rank] - others
+            assert_stats(
+                got["stats"],
+                sparse_pull=((n - 1) * sizes[rank] * 8, 1, others * 8),
+                padding=(
+                    (n - 1) * (caps[rank] - sizes[rank]) * 8,
+                    0,
+                    padded_others * 8,
+                ),
+                control=((n - 1) * 8, 1),  # Rows and capacity, int32.
+            )
+
+
 # -- all_to_all
 
 

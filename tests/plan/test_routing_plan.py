@@ -70,13 +70,23 @@ class RoutingPlanTest(TestCase):
         payload = 64 * 3 / 4 * (8 + 2 * 64)
         self.assertGreater(cost.sparse_bytes, payload)
         self.assertLess(cost.sparse_bytes, 1.6 * payload)
-        # Replicated: all-gather of 64 rows + ids to 3 peers, 13824 bytes
-        # before padding to the capacity ladder, far below the all-reduce
-        # of the table, 2 x 3/4 x 64000 = 96000.
-        self.assertEqual(cost.dense_sync, "allgather")
+        # Replicated: all-gather of 64 rows + ids (summed per id first) to
+        # 3 peers, 13824 bytes before padding to the capacity ladder, far
+        # below the all-reduce of the table, 2 x 3/4 x 64000 = 96000.
+        self.assertEqual(cost.dense_sync, "allgather_unique")
         self.assertGreaterEqual(cost.dense_bytes, 3 * 64 * (64 + 8))
         self.assertLess(cost.dense_bytes, 96000)
         self.assertTrue(cost.partition)
+
+    def test_a_gathered_gradient_is_priced_at_its_distinct_ids(self):
+        # Each worker sums its rows per id before the all-gather, so 16
+        # distinct ids among 64 lookups send a quarter of the rows.
+        every = cost_rule.table_cost(10**5, 64, 64, 2, BYTES_ONLY, unique=64)
+        repeated = cost_rule.table_cost(10**5, 64, 64, 2, BYTES_ONLY, unique=16)
+        self.assertEqual(repeated.dense_sync, "allgather_unique")
+        # Rows and ids to the one peer, and the two 4-byte row counts.
+        self.assertEqual(repeated.dense_bytes, 16 * (64 + 8) + 2 * 4)
+        self.assertEqual(every.dense_bytes, 64 * (64 + 8) + 2 * 4)
 
     def test_table_read_in_full_every_step_stays_dense(self):
         position = VariableFacts("pos/embeddings", (200, 64), 4, True)

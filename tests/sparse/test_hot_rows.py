@@ -24,7 +24,7 @@ class _OneComm:
         del op, path
         return [tf.convert_to_tensor(t) for t in tensors]
 
-    def all_gather(self, tensor, path="control"):
+    def all_gather(self, tensor, path="control", key=None):
         del path
         tensor = tf.convert_to_tensor(tensor)
         return tensor, tf.shape(tensor)[:1]

@@ -39,5 +39,5 @@ class IndexedSlicesChoiceTest(TestCase):
             self.assertEqual(_choice(size=size, width=4), at_max)
 
     def test_a_fixed_job_chooses_for_its_size(self):
-        self.assertEqual(_choice(size=2, width=2), "allgather")
+        self.assertEqual(_choice(size=2, width=2), "allgather_unique")
         self.assertEqual(_choice(size=4, width=4), "allreduce")

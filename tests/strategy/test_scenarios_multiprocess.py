@@ -103,7 +103,7 @@ def test_adagrad_sees_one_row_per_id_however_a_table_is_summed(engine):
     ref = _reference("adagrad")
     runs = {
         how: _launch("adagrad", 2, f"--indexed_slices={how}", engine=engine)
-        for how in ("allgather", "densify")
+        for how in ("allgather", "allgather_unique", "densify")
     }
     for how, run in runs.items():
         run.check()

@@ -107,6 +107,21 @@ def all_gather_function(comm):
     return [_measure(comm, gather, tf.constant(x)) for x in (first, second)]
 
 
+def all_gather_keyed(comm):
+    # A key first named while the step is traced; the third call has
+    # fewer rows than the second, so Horovod pads up to the mark.
+    @tf.function(input_signature=[tf.TensorSpec([None, 2], tf.float32)])
+    def gather(x):
+        return comm.all_gather(x, "sparse_pull", key="site0")
+
+    r = comm.rank
+    sizes = (r + 1, comm_cases.GATHER_EXTRA_ROWS * r + 17, r + 1)
+    return [
+        _measure(comm, gather, tf.constant(comm_cases.gather_rows(r, k)))
+        for k in sizes
+    ]
+
+
 def _all_to_all_input(comm, extra):
     blocks = [
         comm_cases.all_to_all_rows(comm.rank, dst, extra)
@@ -194,6 +209,7 @@ CASES = (
     all_reduce_repeated,
     all_gather_eager,
     all_gather_function,
+    all_gather_keyed,
     all_to_all_eager,
     all_to_all_function,
     move_rows,

@@ -40,6 +40,17 @@ def set_variable_storage(variable: keras.Variable, storage) -> None:
     variable._value = storage
 
 
+def variable_storage(variable: keras.Variable):
+    """The `tf.Variable` that holds Keras `variable`'s value."""
+    return variable._value
+
+
+def autocast_read(variable: keras.Variable, value):
+    """`value`, read from `variable`'s storage, cast as Keras casts the
+    variable's reads inside an autocast scope (mixed precision)."""
+    return variable._maybe_autocast(value)
+
+
 # -- optimizer internals (optimizers/hybrid_optimizer.py): gradient
 # accumulation runs the inner optimizer's accumulated update itself, as
 # `BaseOptimizer._backend_apply_gradients` does.

@@ -31,6 +31,7 @@ from keras_hybrid.plan import cost_rule
 from keras_hybrid.plan import kind_overrides
 from keras_hybrid.plan import make_plan
 from keras_hybrid.plan.variable_facts import VariableFacts
+from keras_hybrid.sparse import row_reads
 from keras_hybrid.sparse import row_wise
 from keras_hybrid.sparse import table_factory
 from keras_hybrid.sparse import table_init
@@ -294,7 +295,9 @@ class VariableRouter:
                 tf_compat.keep_variable_key(new, old)
                 keras_compat.set_variable_storage(keras_var, new)
                 if old is placed.storage:
-                    vars(keras_var).pop("sparse_read", None)
+                    row_reads.uninstall(keras_var)
+                    if self._facts[path].use == "gathered":
+                        row_reads.install(keras_var)
                     placed.storage = new
                     self._paths[id(new)] = path
             placed.slots = []

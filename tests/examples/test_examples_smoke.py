@@ -37,6 +37,26 @@ def test_quickstart_rejects_extra_arguments():
     assert "Unexpected arguments" in out.stderr
 
 
+def test_row_reads_benchmark_trains_the_same_weights_both_ways():
+    out = run_example(
+        [
+            sys.executable,
+            "examples/row_reads_benchmark/main.py",
+            "--vocab=2000",
+            "--dim=8",
+            "--steps=5",
+            "--rounds=2",
+        ]
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    line = next(
+        x for x in out.stdout.splitlines() if x.startswith("table 2000 x 8")
+    )
+    assert "whole reads" in line and "row reads" in line
+    diff = float(line.rsplit("at most ", 1)[1])
+    assert diff < 1e-6, line
+
+
 def test_fusion_benchmark_prints_both_configurations():
     out = run_example(
         [

@@ -19,6 +19,7 @@ pytestmark = pytest.mark.multiprocess
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 SCRIPT = os.path.join(ROOT, "examples", "horovod_comparison", "main.py")
 VOCAB, DIM, SEQS, SEQ_LEN, HIDDEN, CLASSES = 512, 8, 8, 8, 64, 8
+BIG_VOCAB = 100_000
 TINY = (
     f"--vocab={VOCAB}",
     f"--dim={DIM}",
@@ -30,15 +31,29 @@ TINY = (
 )
 
 
-@pytest.fixture(scope="module")
-def figures():
-    out_dir = tempfile.mkdtemp(prefix="hvd_comparison_")
+def _run(placement: str, *extra: str) -> dict:
+    out_dir = tempfile.mkdtemp(prefix=f"hvd_comparison_{placement}_")
+    args = (*TINY, f"--placement={placement}", *extra)
     run = run_workers(
-        SCRIPT, 2, out_dir, args=TINY, timeout=240, engine="horovod"
+        SCRIPT, 2, out_dir, args=args, timeout=240, engine="horovod"
     ).check()
     assert "HOROVOD_COMPARISON_JSON" in run.stdout, run.stdout[-3000:]
     with open(os.path.join(out_dir, "horovod_comparison.json")) as f:
         return json.load(f)
+
+
+@pytest.fixture(scope="module")
+def figures():
+    """The table partitioned whatever the cost rule says."""
+    return _run("partitioned")
+
+
+@pytest.fixture(scope="module")
+def auto_figures():
+    """The table placed as a user gets it: on 2 workers, kept replicated.
+    (So big that its gradient is gathered: a 512-row one is cheaper
+    densified into the dense all-reduce.)"""
+    return _run("auto", f"--vocab={BIG_VOCAB}")
 
 
 def test_horovod_stock_all_gathers_every_lookup(figures):
@@ -94,3 +109,20 @@ def test_horovod_hybrid_step_has_no_separate_count_exchange(figures):
     # The headers are charged to `control` all the same: P part counts
     # and a flag, int64, to the one peer.
     assert figures["hybrid"]["bytes_per_step"]["control"] >= 2 * 8
+
+
+def test_horovod_hybrid_gathers_one_row_per_distinct_id(auto_figures):
+    # On 2 workers the cost rule keeps the table replicated; each worker
+    # sums its gradient rows per id before the all-gather, so it sends
+    # its distinct ids' rows (Zipf(1.1) ids: far fewer than its 64
+    # lookups), padded at most to the largest step seen.
+    assert auto_figures["hybrid_table"] == {"table/embeddings": "dense"}
+    hybrid = auto_figures["hybrid"]["bytes_per_step"]
+    stock = auto_figures["stock"]["bytes_per_step"]
+    assert hybrid["sparse_pull"] == 0
+    assert 0 < hybrid["sparse_push"] < 0.75 * stock["sparse_push"]
+    assert 0 < hybrid["ids"] < 0.75 * stock["ids"]
+    assert hybrid["padding"] >= 0
+    assert hybrid["sparse_push"] + hybrid["padding"] < stock["sparse_push"]
+    assert auto_figures["max_weight_change"] > 1e-3, "no training"
+    assert auto_figures["max_weight_difference"] < 1e-5

@@ -251,16 +251,12 @@ def test_a_keyed_all_gather_keeps_its_shape_on_horovod(engine, n):
     calls = case(engine, n, "all_gather_keyed")
     for rank, (first, second, third) in calls.items():
         if engine != "horovod":
-            check_all_gather(engine, n, first, lambda r: r + 1, n, rank)
-            check_all_gather(
-                engine,
-                n,
-                second,
-                lambda r: extra * r + 17,
-                GATHER_CAPACITY[n],
-                rank,
-            )
-            check_all_gather(engine, n, third, lambda r: r + 1, n, rank)
+            for got, rows_of, capacity in (
+                (first, lambda r: r + 1, n),
+                (second, lambda r: extra * r + 17, GATHER_CAPACITY[n]),
+                (third, lambda r: r + 1, n),
+            ):
+                check_all_gather(engine, n, got, rows_of, capacity, rank)
             continue
         for got, rows_of, mark_of in (
             (first, lambda r: r + 1, lambda r: r + 1),

@@ -53,9 +53,14 @@ def globalize_logs(model, logs, communicator):
             global_logs.update(result)
         else:
             global_logs[metric.name] = result
-    if not set(global_logs) <= set(logs):
-        return logs
-    return {**logs, **global_logs}
+    # A step may report only some of its metrics (keras-rs' multi-task
+    # example leaves its top-k metric out of training): those it reports
+    # become global; a name that is not a metric's stays as the step
+    # computed it.
+    return {
+        **logs,
+        **{name: v for name, v in global_logs.items() if name in logs},
+    }
 
 
 def _reduce(communicator, variables, local):

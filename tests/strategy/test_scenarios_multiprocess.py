@@ -112,6 +112,22 @@ def test_adagrad_sees_one_row_per_id_however_a_table_is_summed(engine):
 
 
 @by_engine
+def test_logs_are_global_when_a_model_reports_some_of_its_metrics(engine):
+    # A `compute_metrics` that left one metric out of the training logs
+    # (keras-rs' multi-task example) kept every training log local: rank
+    # 0's own rows' loss and rmse.
+    run = _launch("partial_metrics", engine=engine).check()
+    ref = _reference("partial_metrics")
+    assert set(ref["history"]) == {"loss", "rmse"}
+    for rank, result in run.results.items():
+        assert set(result["history"]) == set(ref["history"])
+        for name in ref["history"]:
+            _assert_close(result["history"][name], ref["history"][name], name)
+        for name, value in ref["evaluate"].items():
+            _assert_close(result["evaluate"][name], value, f"rank {rank}")
+
+
+@by_engine
 def test_a_generator_trains_on_every_batch_in_order(engine):
     # Keras' TF trainer drew a batch from a fresh iterator to build the
     # model under a strategy; from a generator, the batches that iterator

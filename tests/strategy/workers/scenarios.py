@@ -20,6 +20,7 @@ CASES = (
     "batchnorm",
     "adagrad",
     "generator",
+    "partial_metrics",
 )
 
 
@@ -39,6 +40,8 @@ def run_case(case, strategy, callbacks=()):
                 0.5, name="adagrad"
             )
             model.compile(optimizer=optimizer, loss="mse")
+        elif case == "partial_metrics":
+            model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
         elif case in ("embedding", "xla"):
             model.compile(
                 optimizer=keras.optimizers.SGD(0.5),
@@ -78,7 +81,40 @@ class _DenseAdagrad(keras.optimizers.Adagrad):
         return super().apply(grads, trainable_variables)
 
 
+class PartialMetrics(keras.Model):
+    """Reports only some of its metrics in training, as keras-rs'
+    multi-task example does (its top-k metric only in evaluation)."""
+
+    def __init__(self):
+        super().__init__()
+        self.dense = keras.layers.Dense(1)
+        self.rmse = keras.metrics.RootMeanSquaredError(name="rmse")
+        self.top = keras.metrics.MeanAbsoluteError(name="top")
+
+    def call(self, x, training=False):
+        return self.dense(x)
+
+    def compute_metrics(self, x, y, y_pred, sample_weight=None):
+        self.rmse.update_state(y, y_pred, sample_weight=sample_weight)
+        self.top.update_state(y, y_pred, sample_weight=sample_weight)
+        result = self.get_metrics_result()
+        if self._partial_metrics_training:
+            result.pop("top")
+        return result
+
+    def train_step(self, data):
+        self._partial_metrics_training = True
+        return super().train_step(data)
+
+    def test_step(self, data):
+        self._partial_metrics_training = False
+        return super().test_step(data)
+
+
 def _model(case, seed):
+    if case == "partial_metrics":
+        keras.utils.set_random_seed(seed)
+        return PartialMetrics()
     if case == "random":
         keras.utils.set_random_seed(seed)
         x = keras.Input((6,))
@@ -225,3 +261,24 @@ def _run_generator(model, strategy, callbacks):
 
     history = model.fit(batches(), steps_per_epoch=8, epochs=2, verbose=0)
     return _summary(model, history, strategy)
+
+
+def _run_partial_metrics(model, strategy, callbacks):
+    # Global batches of 48 rows: each worker's rmse differs from the
+    # batch's, so a log left local would differ from one process.
+    x, y = models.make_data(192)
+    y = y.astype("float32")[:, None]
+    history = model.fit(
+        x,
+        y,
+        batch_size=48,
+        epochs=2,
+        shuffle=False,
+        verbose=0,
+        callbacks=callbacks,
+    )
+    out = _summary(model, history, strategy)
+    out["evaluate"] = model.evaluate(
+        x, y, batch_size=48, verbose=0, return_dict=True
+    )
+    return out

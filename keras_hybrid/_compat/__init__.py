@@ -72,6 +72,11 @@ Keras (`keras.py`):
   `TensorBoard.summary`, `TensorBoard._start_profiler`, and
   `losses.loss.scale_loss_for_distribution` and
   `unscale_loss_for_distribution` (elastic jobs scale by the current
-  group size), and `TensorFlowTrainer._maybe_symbolic_build` (the model
-  is built from the dataset's spec, not from a batch drawn from it).
+  group size; the first also counts the loss scalings a `compute_loss`
+  made), `TensorFlowTrainer._maybe_symbolic_build` (the model is built
+  from the dataset's spec, not from a batch drawn from it) and
+  `Trainer._compute_loss` (a `compute_loss` that averages by itself is
+  scaled as Keras' losses are);
+- `variable_storage`, `autocast_read`: a Keras variable's `_value` and
+  `_maybe_autocast` (a replicated table gathered by rows).
 """

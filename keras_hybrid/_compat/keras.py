@@ -211,6 +211,13 @@ _SITES = {
         "TensorFlowTrainer",
         "_maybe_symbolic_build",
     ),
+    # Runs a model's `compute_loss` in train and test steps
+    # (strategy/loss_scaling.py).
+    "Trainer._compute_loss": (
+        "keras.src.trainers.trainer",
+        "Trainer",
+        "_compute_loss",
+    ),
     # Looked up on the module at call time by Keras' TF trainer and
     # `compile_utils`; elastic jobs scale by the current group size.
     "scale_loss_for_distribution": (

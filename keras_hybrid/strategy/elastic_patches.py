@@ -25,6 +25,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_hybrid._compat import keras as keras_compat
+from keras_hybrid.strategy import loss_scaling
 
 _lock = threading.Lock()
 _saved: dict = {}
@@ -76,6 +77,8 @@ def _dynamic(original, inverse: bool):
         membership = membership_of(tf.distribute.get_strategy())
         if membership is None:
             return original(value)
+        if not inverse:
+            loss_scaling.note_scaled()
         value = tf.convert_to_tensor(value)
         _, size = membership.rank_and_size()
         size = tf.cast(size, tf.float64)

@@ -4,8 +4,10 @@ A multi-worker strategy changes Keras for the whole process: one writer
 per path (`chief_writes`, with `h5_streaming` and `chief_summaries`), one
 finite-gradient verdict (`finite_check`), fenced collective calls
 (`fenced_calls`), a random stream per worker (`worker_seeds`),
-state a step assigns averaged over workers (`worker_state`) and a model
-built from its dataset's spec, not a drawn batch (`spec_build`).
+state a step assigns averaged over workers (`worker_state`), a model
+built from its dataset's spec, not a drawn batch (`spec_build`), and a
+`compute_loss` that averages by itself scaled as Keras' losses are
+(`loss_scaling`).
 `acquire` puts these in when a strategy opens; `release` takes them out,
 in reverse order, when the last open strategy closes, and then stops the
 process's `PeerWatchdog`, so plain Keras (or a later strategy) starts
@@ -25,6 +27,7 @@ from keras_hybrid.checkpoint import chief_writes
 from keras_hybrid.optimizers import finite_check
 from keras_hybrid.strategy import cluster
 from keras_hybrid.strategy import fenced_calls
+from keras_hybrid.strategy import loss_scaling
 from keras_hybrid.strategy import spec_build
 from keras_hybrid.strategy import worker_seeds
 from keras_hybrid.strategy import worker_state
@@ -78,10 +81,12 @@ def _install(strategy) -> None:
     worker_seeds.install()
     worker_state.install()
     spec_build.install()
+    loss_scaling.install()
     _current["ref"] = weakref.ref(strategy)
 
 
 def _uninstall() -> None:
+    loss_scaling.uninstall()
     spec_build.uninstall()
     worker_state.uninstall()
     worker_seeds.uninstall()

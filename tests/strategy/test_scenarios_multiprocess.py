@@ -128,6 +128,20 @@ def test_logs_are_global_when_a_model_reports_some_of_its_metrics(engine):
 
 
 @by_engine
+def test_a_loss_averaged_by_compute_loss_trains_as_on_one_process(engine):
+    # keras-rs' SASRec averages its loss itself in `compute_loss`: Keras
+    # did not divide it by the number of workers, so 2 workers trained
+    # with twice the gradient and logged twice the loss.
+    run = _launch("own_mean_loss", engine=engine).check()
+    ref = _reference("own_mean_loss")
+    for rank, result in run.results.items():
+        for a, b in zip(result["weights"], ref["weights"], strict=True):
+            _assert_close(a, b, f"rank {rank}")
+        for name in ("loss", "val_loss"):
+            _assert_close(result["history"][name], ref["history"][name], name)
+
+
+@by_engine
 def test_a_generator_trains_on_every_batch_in_order(engine):
     # Keras' TF trainer drew a batch from a fresh iterator to build the
     # model under a strategy; from a generator, the batches that iterator

@@ -21,6 +21,7 @@ CASES = (
     "adagrad",
     "generator",
     "partial_metrics",
+    "own_mean_loss",
 )
 
 
@@ -40,6 +41,8 @@ def run_case(case, strategy, callbacks=()):
                 0.5, name="adagrad"
             )
             model.compile(optimizer=optimizer, loss="mse")
+        elif case == "own_mean_loss":
+            model.compile(optimizer=keras.optimizers.SGD(0.1))
         elif case == "partial_metrics":
             model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
         elif case in ("embedding", "xla"):
@@ -111,7 +114,31 @@ class PartialMetrics(keras.Model):
         return super().test_step(data)
 
 
+class OwnMeanLoss(keras.Model):
+    """Averages its loss over its own rows in `compute_loss`, as keras-rs'
+    SASRec example (written for JAX) does: no Keras loss reduction, so
+    nothing divides it by the number of workers."""
+
+    def __init__(self):
+        super().__init__()
+        self.dense = keras.layers.Dense(1)
+        self.loss_fn = keras.losses.MeanSquaredError(reduction=None)
+
+    def call(self, x, training=False):
+        return self.dense(x)
+
+    def compute_loss(self, x, y, y_pred, sample_weight=None, training=True):
+        loss = self.loss_fn(y, y_pred)
+        return keras.ops.divide_no_nan(
+            keras.ops.sum(loss),
+            keras.ops.cast(keras.ops.size(loss), loss.dtype),
+        )
+
+
 def _model(case, seed):
+    if case == "own_mean_loss":
+        keras.utils.set_random_seed(seed)
+        return OwnMeanLoss()
     if case == "partial_metrics":
         keras.utils.set_random_seed(seed)
         return PartialMetrics()
@@ -282,3 +309,19 @@ def _run_partial_metrics(model, strategy, callbacks):
         x, y, batch_size=48, verbose=0, return_dict=True
     )
     return out
+
+
+def _run_own_mean_loss(model, strategy, callbacks):
+    x, y = models.make_data(192)
+    y = y.astype("float32")[:, None]
+    history = model.fit(
+        x,
+        y,
+        batch_size=48,
+        epochs=2,
+        shuffle=False,
+        verbose=0,
+        validation_data=(x[:96], y[:96]),
+        callbacks=callbacks,
+    )
+    return _summary(model, history, strategy)

@@ -290,12 +290,14 @@ def _run_generator(model, strategy, callbacks):
     return _summary(model, history, strategy)
 
 
-def _run_partial_metrics(model, strategy, callbacks):
-    # Global batches of 48 rows: each worker's rmse differs from the
-    # batch's, so a log left local would differ from one process.
+def _regression_data():
     x, y = models.make_data(192)
-    y = y.astype("float32")[:, None]
-    history = model.fit(
+    return x, y.astype("float32")[:, None]
+
+
+def _fit_regression(model, callbacks, x, y, **fit_kwargs):
+    """`x, y` in global batches of 48, 2 epochs, in order."""
+    return model.fit(
         x,
         y,
         batch_size=48,
@@ -303,7 +305,15 @@ def _run_partial_metrics(model, strategy, callbacks):
         shuffle=False,
         verbose=0,
         callbacks=callbacks,
+        **fit_kwargs,
     )
+
+
+def _run_partial_metrics(model, strategy, callbacks):
+    # Each worker's rmse differs from the batch's, so a log left local
+    # would differ from one process.
+    x, y = _regression_data()
+    history = _fit_regression(model, callbacks, x, y)
     out = _summary(model, history, strategy)
     out["evaluate"] = model.evaluate(
         x, y, batch_size=48, verbose=0, return_dict=True
@@ -312,16 +322,8 @@ def _run_partial_metrics(model, strategy, callbacks):
 
 
 def _run_own_mean_loss(model, strategy, callbacks):
-    x, y = models.make_data(192)
-    y = y.astype("float32")[:, None]
-    history = model.fit(
-        x,
-        y,
-        batch_size=48,
-        epochs=2,
-        shuffle=False,
-        verbose=0,
-        validation_data=(x[:96], y[:96]),
-        callbacks=callbacks,
+    x, y = _regression_data()
+    history = _fit_regression(
+        model, callbacks, x, y, validation_data=(x[:96], y[:96])
     )
     return _summary(model, history, strategy)

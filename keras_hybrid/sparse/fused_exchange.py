@@ -115,7 +115,10 @@ class _Step:
             ),
         )
         with tf.control_dependencies([check]):
-            return tf.identity(self._rows[key])
+            # The rows take the shape of the ids computed ahead, which a
+            # pruned function can leave unknown (ids from a `tf.lookup`
+            # table); the step's own ids know it.
+            return _shape(self._rows[key], table, ids)
 
 
 def exchange(comm, calls: list) -> list:
@@ -144,7 +147,8 @@ def exchange(comm, calls: list) -> list:
     out = []
     for table, ids in calls:
         i = t_of[id(table)]
-        out.append(_shape(unique_rows[i], positions[i][taken[i]], ids))
+        rows = tf.gather(unique_rows[i], positions[i][taken[i]])
+        out.append(_shape(rows, table, ids))
         taken[i] += 1
     return out
 
@@ -176,9 +180,10 @@ def _split_hot(tables, uniques) -> tuple:
     return cold, hot
 
 
-def _shape(unique_rows, position, ids):
-    row_shape = unique_rows.shape[1:]
-    out = tf.gather(unique_rows, position)
-    out = tf.reshape(out, tf.concat([tf.shape(ids), row_shape], axis=0))
+def _shape(rows, table, ids):
+    """`rows`, one per id of `ids` in order, shaped `ids.shape + row` with
+    every dimension that `ids` knows statically."""
+    row_shape = list(table.full_shape[1:])
+    out = tf.reshape(rows, tf.concat([tf.shape(ids), row_shape], axis=0))
     out.set_shape(ids.shape.concatenate(row_shape))
     return out

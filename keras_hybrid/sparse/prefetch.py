@@ -162,8 +162,16 @@ def _plan(rec, wrapped, num_inputs, where) -> PrefetchPlan:
             call.prefetched = False
         return plan
 
+    shapes = [c.shape for c in calls if c.prefetched]
+
     def ids_fn(args, kwargs):
-        return pruned(*flat_inputs(where, args, kwargs))
+        ids = pruned(*flat_inputs(where, args, kwargs))
+        # A pruned function's outputs can lose their static shapes (ids
+        # from a `tf.lookup` table come out with an unknown rank); the
+        # scratch trace saw them.
+        for tensor, shape in zip(ids, shapes, strict=True):
+            tensor.set_shape(shape)
+        return ids
 
     plan.ids_fn = ids_fn
     return plan

@@ -22,6 +22,7 @@ MODELS = (
     "sequential",
     "widths_dtypes",
     "chained",
+    "lookup_layers",
 )
 OPTIMIZERS = ("sgd", "adam")
 # Paths of the variables each model trains, in `get_weights()` order.
@@ -32,6 +33,7 @@ TABLES = {
     "sequential": ("sequential/table/embeddings",),
     "widths_dtypes": ("table_a/embeddings", "table_b/embeddings"),
     "chained": ("table_a/embeddings", "table_b/embeddings"),
+    "lookup_layers": ("table_a/embeddings", "table_b/embeddings"),
 }
 DENSE = ("head/kernel", "head/bias")
 
@@ -65,7 +67,10 @@ def build_model(name: str) -> keras.Model:
     `sequential`: `one_table` as a `keras.Sequential`; `widths_dtypes`:
     Embedding(500, 8) and a float64 Embedding(500, 3) of other ids, one
     fused exchange for two widths and dtypes; `chained`: the second
-    table's ids depend on the first lookup's rows (its own exchange)."""
+    table's ids depend on the first lookup's rows (its own exchange);
+    `lookup_layers`: ids through `IntegerLookup` into one table and, as
+    strings, through `StringLookup` into another: ids computed by a
+    `tf.lookup` table, whose shape a function pruned from the step loses."""
     if name == "sequential":
         return keras.Sequential(
             [
@@ -104,11 +109,33 @@ def build_model(name: str) -> keras.Model:
         )
         b = keras.layers.Embedding(VOCAB, 4, name="table_b")(follow)
         x = keras.layers.Concatenate(name="concat")([a, b])
+    elif name == "lookup_layers":
+        # Index 0 is the out-of-vocabulary id, so VOCAB - 1 known keys
+        # give ids in [0, VOCAB).
+        keys = list(range(VOCAB - 1))
+        a = keras.layers.IntegerLookup(vocabulary=keys, name="int_ids")(ids)
+        a = keras.layers.Embedding(VOCAB, 8, name="table_a")(a)
+        words = _AsString(name="as_string")(ids)
+        b = keras.layers.StringLookup(
+            vocabulary=[str(k) for k in keys], name="str_ids"
+        )(words)
+        b = keras.layers.Embedding(VOCAB, 4, name="table_b")(b)
+        x = keras.layers.Concatenate(name="concat")([a, b])
     else:
         raise ValueError(f"Unknown model {name!r}; use one of {MODELS}.")
     x = keras.layers.GlobalAveragePooling1D(name="pool")(x)
     outputs = keras.layers.Dense(3, name="head")(x)
     return keras.Model(ids, outputs, name=name)
+
+
+class _AsString(keras.layers.Layer):
+    """Integer ids as their decimal strings (a string-id pipeline)."""
+
+    def call(self, ids):
+        return tf.strings.as_string(ids)
+
+    def compute_output_spec(self, ids):
+        return keras.KerasTensor(ids.shape, dtype="string")
 
 
 def make_optimizer(name: str, **kwargs) -> keras.optimizers.Optimizer:

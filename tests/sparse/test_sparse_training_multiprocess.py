@@ -4,9 +4,10 @@ Each worker count is launched once (`workers/equivalence_worker.py`) and
 trains every config: the models of `workers/sparse_cases.py` (one table;
 two tables of the same ids; a table looked up twice; a Sequential; two
 tables of different widths and dtypes; a lookup whose ids depend on
-another lookup's rows; ids from `IntegerLookup` and `StringLookup`) x {SGD(0.1), Adam(0.01)}, 20 steps of global
-batch 32 with Zipf-skewed ids, plus `HybridOptimizer` with gradient
-accumulation on 1 and 2 workers. The tests compare the saved weights
+another lookup's rows; ids from `IntegerLookup` and `StringLookup`) x
+{SGD(0.1), Adam(0.01)}, 20 steps of global batch 32 with Zipf-skewed
+ids, plus `HybridOptimizer` with gradient accumulation on 1 and 2
+workers. The tests compare the saved weights
 with each other and with plain Keras in this process.
 """
 

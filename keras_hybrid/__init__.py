@@ -11,7 +11,7 @@ __version__ = "0.1.0"
 # Public name -> module that defines it.
 _EXPORTS = {
     "HybridOptimizer": "keras_hybrid.optimizers.hybrid_optimizer",
-    "HybridStrategy": "keras_hybrid.strategy.hybrid_strategy",
+    "HybridStrategy": "keras_hybrid.hybrid_strategy",
     "Link": "keras_hybrid.plan.cost_rule",
 }
 

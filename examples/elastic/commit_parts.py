@@ -44,11 +44,11 @@ import numpy as np
 from absl import app
 from absl import flags
 
-from keras_hybrid.launch.blob_stream import BlobReader
-from keras_hybrid.launch.blob_stream import BlobWriter
-from keras_hybrid.launch.commit_files import CommitFiles
-from keras_hybrid.launch.commit_files import folder_name
-from keras_hybrid.strategy import commit_blob
+from keras_hybrid.contract import commit_blob
+from keras_hybrid.contract.blob_stream import BlobReader
+from keras_hybrid.contract.blob_stream import BlobWriter
+from keras_hybrid.contract.commit_files import CommitFiles
+from keras_hybrid.contract.commit_files import folder_name
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("rows", 25000, "Rows of the shard of the table.")

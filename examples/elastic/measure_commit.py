@@ -12,8 +12,8 @@ python -m examples.elastic.measure_commit --hidden=512 --vocab=50000 \
    `main.py` on 2 elastic workers. With `--vocab` the model has a
    partitioned `Embedding(vocab, embedding_dim)` (Adam), whose rows and
    slots each commit copies, then writes to a file or uploads to the
-   launcher in the background (`strategy/elastic_store.py`), or sends to
-   the next worker as a buddy copy (`strategy/elastic_buddy.py`).
+   launcher in the background (`elastic/file_store.py`), or sends to
+   the next worker as a buddy copy (`elastic/buddy_store.py`).
    `--repeats` rounds each run the job once without commits
    (`--commit-interval 1000000`), then once per store at the default
    interval, the stores' order turning each round. Figures, as shares of
@@ -58,7 +58,7 @@ from absl import flags
 
 from examples.elastic import commit_figures as figures
 from examples.elastic import commit_runs
-from keras_hybrid.launch.elastic_files import DEFAULT_COMMIT_INTERVAL
+from keras_hybrid.contract.elastic_board import DEFAULT_COMMIT_INTERVAL
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("hidden", 512, "Width of the model's hidden layers.")

@@ -19,7 +19,7 @@ With a partitioned table (`--vocab=50000 --embedding_dim=64`) it also
 reports the table's bytes at each resize: the row bytes moved (table and
 Adam's two slots), the least any balanced re-partition moves, the bytes
 the TF engine's all-to-all put on the wire (padding included), and
-`keras_hybrid.simulate.resize`'s prediction of each, which is also given
+`keras_hybrid.costs.resize`'s prediction of each, which is also given
 for 3 -> 4 and 8 -> 7 (the issue's 1.1x bound).
 """
 
@@ -34,7 +34,7 @@ import time
 from absl import app
 from absl import flags
 
-from keras_hybrid.simulate import resize
+from keras_hybrid.costs import resize
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("hidden", 512, "Width of the model's hidden layers.")

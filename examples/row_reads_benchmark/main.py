@@ -6,10 +6,11 @@ Keras' `ops.take` reads an `Embedding`'s table whole and gathers from the
 copy; after the optimizer's first sparse update TensorFlow copies the
 whole table on every such read (copy-on-read). `keras_hybrid` gives a
 table it keeps dense and only gathers a row read instead
-(`keras_hybrid/sparse/row_reads.py`). This trains the same one-table model
-in one process both ways, in alternating rounds, and prints the median
-milliseconds per step of each, their ratio, and how far the final weights
-differ (they should not: the same rows and gradients).
+(`keras_hybrid/sparse/replicated_gathers.py`). This trains the same
+one-table model in one process both ways, in alternating rounds, and
+prints the median milliseconds per step of each, their ratio, and how
+far the final weights differ (they should not: the same rows and
+gradients).
 """
 
 import time
@@ -20,7 +21,7 @@ import tensorflow as tf
 from absl import app
 from absl import flags
 
-from keras_hybrid.sparse import row_reads
+from keras_hybrid.sparse import replicated_gathers
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("vocab", 100_000, "Rows of the table.", lower_bound=1)
@@ -43,7 +44,7 @@ def build(rows: bool) -> keras.Model:
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
     )
     if rows:
-        row_reads.install(table.embeddings)
+        replicated_gathers.install(table.embeddings)
     return model
 
 

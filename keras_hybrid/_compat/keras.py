@@ -144,7 +144,7 @@ def set_validation_gate(model, is_open) -> None:
     model._should_eval = gated
 
 
-# -- saving (checkpoint/h5_streaming.py)
+# -- saving (patches/h5_streaming.py)
 
 
 def epoch_dataset_spec(epoch_iterator):
@@ -163,7 +163,7 @@ def h5_dataset(store, key: str, shape, dtype):
 
 
 # -- what keras_hybrid replaces while a strategy is open (checkpoint/*,
-# strategy/elastic_patches.py)
+# patches/elastic_training.py)
 
 _SITES = {
     "save_model": ("keras.src.saving.saving_api", None, "save_model"),
@@ -205,14 +205,14 @@ _SITES = {
         "_start_profiler",
     ),
     # Draws a batch from a fresh iterator only to read its shapes
-    # (strategy/spec_build.py).
+    # (patches/build_from_spec.py).
     "TensorFlowTrainer._maybe_symbolic_build": (
         "keras.src.backend.tensorflow.trainer",
         "TensorFlowTrainer",
         "_maybe_symbolic_build",
     ),
     # Runs a model's `compute_loss` in train and test steps
-    # (strategy/loss_scaling.py).
+    # (patches/loss_scaling.py).
     "Trainer._compute_loss": (
         "keras.src.trainers.trainer",
         "Trainer",

@@ -38,17 +38,17 @@ from absl import logging
 from keras_hybrid.benchmark import cli_flags
 from keras_hybrid.benchmark import config_flags
 from keras_hybrid.benchmark import modes
-from keras_hybrid.benchmark import netem
 from keras_hybrid.benchmark import results
 from keras_hybrid.benchmark import target_cluster
+from keras_hybrid.contract.worker_env import worker_env
+from keras_hybrid.contract.worker_spec import WorkerSpec
+from keras_hybrid.emulation import network as netem
+from keras_hybrid.emulation.hosts import EmulatedHosts
 from keras_hybrid.launch import launcher
 from keras_hybrid.launch.ssh import SSH_COMMAND_ENV
 from keras_hybrid.launch.topology import free_ports
 from keras_hybrid.launch.worker_command import WorkerCommand
-from keras_hybrid.launch.worker_env import worker_env
 from keras_hybrid.launch.worker_group import WorkerGroup
-from keras_hybrid.launch.worker_spec import WorkerSpec
-from keras_hybrid.testing.emulated_hosts import EmulatedHosts
 
 FLAGS = flags.FLAGS
 config_flags.define_flags()

@@ -65,7 +65,7 @@ class Mode:
     def make_strategy(self, hot_rows: int = 0):
         """A `HybridStrategy` for this mode (cluster from the env);
         `hot_rows` is used only by modes with `hot_rows` set."""
-        from keras_hybrid.strategy.hybrid_strategy import HybridStrategy
+        from keras_hybrid.hybrid_strategy import HybridStrategy
 
         kwargs = dict(self.strategy_kwargs)
         if self.hot_rows:

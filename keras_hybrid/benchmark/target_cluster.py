@@ -17,8 +17,8 @@ ceiling (measured / allowed near 1) or below it.
 
 import numpy as np
 
-from keras_hybrid.benchmark import netem
 from keras_hybrid.callbacks.communication_stats import align_rows
+from keras_hybrid.emulation import network as netem
 
 
 def scaled_link(

@@ -6,7 +6,7 @@ import dataclasses
 import keras
 import tensorflow as tf
 
-from keras_hybrid.checkpoint import world
+from keras_hybrid.checkpoint import participants
 from keras_hybrid.sparse.sharded_table import ShardedTable
 
 
@@ -76,7 +76,7 @@ def entries(model: keras.Model, build_optimizer: bool = False) -> list[Entry]:
 
 
 def _strategy_scope(model):
-    strategy = world.hybrid_strategy_of(model)
+    strategy = participants.hybrid_strategy_of(model)
     if strategy is None or tf.distribute.has_strategy():
         return contextlib.nullcontext()
     return strategy.scope()

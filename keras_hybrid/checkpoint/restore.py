@@ -13,11 +13,11 @@ from absl import logging
 
 from keras_hybrid.checkpoint import manifest as manifest_lib
 from keras_hybrid.checkpoint import model_variables
-from keras_hybrid.checkpoint import resharding
+from keras_hybrid.checkpoint import participants as world_lib
+from keras_hybrid.checkpoint import saved_rows
 from keras_hybrid.checkpoint import shard_files
-from keras_hybrid.checkpoint import world as world_lib
-from keras_hybrid.sparse.row_partition import RowPartition
-from keras_hybrid.strategy import call_fence
+from keras_hybrid.comm import call_fence
+from keras_hybrid.sharding.row_partition import RowPartition
 
 
 @call_fence.fences("restore_checkpoint")
@@ -151,7 +151,7 @@ def _restore_one(entry, record, found, manifest, world) -> None:
 
     if entry.table is not None:
         ids = entry.table.partition.ids_on_shard(world.rank)
-        rows = resharding.rows_for_ids(ids, saved, read_shard)
+        rows = saved_rows.rows_for_ids(ids, saved, read_shard)
         entry.table.assign_local_rows(np.asarray(rows))
     else:
-        entry.variable.assign(resharding.full_table(saved, read_shard))
+        entry.variable.assign(saved_rows.full_table(saved, read_shard))

@@ -17,9 +17,9 @@ from absl import logging
 
 from keras_hybrid.checkpoint import manifest as manifest_lib
 from keras_hybrid.checkpoint import model_variables
+from keras_hybrid.checkpoint import participants as world_lib
 from keras_hybrid.checkpoint import shard_files
-from keras_hybrid.checkpoint import world as world_lib
-from keras_hybrid.strategy import call_fence
+from keras_hybrid.comm import call_fence
 
 DEFAULT_KEEP = 2
 

@@ -8,7 +8,7 @@ import tensorflow as tf
 # collective shapes fixed, `control` small bookkeeping (metrics, capacities,
 # broadcasts of initial values), `reshard` the table rows moved when the
 # worker set changes (`sparse.resharding`), `commit` the buddy copies of
-# table rows that elastic commits send (`strategy.elastic_buddy`).
+# table rows that elastic commits send (`elastic.buddy_store`).
 PATHS = (
     "dense",
     "sparse_pull",

@@ -48,8 +48,8 @@ class Communicator(abc.ABC):
         # hosts apart; `None` otherwise.
         self.hosts = None
         # Whether fused sparse exchanges run hierarchically over `hosts`
-        # (`sparse.host_exchange`): set by the strategy; `None` until the
-        # cost model decides at the first fused exchange.
+        # (`sparse.hierarchical_exchange`): set by the strategy; `None`
+        # until the cost model decides at the first fused exchange.
         self.hierarchical = False
 
     @property

@@ -25,7 +25,7 @@ from keras_hybrid.comm import byte_sizes
 from keras_hybrid.comm import instance_keys
 
 # Below the pairwise exchange's groups (1 << 24) and above the elastic
-# state groups (launch/elastic_files.py).
+# state groups (contract/elastic_board.py).
 _HOST_GROUP_BASE = 1 << 22
 _RANK_GROUP_BASE = (1 << 22) + (1 << 20)
 _MERGE_OPS = {"sum": "Add", "mean": "Add", "max": "Max"}

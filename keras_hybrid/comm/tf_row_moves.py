@@ -14,7 +14,7 @@ from keras_hybrid.comm import pair_moves
 
 # Group keys of the 2-member groups of the pairwise all-to-all: above the
 # elastic groups' keys, below an elastic job's pair groups
-# (launch/elastic_files.py).
+# (contract/elastic_board.py).
 _PAIR_GROUP_BASE = 1 << 24
 
 

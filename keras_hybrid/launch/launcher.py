@@ -2,6 +2,8 @@
 
 import os
 
+from keras_hybrid.contract.worker_env import worker_env
+from keras_hybrid.contract.worker_spec import WorkerSpec
 from keras_hybrid.launch import devices
 from keras_hybrid.launch import validation
 from keras_hybrid.launch.ssh import forwarded_env
@@ -12,9 +14,7 @@ from keras_hybrid.launch.topology import free_ports
 from keras_hybrid.launch.topology import host_specs
 from keras_hybrid.launch.topology import local_specs
 from keras_hybrid.launch.worker_command import WorkerCommand
-from keras_hybrid.launch.worker_env import worker_env
 from keras_hybrid.launch.worker_group import WorkerGroup
-from keras_hybrid.launch.worker_spec import WorkerSpec
 
 DEFAULT_PORT = 29400
 DEFAULT_GRACE_SECONDS = 10.0

@@ -7,9 +7,9 @@ TensorFlow is imported lazily here, and only here, for
 import logging
 import os
 
+from keras_hybrid.contract.worker_env import worker_env
+from keras_hybrid.contract.worker_spec import WorkerSpec
 from keras_hybrid.launch import devices
-from keras_hybrid.launch.worker_env import worker_env
-from keras_hybrid.launch.worker_spec import WorkerSpec
 
 logger = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 import socket
 
-from keras_hybrid.launch.worker_spec import WorkerSpec
+from keras_hybrid.contract.worker_spec import WorkerSpec
 
 LOOPBACK = "127.0.0.1"
 

@@ -6,7 +6,7 @@ times per worker and step on `workers` workers linked by `link`:
 - partitioned: a lookup exchanges a count vector, the unique ids, their
   rows (pull) and their gradient rows (push), about 2 u r bytes per worker
   in 4 collectives, plus the padding of every all-to-all block to the
-  largest pair count (`simulate.table_exchange.hybrid_table`, with the counts
+  largest pair count (`costs.table_exchange.hybrid_table`, with the counts
   drawn as the partition scatters ids), where u, the distinct ids, is
   `min(lookups, rows)`: exact for a position table read in full and for
   random ids of a big table, an upper bound otherwise (skewed ids repeat),
@@ -20,7 +20,7 @@ times per worker and step on `workers` workers linked by `link`:
   this gathers one per distinct id, in one round where partitioning takes
   three).
 
-Times come from `simulate.cost_model.exchange_seconds` on a flat cluster of
+Times come from `costs.cost_model.exchange_seconds` on a flat cluster of
 one worker per host.
 """
 
@@ -30,11 +30,11 @@ import math
 
 import tensorflow as tf
 
-from keras_hybrid.simulate import cluster_spec
-from keras_hybrid.simulate import cost_model
-from keras_hybrid.simulate import exchange
-from keras_hybrid.simulate import table_exchange
-from keras_hybrid.simulate import traffic
+from keras_hybrid.costs import cluster_spec
+from keras_hybrid.costs import cost_model
+from keras_hybrid.costs import exchange
+from keras_hybrid.costs import table_exchange
+from keras_hybrid.costs import traffic
 
 DEFAULT_BANDWIDTH = "10gbit"
 DEFAULT_LATENCY = "50us"
@@ -158,7 +158,7 @@ def expected_unique(rows: int, lookups: int) -> float:
 
 @dataclasses.dataclass(frozen=True)
 class _Table:
-    """What `simulate.table_exchange` and `simulate.traffic` need of a
+    """What `costs.table_exchange` and `costs.traffic` need of a
     table looked up once a step."""
 
     row_bytes: int

@@ -10,7 +10,7 @@ import dataclasses
 from keras_hybrid.plan import cost_rule
 from keras_hybrid.plan import kind_overrides
 from keras_hybrid.plan.variable_facts import VariableFacts
-from keras_hybrid.sparse.row_partition import RowPartition
+from keras_hybrid.sharding.row_partition import RowPartition
 
 # Why a variable has its kind (`VariablePlan.source`).
 SOURCES = (

@@ -8,13 +8,13 @@ all built; 3 and 4 as options). The command line is
 `python -m keras_hybrid.simulate` (see docs/simulator.md).
 """
 
-from keras_hybrid.simulate.cluster_spec import ClusterSpec
-from keras_hybrid.simulate.cost_model import Prediction
-from keras_hybrid.simulate.cost_model import predict
-from keras_hybrid.simulate.cost_model import sweep
-from keras_hybrid.simulate.design import Design
-from keras_hybrid.simulate.profile import Profile
-from keras_hybrid.simulate.profile import VariableStats
+from keras_hybrid.costs.cluster_spec import ClusterSpec
+from keras_hybrid.costs.cost_model import Prediction
+from keras_hybrid.costs.cost_model import predict
+from keras_hybrid.costs.cost_model import sweep
+from keras_hybrid.costs.design import Design
+from keras_hybrid.costs.profile import Profile
+from keras_hybrid.costs.profile import VariableStats
 from keras_hybrid.simulate.profiler import profile_model
 
 __all__ = [

@@ -34,16 +34,16 @@ from absl import flags
 from absl import logging
 
 from keras_hybrid.benchmark import config_flags
-from keras_hybrid.simulate import cluster_spec
-from keras_hybrid.simulate import cost_model
-from keras_hybrid.simulate import design as design_lib
-from keras_hybrid.simulate import hot_rows
+from keras_hybrid.costs import cluster_spec
+from keras_hybrid.costs import cost_model
+from keras_hybrid.costs import design as design_lib
+from keras_hybrid.costs import hot_row_savings
+from keras_hybrid.costs import resize
+from keras_hybrid.costs import traffic
+from keras_hybrid.costs.profile import Profile
 from keras_hybrid.simulate import parallax
 from keras_hybrid.simulate import report
-from keras_hybrid.simulate import resize
-from keras_hybrid.simulate import traffic
 from keras_hybrid.simulate import validate
-from keras_hybrid.simulate.profile import Profile
 
 FLAGS = flags.FLAGS
 config_flags.define_flags()
@@ -349,8 +349,8 @@ def _shard_load(profile, batch) -> str:
         if var.rows < n:
             continue
         lookups = var.lookups(batch)
-        base = hot_rows.shard_load(var.rows, FLAGS.zipf, lookups, n)
-        hot = hot_rows.shard_load(
+        base = hot_row_savings.shard_load(var.rows, FLAGS.zipf, lookups, n)
+        hot = hot_row_savings.shard_load(
             var.rows, FLAGS.zipf, lookups, n, hot=FLAGS.hot_rows
         )
         lines.append(

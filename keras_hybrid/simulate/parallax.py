@@ -34,8 +34,8 @@ import functools
 
 import numpy as np
 
-from keras_hybrid.simulate.profile import Profile
-from keras_hybrid.simulate.profile import VariableStats
+from keras_hybrid.costs.profile import Profile
+from keras_hybrid.costs.profile import VariableStats
 
 LM_VOCAB = 793_470
 LM_EMBED = 512

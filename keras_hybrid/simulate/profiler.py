@@ -13,8 +13,8 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from keras_hybrid.simulate.profile import Profile
-from keras_hybrid.simulate.profile import VariableStats
+from keras_hybrid.costs.profile import Profile
+from keras_hybrid.costs.profile import VariableStats
 
 
 def profile_model(

@@ -1,6 +1,6 @@
 """Tables in the style of the Parallax paper's comparison, and a plot."""
 
-from keras_hybrid.simulate import traffic
+from keras_hybrid.costs import traffic
 
 LABELS = {
     "hybrid": "hybrid",

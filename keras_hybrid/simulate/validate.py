@@ -21,10 +21,10 @@ which the simulator leaves out).
 import dataclasses
 import json
 
-from keras_hybrid.simulate import cluster_spec
-from keras_hybrid.simulate import cost_model
-from keras_hybrid.simulate import traffic
-from keras_hybrid.simulate.design import Design
+from keras_hybrid.costs import cluster_spec
+from keras_hybrid.costs import cost_model
+from keras_hybrid.costs import traffic
+from keras_hybrid.costs.design import Design
 
 COMPARED_PATHS = ("dense", "sparse_pull", "sparse_push", "ids", "padding")
 

@@ -31,7 +31,7 @@ import contextlib
 import tensorflow as tf
 from absl import logging
 
-from keras_hybrid.sparse import host_exchange
+from keras_hybrid.sparse import hierarchical_exchange
 from keras_hybrid.sparse import hot_rows
 from keras_hybrid.sparse import owner_exchange
 
@@ -137,7 +137,7 @@ def exchange(comm, calls: list) -> list:
     all_uniques, positions = zip(*[_dedupe(c) for c in per_table], strict=True)
     uniques, hot = _split_hot(tables, all_uniques)
     if comm.hierarchical:
-        unique_rows = host_exchange.rows_of(comm, tables, uniques)
+        unique_rows = hierarchical_exchange.rows_of(comm, tables, uniques)
     else:
         unique_rows = owner_exchange.rows_of(comm, tables, uniques)
     for i, (is_hot, rows) in enumerate(hot):

@@ -34,7 +34,7 @@ import tensorflow as tf
 
 from keras_hybrid._compat import tf as tf_compat
 from keras_hybrid.sparse import table_gradients
-from keras_hybrid.sparse.local_reads import local_reads
+from keras_hybrid.sparse.shard_view import local_reads
 
 
 class HotRows:

@@ -18,7 +18,7 @@ import tensorflow as tf
 
 from keras_hybrid.sparse import hot_rows
 from keras_hybrid.sparse import table_gradients
-from keras_hybrid.sparse.local_reads import local_reads
+from keras_hybrid.sparse.shard_view import local_reads
 
 
 def pull(table, ids) -> tf.Tensor:

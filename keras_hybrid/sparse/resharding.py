@@ -26,7 +26,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from keras_hybrid.sparse.shard_assignment import ShardAssignment
+from keras_hybrid.sharding.shard_assignment import ShardAssignment
 from keras_hybrid.sparse.sharded_table import ShardedTable
 
 PATH = "reshard"

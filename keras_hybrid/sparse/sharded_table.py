@@ -34,14 +34,14 @@ import tensorflow as tf
 
 from keras_hybrid._compat import keras as keras_compat
 from keras_hybrid._compat import tf as tf_compat
+from keras_hybrid.comm import call_fence
 from keras_hybrid.plan import use_discovery
 from keras_hybrid.sparse import fused_exchange
 from keras_hybrid.sparse import lookup
 from keras_hybrid.sparse import prefetch
-from keras_hybrid.sparse.local_reads import in_local_reads
-from keras_hybrid.sparse.local_reads import local_reads
 from keras_hybrid.sparse.partition_lookup import PartitionLookup
-from keras_hybrid.strategy import call_fence
+from keras_hybrid.sparse.shard_view import in_local_reads
+from keras_hybrid.sparse.shard_view import local_reads
 
 ROLES = ("table", "slot")
 BLOCK_BYTES = 16 * 2**20  # rows gathered per collective when saving

@@ -26,15 +26,15 @@ from keras_hybrid._compat.one_process_extended import OneProcessExtended
 from keras_hybrid.plan import cost_rule
 from keras_hybrid.plan import use_discovery
 from keras_hybrid.sparse import fused_exchange
+from keras_hybrid.sparse import hierarchical_setup
 from keras_hybrid.sparse import prefetch
 from keras_hybrid.sparse import sharded_table
 from keras_hybrid.sparse import table_gradients
+from keras_hybrid.strategy import averaged_state
 from keras_hybrid.strategy import global_metrics
 from keras_hybrid.strategy import global_predictions
 from keras_hybrid.strategy import global_read_variable
-from keras_hybrid.strategy import hierarchy
 from keras_hybrid.strategy import input_sharding
-from keras_hybrid.strategy import worker_state
 from keras_hybrid.strategy.global_read_variable import GlobalReadVariable
 from keras_hybrid.strategy.variable_router import VariableRouter
 
@@ -115,7 +115,7 @@ class HybridExtended(OneProcessExtended):
             with (
                 global_read_variable.local_reads(),
                 self._fused_lookups(fn, args, kwargs),
-                worker_state.recording() as assigned,
+                averaged_state.recording() as assigned,
             ):
                 outputs = fn(*args, **kwargs)
             if not tf.executing_eagerly():
@@ -125,8 +125,8 @@ class HybridExtended(OneProcessExtended):
             if model is not None and not (
                 use_discovery.active() or prefetch.active()
             ):
-                worker_state.average(
-                    worker_state.averaged(model, assigned), self._communicator
+                averaged_state.average(
+                    averaged_state.averaged(model, assigned), self._communicator
                 )
                 outputs = global_metrics.globalize_logs(
                     model, outputs, self._communicator
@@ -158,7 +158,7 @@ class HybridExtended(OneProcessExtended):
             return contextlib.nullcontext()
         ids = plan.ids_fn(args, kwargs)
         if comm.hierarchical is None:
-            hierarchy.decide(comm, plan.prefetched(), ids, self._link)
+            hierarchical_setup.decide(comm, plan.prefetched(), ids, self._link)
         return fused_exchange.step(plan, ids, comm)
 
     def _place_by_use(self, fn, args, kwargs) -> None:
@@ -317,7 +317,7 @@ class HybridExtended(OneProcessExtended):
             constraint = getattr(var, "row_constraint", None)
             if constraint is not None and args:
                 # Keras applies constraints after the update; the owner
-                # does it for its rows (`sparse.row_wise`).
+                # does it for its rows (`sparse.shard_regularizers`).
                 var.assign(constraint(tf.convert_to_tensor(var)))
             return result
 

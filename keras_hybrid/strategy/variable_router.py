@@ -31,8 +31,8 @@ from keras_hybrid.plan import cost_rule
 from keras_hybrid.plan import kind_overrides
 from keras_hybrid.plan import make_plan
 from keras_hybrid.plan.variable_facts import VariableFacts
-from keras_hybrid.sparse import row_reads
-from keras_hybrid.sparse import row_wise
+from keras_hybrid.sparse import replicated_gathers
+from keras_hybrid.sparse import shard_regularizers
 from keras_hybrid.sparse import table_factory
 from keras_hybrid.sparse import table_init
 from keras_hybrid.sparse.hot_rows import HotRows
@@ -110,7 +110,7 @@ class VariableRouter:
 
     def replace_table(self, old: ShardedTable, new: ShardedTable) -> None:
         """Makes `new` stand for table or slot `old` (an elastic recovery
-        gave it new storage, see `strategy.elastic_buddy`)."""
+        gave it new storage, see `elastic.buddy_store`)."""
         for path, placed in self._placed.items():
             if placed.storage is old:
                 placed.storage = new
@@ -118,7 +118,7 @@ class VariableRouter:
                 self._paths[id(new)] = path
                 keras_var = placed.keras_variable
                 regularizer = getattr(keras_var, "regularizer", None)
-                if isinstance(regularizer, row_wise.RowRegularizer):
+                if isinstance(regularizer, shard_regularizers.RowRegularizer):
                     regularizer.table = new
                 return
             for i, (keras_ref, slot) in enumerate(placed.slots):
@@ -231,7 +231,7 @@ class VariableRouter:
         provisional tables run row by row on the shard, or block it."""
         for path in self.undecided():
             placed = self._placed[path]
-            blocker = row_wise.install(placed, self._comm)
+            blocker = shard_regularizers.install(placed, self._comm)
             if blocker:
                 self._facts[path] = dataclasses.replace(
                     self._facts[path], blocker=blocker
@@ -277,7 +277,7 @@ class VariableRouter:
     def _make_dense(self, path: str, why: str):
         """Gathers table `path` and its slots whole; they become dense."""
         placed = self._placed[path]
-        row_wise.uninstall(placed)
+        shard_regularizers.uninstall(placed)
         with tf.init_scope():
             for keras_ref, old in [
                 (placed.keras_ref, placed.storage),
@@ -295,9 +295,9 @@ class VariableRouter:
                 tf_compat.keep_variable_key(new, old)
                 keras_compat.set_variable_storage(keras_var, new)
                 if old is placed.storage:
-                    row_reads.uninstall(keras_var)
+                    replicated_gathers.uninstall(keras_var)
                     if self._facts[path].use == "gathered":
-                        row_reads.install(keras_var)
+                        replicated_gathers.install(keras_var)
                     placed.storage = new
                     self._paths[id(new)] = path
             placed.slots = []

@@ -20,7 +20,7 @@ import shutil
 import subprocess
 import sys
 
-from keras_hybrid.launch.worker_env import THREAD_VARIABLES
+from keras_hybrid.contract.worker_env import THREAD_VARIABLES
 
 TEST_ENGINES_ENV = "KERAS_HYBRID_TEST_ENGINES"
 LAUNCHERS = ("tf", "horovod")

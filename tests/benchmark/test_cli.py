@@ -196,7 +196,7 @@ class ScaledOverHostsCliTest(unittest.TestCase):
     each launch costs tens of seconds on a loaded machine."""
 
     def test_scaled_link_over_ssh_hosts(self):
-        from keras_hybrid.testing.emulated_hosts import install_problem
+        from keras_hybrid.emulation.hosts import install_problem
 
         problem = install_problem()
         if problem:

@@ -7,7 +7,7 @@ import sys
 import unittest
 from unittest import mock
 
-from keras_hybrid.benchmark import netem
+from keras_hybrid.emulation import network as netem
 
 
 def namespaces() -> set[str]:

@@ -16,7 +16,7 @@ from keras_hybrid.callbacks import CommunicationStats
 from keras_hybrid.callbacks.communication_stats import format_resizes
 from keras_hybrid.callbacks.communication_stats import format_table
 from keras_hybrid.comm import PATHS
-from keras_hybrid.simulate import table_exchange
+from keras_hybrid.costs import table_exchange
 from keras_hybrid.testing import SPARSE_TABLES
 from keras_hybrid.testing import OneProcessTestCase
 from keras_hybrid.testing import run_workers

@@ -10,7 +10,7 @@ import tempfile
 import keras
 import numpy as np
 
-from keras_hybrid.checkpoint import chief_writes
+from keras_hybrid.patches import chief_writes
 from keras_hybrid.testing import TestCase
 
 
@@ -116,8 +116,7 @@ class ChiefWritesTest(TestCase):
 import os, sys, keras, numpy as np
 sys.path.insert(0, {os.path.dirname(__file__)!r})
 from test_chief_writes import _Rank, small_model
-from keras_hybrid.checkpoint import chief_writes
-
+from keras_hybrid.patches import chief_writes
 class Leave(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         print(os.listdir({tmp!r}), flush=True)

@@ -640,11 +640,11 @@ class KerasOptimizerTest(TestCase):
 
 
 class KerasSavingTest(TestCase):
-    """`checkpoint/chief_writes.py`: `model.save`, `save_weights` and
+    """`patches/chief_writes.py`: `model.save`, `save_weights` and
     `export` look up `saving_api.save_model`, `saving_api.save_weights`
     and `keras.src.export.export_saved_model` when called, and the stock
     callbacks write through their module's `file_utils`;
-    `checkpoint/h5_streaming.py`: `H5IOStore.__setitem__` receives each
+    `patches/h5_streaming.py`: `H5IOStore.__setitem__` receives each
     Keras variable, and its entry members."""
 
     def setUp(self) -> None:
@@ -727,7 +727,7 @@ class KerasSavingTest(TestCase):
 
 
 class KerasModelTest(TestCase):
-    """`checkpoint/world.py`, `checkpoint/model_variables.py`: a model
+    """`checkpoint/participants.py`, `checkpoint/model_variables.py`: a model
     keeps its strategy in `_distribute_strategy`;
     `callbacks/sharded_checkpoint.py`: `fit` starts from
     `model._initial_epoch` when a callback sets it (as `BackupAndRestore`
@@ -960,7 +960,7 @@ class CompatFunctionsTest(TestCase):
             keras_compat.current("nope")
 
     def test_symbolic_build_takes_the_epoch_datasets_spec(self):
-        # strategy/spec_build.py: Keras' TF trainer builds a model under a
+        # patches/build_from_spec.py: Keras' TF trainer builds a model under a
         # strategy from a drawn batch; given the dataset's element spec it
         # builds all the same, and the epoch iterator holds that dataset.
         from keras.src.backend.tensorflow.trainer import TFEpochIterator
@@ -1045,8 +1045,8 @@ class CompatFunctionsTest(TestCase):
 
 
 class ElasticKerasHooksTest(TestCase):
-    """`_compat.keras` hooks of `strategy.elastic_patches` and
-    `strategy.elastic_resize`."""
+    """`_compat.keras` hooks of `patches.elastic_training` and
+    `elastic.resize`."""
 
     def _model(self, **compile_kwargs):
         model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])

@@ -1,5 +1,5 @@
 """An emulated host whose free ports come from its own range
-(`keras_hybrid.testing.emulated_hosts`)."""
+(`keras_hybrid.emulation.hosts`)."""
 
 import subprocess
 

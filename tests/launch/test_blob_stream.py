@@ -8,9 +8,9 @@ from multiprocessing import Pipe
 
 import pytest
 
-from keras_hybrid.launch.blob_stream import BlobReader
-from keras_hybrid.launch.blob_stream import BlobWriter
-from keras_hybrid.launch.blob_stream import send_blob
+from keras_hybrid.contract.blob_stream import BlobReader
+from keras_hybrid.contract.blob_stream import BlobWriter
+from keras_hybrid.contract.blob_stream import send_blob
 
 MB = 1 << 20
 

@@ -5,8 +5,8 @@ import os
 
 import pytest
 
-from keras_hybrid.launch.commit_files import CommitFiles
-from keras_hybrid.launch.commit_files import folder_name
+from keras_hybrid.contract.commit_files import CommitFiles
+from keras_hybrid.contract.commit_files import folder_name
 
 
 def _blob(data):

@@ -11,20 +11,20 @@ from multiprocessing.connection import Client
 
 import pytest
 
-from keras_hybrid.launch.blob_stream import send_blob
-from keras_hybrid.launch.commit_files import CommitFiles
-from keras_hybrid.launch.commit_files import folder_name
-from keras_hybrid.launch.commit_server import CommitClient
-from keras_hybrid.launch.commit_server import CommitServer
-from keras_hybrid.launch.commit_server import commit_files_from_env
-from keras_hybrid.launch.elastic_files import COMMIT_AUTHKEY_ENV
-from keras_hybrid.launch.elastic_files import COMMIT_DIR_ENV
-from keras_hybrid.launch.elastic_files import COMMIT_SERVER_ENV
+from keras_hybrid.contract.blob_stream import send_blob
+from keras_hybrid.contract.commit_files import CommitFiles
+from keras_hybrid.contract.commit_files import folder_name
+from keras_hybrid.contract.commit_server import CommitClient
+from keras_hybrid.contract.commit_server import CommitServer
+from keras_hybrid.contract.commit_server import commit_files_from_env
+from keras_hybrid.contract.elastic_board import COMMIT_AUTHKEY_ENV
+from keras_hybrid.contract.elastic_board import COMMIT_DIR_ENV
+from keras_hybrid.contract.elastic_board import COMMIT_SERVER_ENV
 
 _SERVE = """
 import sys, time
-from keras_hybrid.launch.commit_server import CommitServer
-from keras_hybrid.launch.elastic_files import COMMIT_AUTHKEY_ENV
+from keras_hybrid.contract.commit_server import CommitServer
+from keras_hybrid.contract.elastic_board import COMMIT_AUTHKEY_ENV
 server = CommitServer(sys.argv[1], "127.0.0.1")
 print(server.address, server.env()[COMMIT_AUTHKEY_ENV], flush=True)
 time.sleep(600)

@@ -4,7 +4,7 @@ in which directory."""
 import os
 import tempfile
 
-from keras_hybrid.launch import commit_store
+from keras_hybrid.launch.elastic import commit_store
 from keras_hybrid.testing import TestCase
 
 

@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-from keras_hybrid.launch.elastic_driver import check_bounds
-from keras_hybrid.launch.host_discovery import HostDiscovery
-from keras_hybrid.launch.host_discovery import parse_slots
+from keras_hybrid.launch.elastic.driver import check_bounds
+from keras_hybrid.launch.elastic.host_discovery import HostDiscovery
+from keras_hybrid.launch.elastic.host_discovery import parse_slots
 from keras_hybrid.launch.ssh import SSH_COMMAND_ENV
 
 CLI = [sys.executable, "-m", "keras_hybrid.run"]
@@ -225,7 +225,7 @@ FAKE_HOST="$1" exec sh -c "$2"
 _READDRESSED = """
 import json, os, sys, time
 DEADLINE = time.monotonic() + 180
-from keras_hybrid.launch.plan_channel import channel_from_env
+from keras_hybrid.contract.plan_channel import channel_from_env
 task = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
 channel = channel_from_env()
 slots = sys.argv[1]
@@ -316,9 +316,9 @@ def test_a_joiner_on_a_new_host_comes_after_a_readdress(tmp_path, shared_dir):
 _WIDENED = """
 import json, os, sys, time
 DEADLINE = time.monotonic() + 180
-from keras_hybrid.launch.commit_files import CommitFiles
-from keras_hybrid.launch.commit_server import commit_files_from_env
-from keras_hybrid.launch.plan_channel import channel_from_env
+from keras_hybrid.contract.commit_files import CommitFiles
+from keras_hybrid.contract.commit_server import commit_files_from_env
+from keras_hybrid.contract.plan_channel import channel_from_env
 task = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
 channel = channel_from_env()
 slots, marker = sys.argv[1], sys.argv[2]

@@ -1,5 +1,5 @@
 """The elastic launcher's ports for tasks on other hosts come from those
-hosts (`keras_hybrid.launch.host_ports`), with plain-Python workers and
+hosts (`keras_hybrid.launch.elastic.host_ports`), with plain-Python workers and
 an ssh stand-in (the job trains on them over real ssh in
 tests/launch/test_elastic_multihost.py)."""
 
@@ -25,7 +25,7 @@ if [ "$1" = "hostZ" ]; then
   exit 255
 fi
 case "$2" in
-  *keras_hybrid.launch.host_ports*)
+  *keras_hybrid.launch.elastic.host_ports*)
     out=$(sh -c "$2") || exit
     echo "$1 $out" >> "$FAKE_PORTS_LOG"
     echo "$out"
@@ -37,7 +37,7 @@ FAKE_HOST="$1" exec sh -c "$2"
 _WORKER = """
 import json, os, sys, time
 DEADLINE = time.monotonic() + 180
-from keras_hybrid.launch.plan_channel import channel_from_env
+from keras_hybrid.contract.plan_channel import channel_from_env
 task = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
 channel = channel_from_env()
 slots, more = sys.argv[1], sys.argv[2]

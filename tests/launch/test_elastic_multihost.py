@@ -1,7 +1,7 @@
 """An elastic job whose discovery names other hosts, over real ssh.
 
 Two network namespaces act as hosts `hostA` and `hostB`, each running its
-own sshd (`keras_hybrid.testing.emulated_hosts`); the launcher runs in the
+own sshd (`keras_hybrid.emulation.hosts`); the launcher runs in the
 root namespace and starts every worker over ssh. Discovery first prints
 `hostA:2`, then `hostA:2` and `hostB:2` once training runs (hostB's
 address is not in the members' cluster: they serve again on one that has
@@ -35,8 +35,8 @@ import numpy as np
 import pytest
 from host_port_range import HostPortRange
 
+from keras_hybrid.emulation import hosts as emulated_hosts
 from keras_hybrid.launch.ssh import SSH_COMMAND_ENV
-from keras_hybrid.testing import emulated_hosts
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 STRATEGY_WORKERS = os.path.join(os.path.dirname(HERE), "strategy", "workers")

@@ -3,8 +3,8 @@
 import signal
 import sys
 
-from keras_hybrid.launch.elastic_process import ElasticProcess
-from keras_hybrid.launch.elastic_process import ElasticProcesses
+from keras_hybrid.launch.elastic.processes import ElasticProcess
+from keras_hybrid.launch.elastic.processes import ElasticProcesses
 from keras_hybrid.launch.ssh import SSH_COMMAND_ENV
 
 

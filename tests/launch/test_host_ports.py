@@ -5,8 +5,8 @@ import socket
 
 import pytest
 
-from keras_hybrid.launch import host_ports
-from keras_hybrid.launch.host_ports import HostPortsError
+from keras_hybrid.launch.elastic import host_ports
+from keras_hybrid.launch.elastic.host_ports import HostPortsError
 from keras_hybrid.launch.ssh import SSH_COMMAND_ENV
 
 # An ssh client stand-in: skips `-o OPTION` pairs, then runs the remote

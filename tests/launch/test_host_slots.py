@@ -3,14 +3,14 @@ retirements, and the addresses of the cluster."""
 
 import pytest
 
-from keras_hybrid.launch.host_slots import HostPlan
-from keras_hybrid.launch.host_slots import hosts_of
-from keras_hybrid.launch.host_slots import merge_slots
-from keras_hybrid.launch.host_slots import plan_hosts
-from keras_hybrid.launch.host_slots import port_needs
-from keras_hybrid.launch.host_slots import remote_hosts
-from keras_hybrid.launch.host_slots import task_addresses
-from keras_hybrid.launch.host_slots import task_ports
+from keras_hybrid.launch.elastic.host_slots import HostPlan
+from keras_hybrid.launch.elastic.host_slots import hosts_of
+from keras_hybrid.launch.elastic.host_slots import merge_slots
+from keras_hybrid.launch.elastic.host_slots import plan_hosts
+from keras_hybrid.launch.elastic.host_slots import port_needs
+from keras_hybrid.launch.elastic.host_slots import remote_hosts
+from keras_hybrid.launch.elastic.host_slots import task_addresses
+from keras_hybrid.launch.elastic.host_slots import task_ports
 
 
 def test_first_answer_places_tasks_host_by_host():

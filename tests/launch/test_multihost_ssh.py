@@ -1,7 +1,7 @@
 """`keras-hybrid-run --hosts` over real ssh, across emulated hosts.
 
 Two network namespaces act as hosts `hostA` and `hostB`, each running its
-own sshd (`keras_hybrid.testing.emulated_hosts`). The launcher runs in the
+own sshd (`keras_hybrid.emulation.hosts`). The launcher runs in the
 root namespace and reaches them only through ssh:
 
 - four workers (hostA:2, hostB:2) train a partitioned embedding table, so
@@ -28,8 +28,8 @@ import numpy as np
 import pytest
 from launch_testing import lines_by_rank
 
+from keras_hybrid.emulation import hosts as emulated_hosts
 from keras_hybrid.launch.ssh import SSH_COMMAND_ENV
-from keras_hybrid.testing import emulated_hosts
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SPARSE_WORKERS = os.path.join(os.path.dirname(HERE), "sparse", "workers")

@@ -4,13 +4,13 @@ from multiprocessing.connection import Client
 
 import pytest
 
-from keras_hybrid.launch import elastic_files as em
-from keras_hybrid.launch.plan_channel import AUTHKEY_ENV
-from keras_hybrid.launch.plan_channel import CHANNEL_ENV
-from keras_hybrid.launch.plan_channel import ChannelServer
-from keras_hybrid.launch.plan_channel import FileChannel
-from keras_hybrid.launch.plan_channel import TeeChannel
-from keras_hybrid.launch.plan_channel import channel_from_env
+from keras_hybrid.contract import elastic_board as em
+from keras_hybrid.contract.plan_channel import AUTHKEY_ENV
+from keras_hybrid.contract.plan_channel import CHANNEL_ENV
+from keras_hybrid.contract.plan_channel import ChannelServer
+from keras_hybrid.contract.plan_channel import FileChannel
+from keras_hybrid.contract.plan_channel import TeeChannel
+from keras_hybrid.contract.plan_channel import channel_from_env
 from keras_hybrid.launch.ssh import reach_address
 
 

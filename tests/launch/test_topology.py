@@ -2,8 +2,8 @@ import unittest
 
 import pytest
 
+from keras_hybrid.contract.worker_spec import WorkerSpec
 from keras_hybrid.launch import topology
-from keras_hybrid.launch.worker_spec import WorkerSpec
 
 pytestmark = pytest.mark.timeout(30)
 

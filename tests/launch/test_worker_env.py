@@ -5,8 +5,8 @@ from unittest import mock
 
 import pytest
 
-from keras_hybrid.launch import worker_env
-from keras_hybrid.launch.worker_spec import WorkerSpec
+from keras_hybrid.contract import worker_env
+from keras_hybrid.contract.worker_spec import WorkerSpec
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -8,7 +8,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_hybrid.optimizers import finite_check
+from keras_hybrid.patches import finite_check
 from keras_hybrid.testing import TestCase
 
 _KERAS_CHECK = keras.optimizers.LossScaleOptimizer.check_finite

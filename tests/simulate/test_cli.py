@@ -10,10 +10,10 @@ import subprocess
 import sys
 import tempfile
 
-from keras_hybrid.simulate import cost_model
-from keras_hybrid.simulate.cluster_spec import ClusterSpec
-from keras_hybrid.simulate.profile import Profile
-from keras_hybrid.simulate.profile import VariableStats
+from keras_hybrid.costs import cost_model
+from keras_hybrid.costs.cluster_spec import ClusterSpec
+from keras_hybrid.costs.profile import Profile
+from keras_hybrid.costs.profile import VariableStats
 from keras_hybrid.testing import TestCase
 
 TINY_LM = (

@@ -2,9 +2,9 @@
 
 import unittest
 
-from keras_hybrid.simulate.cluster_spec import ClusterSpec
-from keras_hybrid.simulate.cluster_spec import parse_rate
-from keras_hybrid.simulate.cluster_spec import parse_time
+from keras_hybrid.costs.cluster_spec import ClusterSpec
+from keras_hybrid.costs.cluster_spec import parse_rate
+from keras_hybrid.costs.cluster_spec import parse_time
 
 
 class ParseTest(unittest.TestCase):

@@ -8,13 +8,13 @@ import unittest
 
 import numpy as np
 
-from keras_hybrid.simulate import cost_model
-from keras_hybrid.simulate import table_exchange
-from keras_hybrid.simulate import traffic
-from keras_hybrid.simulate.cluster_spec import ClusterSpec
-from keras_hybrid.simulate.design import Design
-from keras_hybrid.simulate.profile import Profile
-from keras_hybrid.simulate.profile import VariableStats
+from keras_hybrid.costs import cost_model
+from keras_hybrid.costs import table_exchange
+from keras_hybrid.costs import traffic
+from keras_hybrid.costs.cluster_spec import ClusterSpec
+from keras_hybrid.costs.design import Design
+from keras_hybrid.costs.profile import Profile
+from keras_hybrid.costs.profile import VariableStats
 
 ROWS, DIM = 100_000, 64
 ROW_BYTES = 4 * DIM

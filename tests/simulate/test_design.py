@@ -11,17 +11,17 @@ import unittest
 
 import numpy as np
 
-from keras_hybrid.simulate import cost_model
-from keras_hybrid.simulate import hot_rows
+from keras_hybrid.costs import cost_model
+from keras_hybrid.costs import hot_row_savings
+from keras_hybrid.costs import table_draws
+from keras_hybrid.costs import table_exchange
+from keras_hybrid.costs import traffic
+from keras_hybrid.costs.cluster_spec import ClusterSpec
+from keras_hybrid.costs.design import Design
+from keras_hybrid.costs.profile import Profile
+from keras_hybrid.costs.profile import VariableStats
 from keras_hybrid.simulate import parallax
-from keras_hybrid.simulate import table_draws
-from keras_hybrid.simulate import table_exchange
-from keras_hybrid.simulate import traffic
 from keras_hybrid.simulate import validate
-from keras_hybrid.simulate.cluster_spec import ClusterSpec
-from keras_hybrid.simulate.design import Design
-from keras_hybrid.simulate.profile import Profile
-from keras_hybrid.simulate.profile import VariableStats
 
 ROWS, DIM = 100_000, 64
 ROW_BYTES = 4 * DIM
@@ -244,11 +244,15 @@ class HotRowsTest(unittest.TestCase):
     def test_cold_fraction_by_hand(self):
         # Two rows, p = (2/3, 1/3) for zipf 1; one lookup: E[unique] = 1,
         # the cold row is drawn with probability 1/3.
-        self.assertAlmostEqual(hot_rows.cold_fraction(2, 1.0, 1, 1), 1 / 3)
-        self.assertEqual(hot_rows.cold_fraction(1000, 1.2, 640, 0), 1.0)
-        self.assertEqual(hot_rows.cold_fraction(1000, 1.2, 640, 1000), 0.0)
+        self.assertAlmostEqual(
+            hot_row_savings.cold_fraction(2, 1.0, 1, 1), 1 / 3
+        )
+        self.assertEqual(hot_row_savings.cold_fraction(1000, 1.2, 640, 0), 1.0)
+        self.assertEqual(
+            hot_row_savings.cold_fraction(1000, 1.2, 640, 1000), 0.0
+        )
         fractions = [
-            hot_rows.cold_fraction(200_000, 1.2, 640, h)
+            hot_row_savings.cold_fraction(200_000, 1.2, 640, h)
             for h in (16, 256, 4096)
         ]
         self.assertEqual(fractions, sorted(fractions, reverse=True))
@@ -275,8 +279,10 @@ class HotRowsTest(unittest.TestCase):
         # costs its shard one row per worker: the busiest shard stays
         # within 1.25x the mean with or without hot rows, and hot rows
         # cut the rows served.
-        base = hot_rows.shard_load(200_000, 1.2, 640, 8, draws=4)
-        hot = hot_rows.shard_load(200_000, 1.2, 640, 8, hot=1024, draws=4)
+        base = hot_row_savings.shard_load(200_000, 1.2, 640, 8, draws=4)
+        hot = hot_row_savings.shard_load(
+            200_000, 1.2, 640, 8, hot=1024, draws=4
+        )
         self.assertLessEqual(base["max_over_mean"], 1.25)
         self.assertLessEqual(hot["max_over_mean"], 1.25)
         self.assertGreater(base["max_over_mean"], 1.0)

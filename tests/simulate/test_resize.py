@@ -4,8 +4,8 @@ against measured bytes in `tests/sparse/test_resharding_multiprocess.py`."""
 
 import numpy as np
 
-from keras_hybrid.simulate import resize
-from keras_hybrid.simulate.cluster_spec import ClusterSpec
+from keras_hybrid.costs import resize
+from keras_hybrid.costs.cluster_spec import ClusterSpec
 from keras_hybrid.testing import TestCase
 from tests.simulate.test_cli import _simulate
 

@@ -16,11 +16,11 @@ import tempfile
 import numpy as np
 import pytest
 
-from keras_hybrid.simulate import cluster_spec
-from keras_hybrid.simulate import cost_model
+from keras_hybrid.costs import cluster_spec
+from keras_hybrid.costs import cost_model
+from keras_hybrid.costs import table_exchange
+from keras_hybrid.sharding.row_partition import RowPartition
 from keras_hybrid.simulate import profiler
-from keras_hybrid.simulate import table_exchange
-from keras_hybrid.sparse.row_partition import RowPartition
 from keras_hybrid.testing import TestCase
 from keras_hybrid.testing import run_workers
 

@@ -20,7 +20,7 @@ import tempfile
 import numpy as np
 import pytest
 
-from keras_hybrid.sparse.row_partition import RowPartition
+from keras_hybrid.sharding.row_partition import RowPartition
 from keras_hybrid.strategy import input_sharding
 from keras_hybrid.testing import run_workers
 

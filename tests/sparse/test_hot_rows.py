@@ -9,9 +9,9 @@ import tensorflow as tf
 
 import keras_hybrid as kh
 from keras_hybrid.callbacks import HotRowsRefresh
+from keras_hybrid.sharding.row_partition import RowPartition
 from keras_hybrid.sparse import hot_rows
 from keras_hybrid.sparse.hot_rows import HotRows
-from keras_hybrid.sparse.row_partition import RowPartition
 from keras_hybrid.testing import TestCase
 
 

@@ -24,7 +24,7 @@ import keras
 import numpy as np
 import pytest
 
-from keras_hybrid.sparse.row_partition import RowPartition
+from keras_hybrid.sharding.row_partition import RowPartition
 from keras_hybrid.strategy.input_sharding import split_sizes
 from keras_hybrid.testing import run_workers
 

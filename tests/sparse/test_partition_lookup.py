@@ -4,8 +4,8 @@ variables, so that a resize does not trace the step again."""
 import numpy as np
 import tensorflow as tf
 
+from keras_hybrid.sharding.row_partition import RowPartition
 from keras_hybrid.sparse.partition_lookup import PartitionLookup
-from keras_hybrid.sparse.row_partition import RowPartition
 from keras_hybrid.testing import TestCase
 
 

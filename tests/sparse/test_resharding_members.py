@@ -6,9 +6,9 @@ import numpy as np
 import tensorflow as tf
 
 from keras_hybrid.comm import make_communicator
+from keras_hybrid.sharding.row_partition import RowPartition
+from keras_hybrid.sharding.shard_assignment import ShardAssignment
 from keras_hybrid.sparse import resharding
-from keras_hybrid.sparse.row_partition import RowPartition
-from keras_hybrid.sparse.shard_assignment import ShardAssignment
 from keras_hybrid.sparse.sharded_table import ShardedTable
 from keras_hybrid.testing import TestCase
 

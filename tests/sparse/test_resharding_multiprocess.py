@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_hybrid.simulate import resize
+from keras_hybrid.costs import resize
 from keras_hybrid.testing import run_workers
 
 HERE = os.path.join(os.path.dirname(__file__), "workers")

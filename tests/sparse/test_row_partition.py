@@ -4,8 +4,8 @@ balanced on skewed ids."""
 import numpy as np
 import tensorflow as tf
 
-from keras_hybrid.sparse.row_partition import RowPartition
-from keras_hybrid.sparse.shard_assignment import ShardAssignment
+from keras_hybrid.sharding.row_partition import RowPartition
+from keras_hybrid.sharding.shard_assignment import ShardAssignment
 from keras_hybrid.testing import TestCase
 
 

@@ -5,7 +5,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_hybrid.sparse import row_reads
+from keras_hybrid.sparse import replicated_gathers
 from keras_hybrid.testing import TestCase
 
 
@@ -62,7 +62,7 @@ class RowReadsTest(TestCase):
         whole = _model()
         whole.fit(ids, y, batch_size=16, epochs=2, shuffle=False, verbose=0)
         rows = _model()
-        row_reads.install(rows.get_layer("table").embeddings)
+        replicated_gathers.install(rows.get_layer("table").embeddings)
         rows.fit(ids, y, batch_size=16, epochs=2, shuffle=False, verbose=0)
         for a, b in zip(whole.get_weights(), rows.get_weights(), strict=True):
             np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
@@ -74,8 +74,8 @@ class RowReadsTest(TestCase):
         ids, _ = _data()
         model = _model()
         table = model.get_layer("table").embeddings
-        row_reads.install(table)
-        row_reads.uninstall(table)
+        replicated_gathers.install(table)
+        replicated_gathers.uninstall(table)
         self.assertIn("ReadVariableOp", _op_types(model, ids))
 
     def test_mixed_precision_reads_in_the_compute_dtype(self):
@@ -83,7 +83,7 @@ class RowReadsTest(TestCase):
         keras.mixed_precision.set_global_policy("mixed_float16")
         try:
             whole, rows = _model(), _model()
-            row_reads.install(rows.get_layer("table").embeddings)
+            replicated_gathers.install(rows.get_layer("table").embeddings)
             a, b = whole.predict(ids, verbose=0), rows.predict(ids, verbose=0)
         finally:
             keras.mixed_precision.set_global_policy("float32")

@@ -3,8 +3,8 @@ least a balanced re-partition must move."""
 
 import numpy as np
 
-from keras_hybrid.sparse.row_partition import RowPartition
-from keras_hybrid.sparse.shard_assignment import ShardAssignment
+from keras_hybrid.sharding.row_partition import RowPartition
+from keras_hybrid.sharding.shard_assignment import ShardAssignment
 from keras_hybrid.testing import TestCase
 
 ROWS = 100_000

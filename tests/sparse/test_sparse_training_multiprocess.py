@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_hybrid.sparse.row_partition import RowPartition
+from keras_hybrid.sharding.row_partition import RowPartition
 from keras_hybrid.testing import run_workers
 from keras_hybrid.testing.multiprocess import engines_under_test
 

@@ -6,8 +6,8 @@ from unittest import mock
 import keras
 import numpy as np
 
+from keras_hybrid.sharding.row_partition import RowPartition
 from keras_hybrid.sparse import table_init
-from keras_hybrid.sparse.row_partition import RowPartition
 from keras_hybrid.testing import TestCase
 
 SHAPE = (1000, 6)

@@ -11,11 +11,11 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_hybrid.checkpoint import chief_summaries
-from keras_hybrid.strategy import call_fence
-from keras_hybrid.strategy import fenced_calls
-from keras_hybrid.strategy.call_fence import CALLS
-from keras_hybrid.strategy.call_fence import CallFence
+from keras_hybrid.comm import call_fence
+from keras_hybrid.comm.call_fence import CALLS
+from keras_hybrid.comm.call_fence import CallFence
+from keras_hybrid.patches import chief_summaries
+from keras_hybrid.patches import collective_calls
 from keras_hybrid.testing import TestCase
 
 _MAGIC = call_fence._MAGIC
@@ -182,14 +182,14 @@ class FencedCallsTest(TestCase):
         names = ("fit", "evaluate", "predict", "predict_on_batch")
         before = {n: keras.Model.__dict__.get(n) for n in names}
         get_weights = keras.layers.Layer.get_weights
-        fenced_calls.install(_Strategy(_FakeCommunicator([])))
+        collective_calls.install(_Strategy(_FakeCommunicator([])))
         try:
             self.assertIsNotNone(call_fence.active())
             for n in names:
                 self.assertIsNot(getattr(keras.Model, n), before[n])
             self.assertIsNot(keras.layers.Layer.get_weights, get_weights)
         finally:
-            fenced_calls.uninstall()
+            collective_calls.uninstall()
         self.assertIsNone(call_fence.active())
         for n in names:
             self.assertIs(keras.Model.__dict__.get(n), before[n])
@@ -197,7 +197,7 @@ class FencedCallsTest(TestCase):
 
     def test_models_outside_a_strategy_are_not_fenced(self):
         comm = _FakeCommunicator([], error=_timeout())
-        fenced_calls.install(_Strategy(comm))
+        collective_calls.install(_Strategy(comm))
         try:
             model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
             model.compile(optimizer="sgd", loss="mse")
@@ -206,7 +206,7 @@ class FencedCallsTest(TestCase):
             model.predict(x, verbose=0)
             model.get_weights()
         finally:
-            fenced_calls.uninstall()
+            collective_calls.uninstall()
         self.assertEqual(comm.gathered, 0)
 
 

@@ -7,7 +7,7 @@ import tempfile
 import numpy as np
 import pytest
 
-from keras_hybrid.strategy import commit_blob
+from keras_hybrid.contract import commit_blob
 
 ARRAYS = [
     np.arange(24, dtype="float32").reshape(6, 4),  # a table's rows

@@ -11,8 +11,8 @@ import json
 import os
 import tempfile
 
-from keras_hybrid.launch.plan_channel import FileChannel
-from keras_hybrid.strategy import elastic_membership
+from keras_hybrid.contract.plan_channel import FileChannel
+from keras_hybrid.elastic import membership
 from keras_hybrid.testing import TestCase
 
 
@@ -36,21 +36,21 @@ class AdmissionTest(TestCase):
             _write(d, "plan-1.json", _plan(1, [0, 1, 2, 3], [2, 3]))
             _write(d, "plan-2.json", _plan(2, [0, 1, 2]))
             self.assertEqual(
-                elastic_membership.admission(FileChannel(d), 2)["generation"], 1
+                membership.admission(FileChannel(d), 2)["generation"], 1
             )
             _write(
                 d,
                 "recover-3.json",
                 {"generation": 3, "members": [0, 1], "lost": [2]},
             )
-            self.assertIsNone(elastic_membership.admission(FileChannel(d), 2))
+            self.assertIsNone(membership.admission(FileChannel(d), 2))
             # Task 3 left in generation 2: no admission either.
-            self.assertIsNone(elastic_membership.admission(FileChannel(d), 3))
+            self.assertIsNone(membership.admission(FileChannel(d), 3))
             _write(d, "plan-4.json", _plan(4, [0, 1, 2], [2]))
             self.assertEqual(
-                elastic_membership.admission(FileChannel(d), 2)["generation"], 4
+                membership.admission(FileChannel(d), 2)["generation"], 4
             )
-            self.assertIsNone(elastic_membership.admission(FileChannel(d), 3))
+            self.assertIsNone(membership.admission(FileChannel(d), 3))
 
     def test_generations_are_read_in_numeric_order(self):
         with tempfile.TemporaryDirectory() as d:
@@ -61,6 +61,6 @@ class AdmissionTest(TestCase):
                 {"generation": 9, "members": [0], "lost": [1]},
             )
             self.assertEqual(
-                elastic_membership.admission(FileChannel(d), 1)["generation"],
+                membership.admission(FileChannel(d), 1)["generation"],
                 10,
             )

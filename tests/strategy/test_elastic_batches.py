@@ -4,7 +4,7 @@ allowed worker count cannot split evenly."""
 import numpy as np
 import tensorflow as tf
 
-from keras_hybrid.strategy.elastic_patches import check_global_batch
+from keras_hybrid.patches.elastic_training import check_global_batch
 from keras_hybrid.strategy.input_sharding import slice_rows
 from keras_hybrid.testing import TestCase
 

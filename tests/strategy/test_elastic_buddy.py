@@ -7,8 +7,8 @@ value is the row id, in 12 one-row virtual shards over the tasks [0, 1, 2].
 
 import numpy as np
 
-from keras_hybrid.sparse.row_partition import RowPartition
-from keras_hybrid.strategy import elastic_buddy
+from keras_hybrid.elastic import buddy_store
+from keras_hybrid.sharding.row_partition import RowPartition
 from keras_hybrid.testing import TestCase
 
 MEMBERS = [0, 1, 2]
@@ -23,7 +23,7 @@ def _commit(task: int):
     def rows(shard):
         return table[partition.ids_on_shard(shard)]
 
-    copy = elastic_buddy.TableCopy(
+    copy = buddy_store.TableCopy(
         path="items/embeddings",
         partition=partition,
         own=rows(task),
@@ -35,7 +35,7 @@ def _commit(task: int):
 class RestoredRowsTest(TestCase):
     def _restore(self, task, survivors):
         copy = _commit(task)
-        partition, rows = elastic_buddy.restored_rows(
+        partition, rows = buddy_store.restored_rows(
             copy["tables"][0], MEMBERS, survivors, task
         )
         # Every restored row is the row its id says, in local order.
@@ -59,12 +59,12 @@ class RestoredRowsTest(TestCase):
 
     def test_neighbours_lost_together_are_not_survivable(self):
         copy = _commit(0)
-        elastic_buddy.check_survivable(copy, [0, 2])
+        buddy_store.check_survivable(copy, [0, 2])
         with self.assertRaisesRegex(
             NotImplementedError,
             r"tasks \[1\] are lost: their buddy copies were on tasks \[2\]",
         ):
-            elastic_buddy.check_survivable(copy, [0])
+            buddy_store.check_survivable(copy, [0])
 
     def test_no_tables_is_always_survivable(self):
-        elastic_buddy.check_survivable(None, [0])
+        buddy_store.check_survivable(None, [0])

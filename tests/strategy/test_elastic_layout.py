@@ -10,10 +10,10 @@ import json
 
 import numpy as np
 
-from keras_hybrid.sparse.row_partition import RowPartition
-from keras_hybrid.strategy import elastic_buddy
-from keras_hybrid.strategy import elastic_layout
-from keras_hybrid.strategy.elastic_store import TableCopy
+from keras_hybrid.elastic import buddy_store
+from keras_hybrid.elastic import commit_layout
+from keras_hybrid.elastic.file_store import TableCopy
+from keras_hybrid.sharding.row_partition import RowPartition
 from keras_hybrid.testing import TestCase
 
 MEMBERS = [0, 1, 2]
@@ -29,8 +29,8 @@ def _commit(task: int) -> dict:
 
 class LayoutTest(TestCase):
     def test_layout_round_trips_through_json_without_rows(self):
-        layout = json.loads(json.dumps(elastic_layout.layout_of(_commit(0))))
-        copy = elastic_layout.copy_from_layout(layout)
+        layout = json.loads(json.dumps(commit_layout.layout_of(_commit(0))))
+        copy = commit_layout.copy_from_layout(layout)
         self.assertEqual(copy["members"], MEMBERS)
         self.assertEqual(copy["folder"], "/d")
         (table,) = copy["tables"]
@@ -41,8 +41,8 @@ class LayoutTest(TestCase):
 
     def test_a_joiner_restores_no_rows_and_the_lost_go_to_members(self):
         survivors = [0, 2, 3]
-        joiner = elastic_layout.copy_from_layout(
-            elastic_layout.layout_of(_commit(0))
+        joiner = commit_layout.copy_from_layout(
+            commit_layout.layout_of(_commit(0))
         )
         lost = {1: _commit(1)["tables"][0].own}  # task 1's file, read by 2
         restored = {}
@@ -51,7 +51,7 @@ class LayoutTest(TestCase):
             (2, _commit(2), lost),
             (3, joiner, {}),
         ):
-            restored[task] = elastic_buddy.restored_rows(
+            restored[task] = buddy_store.restored_rows(
                 copy["tables"][0], MEMBERS, survivors, task, lost_rows
             )
         partition, rows = restored[3]

@@ -5,8 +5,8 @@ ends, and clear of every other group key of the job."""
 import itertools
 import tempfile
 
-from keras_hybrid.launch import elastic_files
-from keras_hybrid.strategy.elastic_membership import ElasticMembership
+from keras_hybrid.contract import elastic_board
+from keras_hybrid.elastic.membership import ElasticMembership
 from keras_hybrid.testing import TestCase
 
 
@@ -34,7 +34,7 @@ class PairGroupKeyTest(TestCase):
         # Above the other ranges: elastic groups, state groups, the pair
         # groups of a fixed job.
         self.assertGreater(min(keys), (1 << 24) + 4096 * 4096)
-        self.assertGreater(min(keys), elastic_files.STATE_GROUP_KEY_BASE)
+        self.assertGreater(min(keys), elastic_board.STATE_GROUP_KEY_BASE)
 
     def test_a_pair_keeps_its_key_across_renumbering_in_one_generation(self):
         # The ranks of tasks 3 and 5 differ in the two member lists.

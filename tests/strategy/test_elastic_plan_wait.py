@@ -5,11 +5,11 @@ from unittest import mock
 
 import tensorflow as tf
 
-from keras_hybrid.launch.elastic_envs import ElasticSettings
-from keras_hybrid.launch.elastic_envs import task_envs
-from keras_hybrid.launch.elastic_files import DISCOVERY_WAIT_ENV
-from keras_hybrid.strategy.elastic_plan_wait import PLAN_WAIT_SECONDS
-from keras_hybrid.strategy.elastic_plan_wait import plan_wait_seconds
+from keras_hybrid.contract.elastic_board import DISCOVERY_WAIT_ENV
+from keras_hybrid.elastic.plan_wait import PLAN_WAIT_SECONDS
+from keras_hybrid.elastic.plan_wait import plan_wait_seconds
+from keras_hybrid.launch.elastic.task_env import ElasticSettings
+from keras_hybrid.launch.elastic.task_env import task_envs
 from keras_hybrid.testing import TestCase
 
 

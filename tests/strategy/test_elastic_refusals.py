@@ -11,7 +11,7 @@ import tempfile
 
 import pytest
 
-from keras_hybrid.launch import elastic_files as em
+from keras_hybrid.contract import elastic_board as em
 from keras_hybrid.launch.topology import free_ports
 
 _WORKER = """

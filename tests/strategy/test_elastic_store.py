@@ -14,14 +14,14 @@ import time
 
 import numpy as np
 
-from keras_hybrid.launch.commit_files import CommitFiles
-from keras_hybrid.launch.commit_server import CommitClient
-from keras_hybrid.launch.commit_server import CommitServer
-from keras_hybrid.launch.elastic_files import COMMIT_AUTHKEY_ENV
-from keras_hybrid.sparse.row_partition import RowPartition
-from keras_hybrid.strategy import commit_blob
-from keras_hybrid.strategy import elastic_buddy
-from keras_hybrid.strategy import elastic_store
+from keras_hybrid.contract import commit_blob
+from keras_hybrid.contract.commit_files import CommitFiles
+from keras_hybrid.contract.commit_server import CommitClient
+from keras_hybrid.contract.commit_server import CommitServer
+from keras_hybrid.contract.elastic_board import COMMIT_AUTHKEY_ENV
+from keras_hybrid.elastic import buddy_store
+from keras_hybrid.elastic import file_store
+from keras_hybrid.sharding.row_partition import RowPartition
 from keras_hybrid.testing import TestCase
 
 MEMBERS = [0, 1, 2]
@@ -83,7 +83,7 @@ def _commit_all(root, step: int, scale: float = 1.0) -> dict:
     files = CommitFiles(root) if isinstance(root, str) else root
     commits = {}
     for task in MEMBERS:
-        store = elastic_store.FileStore(files, task)
+        store = file_store.FileStore(files, task)
         commits[task] = store.take([_Shard(task, scale)], MEMBERS, step, 0, [])
         store.wait()
     return commits[0]
@@ -101,13 +101,13 @@ class FileStoreTest(TestCase):
                 sorted(os.listdir(os.path.join(root, commit["folder"]))),
                 ["task-0.npy", "task-1.npy", "task-2.npy"],
             )
-            (rows,) = elastic_store.read_rows(commit, 1)
+            (rows,) = file_store.read_rows(commit, 1)
         np.testing.assert_array_equal(rows, TABLE[PARTITION.ids_on_shard(1)])
         self.assertEqual(commit["bytes"], 0)
 
     def test_a_member_keeps_the_files_of_its_last_two_commits(self):
         with tempfile.TemporaryDirectory() as root:
-            store = elastic_store.FileStore(CommitFiles(root), 1)
+            store = file_store.FileStore(CommitFiles(root), 1)
             kept = []
             for step in (10, 20, 30):
                 commit = store.take([_Shard(1)], MEMBERS, step, 0, kept[-1:])
@@ -123,7 +123,7 @@ class FileStoreTest(TestCase):
         shard = _Changing()
         with tempfile.TemporaryDirectory() as root:
             files = _SlowFiles(root)
-            store = elastic_store.FileStore(files, 1)
+            store = file_store.FileStore(files, 1)
             commits, kept = {}, []
             for step in (10, 20, 30, 40):
                 shard.value[:] = step
@@ -131,8 +131,8 @@ class FileStoreTest(TestCase):
                 commits[step] = commit
                 kept.append(commit["folder"])
             store.wait()
-            (rows_30,) = elastic_store.read_rows(commits[30], 1)
-            (rows_40,) = elastic_store.read_rows(commits[40], 1)
+            (rows_30,) = file_store.read_rows(commits[30], 1)
+            (rows_40,) = file_store.read_rows(commits[40], 1)
         own = {s: c["tables"][0].own for s, c in commits.items()}
         # The commits kept (30 and 40) hold their own rows, in memory and
         # in their files; 30 holds 10's arrays, 40 holds 20's.
@@ -154,13 +154,13 @@ class FileStoreTest(TestCase):
         shard = _Changing()
         with tempfile.TemporaryDirectory() as root:
             files = _SlowFiles(root)
-            store = elastic_store.FileStore(files, 1)
+            store = file_store.FileStore(files, 1)
             shard.value[:] = 10
             first = store.take([shard], MEMBERS, 10, 0, [])
             shard.value[:] = 20
             second = store.take([shard], MEMBERS, 20, 0, [])
             store.wait()
-            (rows,) = elastic_store.read_rows(second, 1)
+            (rows,) = file_store.read_rows(second, 1)
         self.assertIs(second["tables"][0].own, first["tables"][0].own)
         self.assertEqual(
             files.seen, {"commit-10-g0": {10.0}, "commit-20-g0": {20.0}}
@@ -169,7 +169,7 @@ class FileStoreTest(TestCase):
 
     def test_a_shard_of_another_shape_gets_a_new_array(self):
         with tempfile.TemporaryDirectory() as root:
-            store = elastic_store.FileStore(CommitFiles(root), 1)
+            store = file_store.FileStore(CommitFiles(root), 1)
             first = store.take([_Changing(4)], MEMBERS, 10, 0, [])
             second = store.take([_Changing(6)], MEMBERS, 20, 0, [])
             store.wait()
@@ -179,9 +179,9 @@ class FileStoreTest(TestCase):
     def test_neighbours_lost_together_come_back_from_the_files(self):
         with tempfile.TemporaryDirectory() as root:
             commit = _commit_all(root, 10)
-            elastic_buddy.check_survivable(commit, [0])
-            (lost,) = elastic_buddy._lost_rows(commit, [0], 0)
-        partition, rows = elastic_buddy.restored_rows(
+            buddy_store.check_survivable(commit, [0])
+            (lost,) = buddy_store._lost_rows(commit, [0], 0)
+        partition, rows = buddy_store.restored_rows(
             commit["tables"][0], MEMBERS, [0], 0, lost
         )
         self.assertEqual(partition.virtual.owners, (0,) * 12)
@@ -197,12 +197,12 @@ class FileStoreTest(TestCase):
             with self.assertRaisesRegex(
                 NotImplementedError, r"on task 2 are lost: its commit file"
             ):
-                elastic_buddy.check_survivable(commit, [0, 1])
+                buddy_store.check_survivable(commit, [0, 1])
 
     def test_a_failed_write_is_reported_by_the_next_commit(self):
         with tempfile.TemporaryDirectory() as root:
             files = CommitFiles(os.path.join(root, "file"))
-            store = elastic_store.FileStore(files, 0)
+            store = file_store.FileStore(files, 0)
             with open(os.path.join(root, "file"), "w"):
                 pass
             store.take([_Shard(0)], MEMBERS, 10, 0, [])
@@ -214,12 +214,12 @@ class CompleteTest(TestCase):
     def test_a_commit_is_complete_when_every_lost_file_is_there(self):
         with tempfile.TemporaryDirectory() as root:
             commit = _commit_all(root, 10)
-            self.assertTrue(elastic_store.complete(commit, [0, 1]))
+            self.assertTrue(file_store.complete(commit, [0, 1]))
             os.remove(_file_of(root, commit, 2))
-            self.assertFalse(elastic_store.complete(commit, [0, 1]))
+            self.assertFalse(file_store.complete(commit, [0, 1]))
             # Task 2 survives: its file is not needed.
-            self.assertTrue(elastic_store.complete(commit, [0, 2]))
-        self.assertTrue(elastic_store.complete(None, [0]))
+            self.assertTrue(file_store.complete(commit, [0, 2]))
+        self.assertTrue(file_store.complete(None, [0]))
 
 
 class ServedStoreTest(TestCase):
@@ -234,22 +234,22 @@ class ServedStoreTest(TestCase):
                 client = CommitClient(server.address, key)
                 commit = _commit_all(client, 10)
                 self.assertIs(commit["files"], client)
-                self.assertTrue(elastic_store.complete(commit, [0, 2]))
-                elastic_buddy.check_survivable(commit, [0, 2])
-                (lost,) = elastic_buddy._lost_rows(commit, [0, 2], 2)
+                self.assertTrue(file_store.complete(commit, [0, 2]))
+                buddy_store.check_survivable(commit, [0, 2])
+                (lost,) = buddy_store._lost_rows(commit, [0, 2], 2)
                 np.testing.assert_array_equal(
                     lost[1], TABLE[PARTITION.ids_on_shard(1)]
                 )
                 os.remove(_file_of(root, commit, 1))
-                self.assertFalse(elastic_store.complete(commit, [0, 2]))
+                self.assertFalse(file_store.complete(commit, [0, 2]))
                 with self.assertRaisesRegex(
                     NotImplementedError, "on task 1 are lost"
                 ):
-                    elastic_buddy.check_survivable(commit, [0, 2])
+                    buddy_store.check_survivable(commit, [0, 2])
             finally:
                 server.close()
             # A failed upload is reported by the next commit.
-            store = elastic_store.FileStore(client, 0)
+            store = file_store.FileStore(client, 0)
             store.take([_Shard(0)], MEMBERS, 20, 0, [])
             with self.assertRaisesRegex(
                 RuntimeError, "could not write .* commit server at"

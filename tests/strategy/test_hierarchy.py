@@ -8,7 +8,7 @@ import tensorflow as tf
 from absl import logging
 
 from keras_hybrid.comm import host_groups
-from keras_hybrid.strategy import hierarchy
+from keras_hybrid.sparse import hierarchical_setup
 from keras_hybrid.strategy.cluster import ClusterInfo
 from keras_hybrid.testing import TestCase
 
@@ -35,7 +35,7 @@ class ConfigureTest(TestCase):
 
     def configure(self, addresses, hierarchical, engine="tf", elastic=False):
         comm = _Comm()
-        hierarchy.configure(
+        hierarchical_setup.configure(
             comm, _info(addresses), engine, elastic, hierarchical
         )
         return comm

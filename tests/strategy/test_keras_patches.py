@@ -12,9 +12,9 @@ import sys
 import keras
 
 from keras_hybrid import HybridStrategy
-from keras_hybrid.strategy import call_fence
+from keras_hybrid.comm import call_fence
+from keras_hybrid.patches import registry
 from keras_hybrid.strategy import cluster
-from keras_hybrid.strategy import keras_patches
 from keras_hybrid.testing import OneProcessTestCase
 from keras_hybrid.testing import TestCase
 
@@ -50,11 +50,11 @@ class KerasPatchesTest(TestCase):
 
     def _release_all(self) -> None:
         for strategy in list(getattr(self, "opened", [])):
-            keras_patches.release(strategy)
+            registry.release(strategy)
 
     def acquire(self, strategy) -> None:
         self.opened = [*getattr(self, "opened", []), strategy]
-        keras_patches.acquire(strategy)
+        registry.acquire(strategy)
 
     def assertStock(self) -> None:
         now = keras_objects()
@@ -72,19 +72,19 @@ class KerasPatchesTest(TestCase):
         strategy = _Strategy()
         self.acquire(strategy)
         self.assertPatched()
-        keras_patches.release(strategy)
+        registry.release(strategy)
         self.assertStock()
-        keras_patches.release(strategy)  # idempotent
+        registry.release(strategy)  # idempotent
         self.assertStock()
 
     def test_a_later_strategy_installs_again(self):
         first = _Strategy()
         self.acquire(first)
-        keras_patches.release(first)
+        registry.release(first)
         second = _Strategy()
         self.acquire(second)
         self.assertPatched()
-        keras_patches.release(second)
+        registry.release(second)
         self.assertStock()
 
     def test_patches_stay_until_the_last_strategy_closes(self):
@@ -92,22 +92,22 @@ class KerasPatchesTest(TestCase):
         self.acquire(a)
         self.acquire(b)
         self.acquire(b)  # counted once
-        self.assertEqual(keras_patches.open_count(), 2)
+        self.assertEqual(registry.open_count(), 2)
         self.assertIs(call_fence.active().communicator, b.communicator)
-        keras_patches.release(b)
+        registry.release(b)
         self.assertPatched()
         # The patches follow the strategy still open.
         self.assertIs(call_fence.active().communicator, a.communicator)
-        keras_patches.release(a)
+        registry.release(a)
         self.assertStock()
 
     def test_a_collected_strategy_no_longer_counts(self):
         b = _Strategy()
-        keras_patches.acquire(_Strategy())  # never closed, then collected
+        registry.acquire(_Strategy())  # never closed, then collected
         self.acquire(b)
         gc.collect()
-        self.assertEqual(keras_patches.open_count(), 1)
-        keras_patches.release(b)
+        self.assertEqual(registry.open_count(), 1)
+        registry.release(b)
         self.assertStock()
 
     def test_the_last_close_stops_the_watchdog(self):
@@ -118,9 +118,9 @@ class KerasPatchesTest(TestCase):
         a, b = _Strategy(), _Strategy()
         self.acquire(a)
         self.acquire(b)
-        keras_patches.release(a)
+        registry.release(a)
         self.assertFalse(watchdog.stopped)
-        keras_patches.release(b)
+        registry.release(b)
         self.assertTrue(watchdog.stopped)
         self.assertIsNone(cluster.watchdog())
 

@@ -2,7 +2,7 @@
 
 import unittest
 
-from keras_hybrid.testing.emulated_hosts import EmulatedHosts
+from keras_hybrid.emulation.hosts import EmulatedHosts
 
 
 class EmulatedHostsOptionsTest(unittest.TestCase):

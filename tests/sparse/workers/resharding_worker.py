@@ -21,8 +21,8 @@ from absl import app
 from absl import flags
 
 import keras_hybrid as kh
+from keras_hybrid.sharding.row_partition import RowPartition
 from keras_hybrid.sparse import resharding
-from keras_hybrid.sparse.row_partition import RowPartition
 from keras_hybrid.testing import SPARSE_TABLES
 from keras_hybrid.testing.multiprocess import save_result
 

@@ -22,8 +22,8 @@ from absl import app
 from absl import flags
 
 import keras_hybrid as kh
+from keras_hybrid.comm import call_fence
 from keras_hybrid.sparse.sharded_table import ShardedTable
-from keras_hybrid.strategy import call_fence
 from keras_hybrid.testing import SPARSE_TABLES
 from keras_hybrid.testing.multiprocess import save_result
 

@@ -1,0 +1,156 @@
+"""`keras-hybrid-run`'s elastic flags (those of `horovodrun`'s elastic
+mode) and the code path they select."""
+
+import argparse
+import os
+
+from keras_hybrid.contract.elastic_board import DEFAULT_COMMIT_INTERVAL
+from keras_hybrid.launch import validation
+from keras_hybrid.launch.elastic.commit_store import STORES
+from keras_hybrid.launch.elastic.commit_store import choose_store
+from keras_hybrid.launch.elastic.driver import ElasticDriver
+from keras_hybrid.launch.elastic.driver import check_bounds
+from keras_hybrid.launch.elastic.host_discovery import HostDiscovery
+
+
+def add_elastic_flags(parser: argparse.ArgumentParser) -> None:
+    """Adds `--min-np`, `--max-np`, `--host-discovery-script`,
+    `--discovery-interval`, `--elastic-timeout`, `--commit-interval`,
+    `--commit-store`, `--commit-dir`, `--elastic-dir` and
+    `--elastic-address`."""
+    group = parser.add_argument_group("elastic training (docs/elastic.md)")
+    group.add_argument(
+        "--host-discovery-script",
+        metavar="SCRIPT",
+        help="Executable printing `host:slots` lines; polled to grow and "
+        "shrink the job between --min-np and --max-np workers.",
+    )
+    group.add_argument(
+        "--min-np", type=int, metavar="N", help="Fewest workers (>= 2)."
+    )
+    group.add_argument("--max-np", type=int, metavar="N", help="Most workers.")
+    group.add_argument(
+        "--discovery-interval",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="Seconds between runs of the discovery script. Default: "
+        "%(default)s.",
+    )
+    group.add_argument(
+        "--elastic-timeout",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="How long to wait for discovery to report --min-np slots "
+        "(at the start, and after lost workers left fewer) before failing. "
+        "Default: %(default)s.",
+    )
+    group.add_argument(
+        "--commit-interval",
+        type=int,
+        default=DEFAULT_COMMIT_INTERVAL,
+        metavar="STEPS",
+        help="Global steps between two in-memory commits of the training "
+        "state; after a lost worker the survivors replay the steps since "
+        "the last one. Default: %(default)s.",
+    )
+    group.add_argument(
+        "--commit-store",
+        choices=STORES,
+        default=None,
+        help="Where commits keep partitioned tables: `directory` writes "
+        "each worker's rows to files in --commit-dir; `served` uploads "
+        "them to the launcher, which keeps them on its host (no shared "
+        "filesystem); both in the background, with no collective at "
+        "commit time. `buddy` sends them to the next worker (all-to-all "
+        "at the commit). Default: `directory` on one host or with "
+        "--commit-dir, else `served`.",
+    )
+    group.add_argument(
+        "--commit-dir",
+        metavar="DIR",
+        help="Directory shared by every worker for the directory store; "
+        "the job's folder in it is removed at the end. Default: one under "
+        "/dev/shm (else under the elastic run directory) on one host; "
+        "on several hosts, the served store unless this is given.",
+    )
+    group.add_argument(
+        "--elastic-dir",
+        metavar="DIR",
+        help="Directory every host sees at the same path (e.g. on NFS), "
+        "for the plan files of the launcher and the workers; makes the job "
+        "multi-host. Default: a local temporary directory on one host; "
+        "over TCP from the launcher once discovery names other hosts "
+        "(their workers start over ssh).",
+    )
+    group.add_argument(
+        "--elastic-address",
+        metavar="ADDRESS",
+        help="The address or name other hosts reach this host on: its "
+        "workers, the launcher's plan board and commit server. Default: "
+        "this host's address on the route to the first other host that "
+        "discovery names.",
+    )
+
+
+def is_elastic(args: argparse.Namespace) -> bool:
+    """Whether any elastic flag was given."""
+    return any(
+        v is not None
+        for v in (args.host_discovery_script, args.min_np, args.max_np)
+    )
+
+
+def run_elastic(args, command: list[str], extra_env: dict) -> int:
+    """Runs the elastic job the flags describe; returns its exit code.
+
+    Raises:
+        ValueError: If the flags are incomplete or inconsistent.
+    """
+    if not args.host_discovery_script or args.min_np is None:
+        raise ValueError(
+            "Elastic jobs need --host-discovery-script and --min-np (and "
+            f"--max-np). Received: --host-discovery-script "
+            f"{args.host_discovery_script!r}, --min-np {args.min_np}."
+        )
+    if args.num_processes is not None or args.hosts or args.slurm:
+        raise ValueError(
+            "-np, --hosts and --slurm fix the workers; the elastic flags "
+            "take them from --host-discovery-script. Give one or the other."
+        )
+    max_np = args.max_np if args.max_np is not None else args.min_np
+    check_bounds(args.min_np, max_np)
+    validation.check_threads(args.threads)
+    validation.check_seconds("--discovery-interval", args.discovery_interval)
+    validation.check_seconds("--elastic-timeout", args.elastic_timeout)
+    if args.commit_interval < 1:
+        raise ValueError(
+            "--commit-interval must be a positive number of global steps. "
+            f"Received: --commit-interval {args.commit_interval}."
+        )
+    # Before any worker starts; whether the hosts need a shared
+    # --commit-dir is checked once discovery named them.
+    choose_store(args.commit_store, args.commit_dir, single_host=True)
+    if args.elastic_dir is not None and not os.path.isdir(args.elastic_dir):
+        raise ValueError(
+            "--elastic-dir must be an existing directory that every host "
+            f"sees at the same path. Received: {args.elastic_dir!r}."
+        )
+    driver = ElasticDriver(
+        command,
+        args.min_np,
+        max_np,
+        HostDiscovery(args.host_discovery_script),
+        threads=args.threads,
+        env=extra_env,
+        poll_seconds=args.discovery_interval,
+        wait_seconds=args.elastic_timeout,
+        grace_seconds=args.grace_seconds,
+        commit_interval=args.commit_interval,
+        commit_store=args.commit_store,
+        commit_dir=args.commit_dir,
+        elastic_dir=args.elastic_dir,
+        address=args.elastic_address,
+    )
+    return driver.run(timeout=args.timeout)

@@ -1,0 +1,151 @@
+"""Fences Keras' collective calls while a multi-worker strategy exists.
+
+Under `HybridStrategy` `fit`, `evaluate`, `predict` (whose rows are
+gathered, `global_predictions`), `predict_on_batch`, `train_on_batch`,
+`test_on_batch` and the `get_weights` of a layer holding a partitioned
+table are collectives. `install` wraps these `keras.Model` and
+`keras.layers.Layer` methods so that they first agree across workers on
+the call (`call_fence`); calls of models outside any `HybridStrategy`
+and `get_weights` of layers without partitioned tables are unchanged.
+Saves are fenced where `chief_writes` routes them, sharded checkpoints
+and `ShardedTable.numpy` where they are defined. `predict` and
+`predict_on_batch` also turn on `global_predictions.gathering()`, and
+`predict_on_batch` passes on only this worker's slice of its batch.
+Each model call first turns off a `jit_compile=True` (`xla_off`).
+
+Public methods patched (Keras 3.15): `keras.Model.fit`, `evaluate`,
+`predict`, `predict_on_batch`, `train_on_batch`, `test_on_batch` (set on
+`keras.Model`, which inherits them from the backend trainer) and
+`keras.layers.Layer.get_weights`. `install` is idempotent; `uninstall`
+restores the classes as they were.
+"""
+
+import functools
+import threading
+
+import keras
+
+from keras_hybrid.comm import call_fence
+from keras_hybrid.comm.call_fence import CallFence
+from keras_hybrid.sparse.sharded_table import ShardedTable
+from keras_hybrid.strategy import cluster
+from keras_hybrid.strategy import global_predictions
+from keras_hybrid.strategy import hybrid_extended
+from keras_hybrid.strategy import xla_off
+
+_MODEL_CALLS = (
+    "fit",
+    "evaluate",
+    "predict",
+    "predict_on_batch",
+    "train_on_batch",
+    "test_on_batch",
+)
+_GATHERED = ("predict", "predict_on_batch")
+_MISSING = object()  # the class inherited the method
+
+_lock = threading.Lock()
+_originals: dict = {}
+
+
+def install(strategy) -> None:
+    """Fences collective calls with `strategy`'s communicator (idempotent;
+    the last strategy's communicator is used)."""
+    with _lock:
+        call_fence.install(
+            CallFence(
+                strategy.communicator,
+                strategy.communicator.timeout_seconds,
+                cluster.watchdog() if strategy.engine == "tf" else None,
+            )
+        )
+        if _originals:
+            return
+        for name in _MODEL_CALLS:
+            _patch(keras.Model, name, _fenced_model_call(name))
+        _patch(keras.layers.Layer, "get_weights", _fenced_get_weights())
+
+
+def uninstall() -> None:
+    """Restores Keras' methods and turns the fence off."""
+    with _lock:
+        for (cls, name), original in _originals.items():
+            if original is _MISSING:
+                delattr(cls, name)
+            else:
+                setattr(cls, name, original)
+        _originals.clear()
+        call_fence.uninstall()
+
+
+def _patch(cls, name: str, make) -> None:
+    _originals[(cls, name)] = cls.__dict__.get(name, _MISSING)
+    setattr(cls, name, make(getattr(cls, name)))
+
+
+def _fenced_model_call(name: str):
+    call = f"model.{name}"
+    gathers = name in _GATHERED
+
+    def make(original):
+        @functools.wraps(original)
+        def wrapper(self, *args, **kwargs):
+            if not _is_multi_worker(self.distribute_strategy):
+                return original(self, *args, **kwargs)
+            xla_off.turn_off(self, self.distribute_strategy.size)
+            if not gathers:
+                with call_fence.fenced(call):
+                    return original(self, *args, **kwargs)
+            if name == "predict_on_batch":
+                args, kwargs = _local_batch(self, args, kwargs)
+            with call_fence.fenced(call), global_predictions.gathering():
+                return original(self, *args, **kwargs)
+
+        return wrapper
+
+    return make
+
+
+def _fenced_get_weights():
+    def make(original):
+        @functools.wraps(original)
+        def wrapper(self):
+            if not _holds_table(self):
+                return original(self)
+            kind = "model" if isinstance(self, keras.Model) else "layer"
+            with call_fence.fenced(f"{kind}.get_weights"):
+                return original(self)
+
+        return wrapper
+
+    return make
+
+
+def _local_batch(model, args, kwargs):
+    """`predict_on_batch`'s arguments with this worker's slice of `x`."""
+    strategy = model.distribute_strategy
+    if args:
+        x = global_predictions.local_slice(
+            args[0], strategy.rank, strategy.size
+        )
+        return (x, *args[1:]), kwargs
+    x = global_predictions.local_slice(
+        kwargs["x"], strategy.rank, strategy.size
+    )
+    return args, {**kwargs, "x": x}
+
+
+def _is_multi_worker(strategy) -> bool:
+    # The cluster's size: an elastic joiner counts as one worker until
+    # admitted, but its `fit` is the members' (their `evaluate` inside it
+    # must not be fenced on its own).
+    return (
+        hybrid_extended.is_hybrid(strategy) and strategy._cluster_info.size > 1
+    )
+
+
+def _holds_table(layer) -> bool:
+    return any(
+        isinstance(getattr(v, "value", None), ShardedTable)
+        for v in layer.weights
+    )

@@ -1,0 +1,226 @@
+"""Keras changes in force while an elastic `HybridStrategy` is open.
+
+- Keras scales each loss by `1 / num_replicas_in_sync`, a number fixed
+  when the step is traced. Under an elastic strategy the scale reads the
+  current group size, so the traced step stays right after a resize.
+- `keras.Model.fit` gets an `ElasticResize` and an `ElasticCommit`
+  callback (the user's script stays unchanged) and checks, before
+  training, that the global batch splits evenly over every allowed worker
+  count. When a lost worker stops `fit`, the survivors recover
+  (`ElasticRecovery`) and `fit` runs again from the last commit; the call
+  returns the `History` of that last run.
+
+Private hooks touched: Keras' loss scaling functions (the
+`_compat.keras` patch sites `scale_loss_for_distribution` and
+`unscale_loss_for_distribution`).
+"""
+
+import functools
+import inspect
+import math
+import threading
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from keras_hybrid._compat import keras as keras_compat
+from keras_hybrid.patches import loss_scaling
+
+_lock = threading.Lock()
+_saved: dict = {}
+_KERAS_DEFAULT_BATCH = 32
+_LOSS_SITES = (
+    ("scale_loss_for_distribution", False),
+    ("unscale_loss_for_distribution", True),
+)
+
+
+def install() -> None:
+    """Installs the patches (idempotent)."""
+    with _lock:
+        if _saved:
+            return
+        for site, inverse in _LOSS_SITES:
+            original = keras_compat.current(site)
+            _saved[site] = original
+            keras_compat.replace(site, _dynamic(original, inverse))
+        _saved["fit"] = keras.Model.__dict__.get("fit")
+        keras.Model.fit = _elastic_fit(keras.Model.fit)
+
+
+def uninstall() -> None:
+    """Restores Keras (idempotent)."""
+    with _lock:
+        if not _saved:
+            return
+        for site, _ in _LOSS_SITES:
+            keras_compat.replace(site, _saved.pop(site))
+        fit = _saved.pop("fit")
+        if fit is None:
+            del keras.Model.fit
+        else:
+            keras.Model.fit = fit
+
+
+def membership_of(strategy):
+    """The `ElasticMembership` of a `HybridStrategy`, else None (told by
+    its extended's communicator, without importing the strategy)."""
+    extended = getattr(strategy, "extended", None)
+    communicator = getattr(extended, "communicator", None)
+    return getattr(communicator, "membership", None)
+
+
+def _dynamic(original, inverse: bool):
+    @functools.wraps(original)
+    def scale(value):
+        membership = membership_of(tf.distribute.get_strategy())
+        if membership is None:
+            return original(value)
+        if not inverse:
+            loss_scaling.note_scaled()
+        value = tf.convert_to_tensor(value)
+        _, size = membership.rank_and_size()
+        size = tf.cast(size, tf.float64)
+        factor = size if inverse else 1.0 / size
+        return value * tf.cast(factor, value.dtype)
+
+    return scale
+
+
+def _elastic_fit(original):
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def fit(self, *args, **kwargs):
+        membership = membership_of(self.distribute_strategy)
+        if membership is None:
+            return original(self, *args, **kwargs)
+        from keras_hybrid.elastic.commit import ElasticCommit
+        from keras_hybrid.elastic.recovery import ElasticRecovery
+
+        bound = signature.bind(self, *args, **kwargs)
+        check_global_batch(
+            bound.arguments.get("x"),
+            bound.arguments.get("batch_size"),
+            membership.min_np,
+            membership.max_np,
+            bound.arguments.get("validation_split") or 0.0,
+        )
+        strategy = self.distribute_strategy
+        user_callbacks = list(bound.arguments.get("callbacks") or [])
+        commit = ElasticCommit(strategy, membership.commit_interval)
+        recovery = ElasticRecovery(strategy, self, commit).start()
+        resume = None
+        try:
+            while True:
+                bound.arguments["callbacks"], resize = _callbacks(
+                    strategy,
+                    membership,
+                    user_callbacks,
+                    commit,
+                    recovery,
+                    resume,
+                )
+                if resume is not None:
+                    bound.arguments["initial_epoch"] = resume["epoch"]
+                try:
+                    return original(*bound.args, **bound.kwargs)
+                except Exception as error:  # noqa: BLE001 - recover() re-raises
+                    resize.cut_short()
+                    resume = _recover(recovery, error)
+        finally:
+            recovery.stop()
+
+    return fit
+
+
+def _recover(recovery, error):
+    """Recovers after `error`; again if a recovery fails on a newer plan
+    (one more worker lost meanwhile). Returns the commit to resume from."""
+    while True:
+        try:
+            return recovery.recover(error)
+        except Exception as again:  # noqa: BLE001 - recover() re-raises
+            if again is error:
+                raise
+            error = again
+
+
+def _callbacks(strategy, membership, user, commit, recovery, resume) -> tuple:
+    """`fit`'s callbacks: the user's, then `ElasticResize` and
+    `ElasticCommit`, gated while a joiner or a resumed run skips batches;
+    and the `ElasticResize`."""
+    from keras_hybrid.elastic.gated_callback import GatedCallback
+    from keras_hybrid.elastic.replay import replay_callback
+    from keras_hybrid.elastic.resize import ElasticResize
+
+    resize = ElasticResize(strategy)
+    if resume is not None:
+        # First, so that it opens the gate before the others see a batch.
+        replay = replay_callback(
+            recovery, strategy, resume["batch"], [resize, commit]
+        )
+        gated = [*user, resize, commit]
+        return [
+            replay,
+            *(GatedCallback(c, replay.trains) for c in gated),
+        ], resize
+    if membership.joining:
+        gated = [GatedCallback(c, resize.trains) for c in user]
+        return [*gated, resize, GatedCallback(commit, resize.trains)], resize
+    return [*user, resize, commit], resize
+
+
+def check_global_batch(
+    x, batch_size, min_np: int, max_np: int, validation_split: float = 0.0
+) -> None:
+    """Raises `ValueError` if a global batch of `fit` does not split evenly
+    over some worker count in `[min_np, max_np]`.
+
+    Each worker's loss is the mean over its rows, scaled by 1 / N: equal
+    slices are what makes N workers compute the global batch's mean. Only
+    training batches count: `validation_split` keeps its last rows out
+    (as Keras splits arrays), and validation's metrics are sums over
+    workers, exact for any split.
+    """
+    batches = _global_batches(x, batch_size, validation_split)
+    if not batches:
+        return
+    counts = range(min_np, max_np + 1)
+    for rows in batches:
+        bad = [n for n in counts if rows % n]
+        if bad:
+            raise ValueError(
+                "Under elastic training every global batch must split "
+                f"evenly over each allowed worker count {min_np}..{max_np}. "
+                f"Received: a global batch of {rows} rows, which does not "
+                f"split over {bad} workers. Use a batch size divisible by "
+                f"{int(np.lcm.reduce(list(counts)))}, drop the last partial "
+                "batch (trim the arrays to a multiple of the batch size, or "
+                "batch a tf.data dataset with drop_remainder=True), or "
+                "narrow --min-np/--max-np."
+            )
+
+
+def _global_batches(x, batch_size, validation_split=0.0) -> list[int]:
+    """Global batch sizes `fit` will train on: the full one and a last
+    partial one; empty if they are unknown (a generator)."""
+    if isinstance(x, tf.data.Dataset):
+        first = next(iter(x.take(1)), None)
+        if first is None:
+            return []
+        leaf = tf.nest.flatten(first)[0]
+        return [int(tf.shape(leaf)[0])]
+    leaves = [t for t in tf.nest.flatten(x) if hasattr(t, "shape")]
+    if not leaves or not leaves[0].shape:
+        return []
+    samples = int(leaves[0].shape[0])
+    if validation_split:
+        # Keras' `train_validation_split`: the first rows train.
+        samples = int(math.floor(samples * (1.0 - validation_split)))
+    batch = batch_size or _KERAS_DEFAULT_BATCH
+    sizes = [min(batch, samples)]
+    if samples > batch and samples % batch:
+        sizes.append(samples % batch)
+    return sizes

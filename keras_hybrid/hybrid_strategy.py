@@ -12,7 +12,6 @@ from absl import logging
 from keras_hybrid import checkpoint
 from keras_hybrid.comm import engines
 from keras_hybrid.elastic import joining
-from keras_hybrid.patches import elastic_training
 from keras_hybrid.patches import registry
 from keras_hybrid.plan.cost_rule import Link
 from keras_hybrid.sparse import hierarchical_setup
@@ -235,9 +234,10 @@ class HybridStrategy(tf.distribute.Strategy):
         if self._in_use or self._closed or self._cluster_info.size == 1:
             return
         self._in_use = True
-        registry.acquire(self)
-        if self.communicator.__dict__.get("membership") is not None:
-            elastic_training.install()
+        registry.acquire(
+            self,
+            elastic=self.communicator.__dict__.get("membership") is not None,
+        )
         # Weakly, so that an unclosed strategy can still be collected.
         self._close_at_exit = functools.partial(
             _close_at_exit, weakref.ref(self)
@@ -274,8 +274,6 @@ class HybridStrategy(tf.distribute.Strategy):
             self._close_at_exit = None
         if self._in_use:
             registry.release(self)
-            if self.communicator.__dict__.get("membership") is not None:
-                elastic_training.uninstall()
         elif self._cluster_info.size > 1 and registry.open_count() == 0:
             cluster.stop_watchdog()  # what the last release would do
 

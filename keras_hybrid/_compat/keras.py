@@ -162,8 +162,7 @@ def h5_dataset(store, key: str, shape, dtype):
     return store._h5_entry_group.create_dataset(key, shape=shape, dtype=dtype)
 
 
-# -- what keras_hybrid replaces while a strategy is open (checkpoint/*,
-# patches/elastic_training.py)
+# -- what keras_hybrid replaces while a strategy is open (`patches/`)
 
 _SITES = {
     "save_model": ("keras.src.saving.saving_api", None, "save_model"),
@@ -232,6 +231,16 @@ _SITES = {
     ),
 }
 SITES = tuple(_SITES)
+
+
+class _PrivateSites:
+    """The target of patches at the private sites above (`patches`)."""
+
+    def __repr__(self) -> str:
+        return "PRIVATE_SITES"
+
+
+PRIVATE_SITES = _PrivateSites()
 
 
 def _owner_and_name(site: str):

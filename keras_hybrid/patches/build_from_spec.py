@@ -17,39 +17,32 @@ of the batch) and draws nothing. Where the spec cannot be read, Keras'
 own build runs.
 """
 
-import threading
-
 import tensorflow as tf
 
 from keras_hybrid._compat import keras as keras_compat
-
-_SITE = "TensorFlowTrainer._maybe_symbolic_build"
-_lock = threading.Lock()
-_original = {}
-
-
-def install() -> None:
-    """Replaces Keras' `_maybe_symbolic_build` (idempotent)."""
-    with _lock:
-        if _original:
-            return
-        original = keras_compat.current(_SITE)
-        _original["build"] = original
-
-        def build(self, iterator=None, data_batch=None):
-            if iterator is not None and data_batch is None:
-                spec = keras_compat.epoch_dataset_spec(iterator)
-                if spec is not None and all(
-                    isinstance(s, tf.TensorSpec) for s in tf.nest.flatten(spec)
-                ):
-                    return original(self, data_batch=spec)
-            return original(self, iterator=iterator, data_batch=data_batch)
-
-        keras_compat.replace(_SITE, build)
+from keras_hybrid.patches.patch_set import PRIVATE_KERAS
+from keras_hybrid.patches.patch_set import Patch
+from keras_hybrid.patches.patch_set import PatchSet
 
 
-def uninstall() -> None:
-    """Restores Keras' `_maybe_symbolic_build`."""
-    with _lock:
-        if _original:
-            keras_compat.replace(_SITE, _original.pop("build"))
+def _build_of(original):
+    def build(self, iterator=None, data_batch=None):
+        if iterator is not None and data_batch is None:
+            spec = keras_compat.epoch_dataset_spec(iterator)
+            if spec is not None and all(
+                isinstance(s, tf.TensorSpec) for s in tf.nest.flatten(spec)
+            ):
+                return original(self, data_batch=spec)
+        return original(self, iterator=iterator, data_batch=data_batch)
+
+    return build
+
+
+PATCHES = PatchSet(
+    "build_from_spec",
+    (
+        Patch(
+            PRIVATE_KERAS, "TensorFlowTrainer._maybe_symbolic_build", _build_of
+        ),
+    ),
+)

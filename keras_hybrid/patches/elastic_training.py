@@ -18,49 +18,17 @@ Private hooks touched: Keras' loss scaling functions (the
 import functools
 import inspect
 import math
-import threading
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_hybrid._compat import keras as keras_compat
 from keras_hybrid.patches import loss_scaling
+from keras_hybrid.patches.patch_set import PRIVATE_KERAS
+from keras_hybrid.patches.patch_set import Patch
+from keras_hybrid.patches.patch_set import PatchSet
 
-_lock = threading.Lock()
-_saved: dict = {}
 _KERAS_DEFAULT_BATCH = 32
-_LOSS_SITES = (
-    ("scale_loss_for_distribution", False),
-    ("unscale_loss_for_distribution", True),
-)
-
-
-def install() -> None:
-    """Installs the patches (idempotent)."""
-    with _lock:
-        if _saved:
-            return
-        for site, inverse in _LOSS_SITES:
-            original = keras_compat.current(site)
-            _saved[site] = original
-            keras_compat.replace(site, _dynamic(original, inverse))
-        _saved["fit"] = keras.Model.__dict__.get("fit")
-        keras.Model.fit = _elastic_fit(keras.Model.fit)
-
-
-def uninstall() -> None:
-    """Restores Keras (idempotent)."""
-    with _lock:
-        if not _saved:
-            return
-        for site, _ in _LOSS_SITES:
-            keras_compat.replace(site, _saved.pop(site))
-        fit = _saved.pop("fit")
-        if fit is None:
-            del keras.Model.fit
-        else:
-            keras.Model.fit = fit
 
 
 def membership_of(strategy):
@@ -224,3 +192,22 @@ def _global_batches(x, batch_size, validation_split=0.0) -> list[int]:
     if samples > batch and samples % batch:
         sizes.append(samples % batch)
     return sizes
+
+
+PATCHES = PatchSet(
+    "elastic_training",
+    (
+        Patch(
+            PRIVATE_KERAS,
+            "scale_loss_for_distribution",
+            lambda original: _dynamic(original, inverse=False),
+        ),
+        Patch(
+            PRIVATE_KERAS,
+            "unscale_loss_for_distribution",
+            lambda original: _dynamic(original, inverse=True),
+        ),
+        Patch(keras.Model, "fit", _elastic_fit),
+    ),
+    elastic=True,
+)

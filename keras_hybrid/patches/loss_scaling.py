@@ -27,11 +27,12 @@ import keras
 from absl import logging
 
 from keras_hybrid._compat import keras as keras_compat
+from keras_hybrid.patches.patch_set import PRIVATE_KERAS
+from keras_hybrid.patches.patch_set import Patch
+from keras_hybrid.patches.patch_set import PatchSet
 
 _COMPUTE = "Trainer._compute_loss"
 _SCALE = "scale_loss_for_distribution"
-_lock = threading.Lock()
-_saved: dict = {}
 _local = threading.local()
 _told: set = set()
 
@@ -40,25 +41,6 @@ def note_scaled() -> None:
     """Counts one scaling of a loss (for `compute_loss` being checked)."""
     if getattr(_local, "count", None) is not None:
         _local.count += 1
-
-
-def install() -> None:
-    """Installs the check (idempotent)."""
-    with _lock:
-        if _saved:
-            return
-        _saved[_SCALE] = keras_compat.current(_SCALE)
-        _saved[_COMPUTE] = keras_compat.current(_COMPUTE)
-        keras_compat.replace(_SCALE, _counted(_saved[_SCALE]))
-        keras_compat.replace(_COMPUTE, _checked(_saved[_COMPUTE]))
-
-
-def uninstall() -> None:
-    """Restores Keras (idempotent)."""
-    with _lock:
-        for site in (_COMPUTE, _SCALE):
-            if site in _saved:
-                keras_compat.replace(site, _saved.pop(site))
 
 
 def _counted(scale):
@@ -98,3 +80,12 @@ def _checked(compute):
         return keras_compat.current(_SCALE)(loss)
 
     return checked
+
+
+PATCHES = PatchSet(
+    "loss_scaling",
+    (
+        Patch(PRIVATE_KERAS, _SCALE, _counted),
+        Patch(PRIVATE_KERAS, _COMPUTE, _checked),
+    ),
+)

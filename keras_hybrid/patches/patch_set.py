@@ -39,9 +39,8 @@ class Patch:
         """String. `Class.attribute`, `module.attribute` or the site."""
         if self.target is PRIVATE_KERAS:
             return self.attribute
-        return f"{getattr(self.target, '__name__', self.target)}." + (
-            self.attribute
-        )
+        owner = getattr(self.target, "__name__", str(self.target))
+        return f"{owner.rsplit('.', 1)[-1]}.{self.attribute}"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -3,6 +3,7 @@ straight from Keras, by the registry's names (`registry.sites()`): the
 list the registry is checked against, kept apart from it."""
 
 import keras
+import tensorflow as tf
 from keras.src import export as export_pkg
 from keras.src.backend.tensorflow import trainer as tf_trainer
 from keras.src.callbacks import backup_and_restore
@@ -62,6 +63,9 @@ def stock_objects() -> dict:
             loss_module.unscale_loss_for_distribution
         ),
     }
+    for name in ("__enter__", "__exit__", "gradient"):
+        objects[f"GradientTape.{name}"] = vars(tf.GradientTape)[name]
+    objects["nn.compute_average_loss"] = tf.nn.compute_average_loss
     for module in _CALLBACK_MODULES:
         short = module.__name__.rsplit(".", 1)[-1]
         objects[f"{short}.file_utils"] = module.file_utils

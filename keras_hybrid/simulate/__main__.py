@@ -97,10 +97,10 @@ flags.DEFINE_enum(
     "padding",
     "per_pair",
     list(design_lib.PADDINGS),
-    "The padded all-to-all. per_pair (default): each all-to-all block "
-    "padded to its own ladder step; max_pair: every block to the largest "
-    "pair's (one AllToAllV2: elastic jobs and the benchmark's "
-    "hybrid_padded); exact: no padding (not built).",
+    "How all-to-all blocks are padded. per_pair (default): each block to "
+    "its own ladder step; max_pair: every block to the largest pair's "
+    "(the padded all-to-all, one AllToAllV2: elastic jobs and the "
+    "benchmark's hybrid_padded); exact: no padding (not built).",
 )
 flags.DEFINE_boolean(
     "fused",

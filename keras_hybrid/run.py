@@ -15,7 +15,7 @@ from keras_hybrid.launch import exit_codes
 from keras_hybrid.launch import validation
 from keras_hybrid.launch.console import PROG
 from keras_hybrid.launch.console import logger
-from keras_hybrid.launch.elastic import flags as elastic_cli
+from keras_hybrid.launch.elastic import flags as elastic_flags
 from keras_hybrid.launch.launcher import DEFAULT_GRACE_SECONDS
 from keras_hybrid.launch.launcher import DEFAULT_PORT
 from keras_hybrid.launch.launcher import plan_workers
@@ -54,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
         "launcher execs COMMAND.",
     )
     _add_tuning_flags(parser)
-    elastic_cli.add_elastic_flags(parser)
+    elastic_flags.add_elastic_flags(parser)
     parser.add_argument(
         "command",
         nargs=argparse.REMAINDER,
@@ -112,8 +112,8 @@ def run() -> None:
         validation.check_seconds("--timeout", args.timeout)
         validation.check_seconds("--grace_seconds", args.grace_seconds)
         extra_env = validation.parse_env_pairs(args.env)
-        if elastic_cli.is_elastic(args):
-            sys.exit(elastic_cli.run_elastic(args, command, extra_env))
+        if elastic_flags.is_elastic(args):
+            sys.exit(elastic_flags.run_elastic(args, command, extra_env))
         if args.slurm:
             _run_slurm(args, command, extra_env)
         commands = plan_workers(

@@ -10,7 +10,7 @@ normal step, as `ElasticResize` records it on rank 0. Cold restart: a
 2-worker job saves a sharded checkpoint after its last step and exits; a
 4-worker job is launched, restores it and runs its first step. The cold
 restart costs save + stop + (launch to the end of the first step) minus
-a normal step. The issue's targets: grow stall <= 1/6 of the cold restart,
+a normal step. The targets: grow stall <= 1/6 of the cold restart,
 shrink stall <= 2 s. It also compares the median step of 2 fixed workers
 with 2 elastic members, which agree on the next plan after every step
 (`--overhead=false` skips that).
@@ -20,7 +20,7 @@ reports the table's bytes at each resize: the row bytes moved (table and
 Adam's two slots), the least any balanced re-partition moves, the bytes
 the TF engine's all-to-all put on the wire (padding included), and
 `keras_hybrid.costs.resize`'s prediction of each, which is also given
-for 3 -> 4 and 8 -> 7 (the issue's 1.1x bound).
+for 3 -> 4 and 8 -> 7 (the 1.1x bound).
 """
 
 import json

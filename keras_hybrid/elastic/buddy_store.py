@@ -24,7 +24,7 @@ import tensorflow as tf
 
 from keras_hybrid._compat import keras as keras_compat
 from keras_hybrid._compat import tf as tf_compat
-from keras_hybrid.elastic import file_store as elastic_store
+from keras_hybrid.elastic import file_store
 from keras_hybrid.elastic.file_store import TableCopy
 from keras_hybrid.sharding.shard_assignment import ShardAssignment
 from keras_hybrid.sparse import resharding
@@ -114,7 +114,7 @@ def check_survivable(copy: dict | None, survivors) -> None:
     gone = [t for t in members if t not in survivors]
     if "folder" in copy:  # a file store: every member's file is readable
         for task in gone:
-            elastic_store.read_rows(copy, task, check_only=True)
+            file_store.read_rows(copy, task, check_only=True)
         return
     unrecoverable = [t for t in gone if _holder(members, t) not in survivors]
     if unrecoverable:
@@ -192,7 +192,7 @@ def _lost_rows(copy: dict, survivors, task) -> list | None:
     for gone in members:
         if gone in survivors or _holder(members, gone, survivors) != task:
             continue
-        rows = elastic_store.read_rows(copy, gone)
+        rows = file_store.read_rows(copy, gone)
         for i, table_rows in enumerate(rows):
             lost[i].append((gone, table_rows))
     return [dict(pairs) for pairs in lost]

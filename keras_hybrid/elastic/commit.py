@@ -14,11 +14,11 @@ also follows each change of the members (a resize, a recovery): at the
 end of the first step that the new group trained, joiners included.
 
 Partitioned tables and their optimizer slots are committed to files
-(`elastic_store`, no collective: a background thread writes or uploads
+(`file_store`, no collective: a background thread writes or uploads
 each member's rows) when the launcher names some: a directory the workers
 share (the directory store, by default on one host) or the launcher's
 commit server (the served store, by default on several hosts); otherwise
-with a buddy copy (`elastic_buddy`): each member keeps its own rows and
+with a buddy copy (`buddy_store`): each member keeps its own rows and
 those of the member before it, sent in one all-to-all per (dtype, row
 shape), so such a commit is a collective.
 
@@ -212,7 +212,7 @@ class ElasticCommit(keras.callbacks.Callback):
         """Int. Global step of the last commit, or -1 if there is none.
 
         With `survivors`: of the last commit whose tables can be restored
-        over them (`elastic_store.complete`: a lost member may have died
+        over them (`file_store.complete`: a lost member may have died
         while writing its file of the last commit)."""
         steps = [
             c["global_step"]

@@ -6,11 +6,11 @@ came (`ElasticRecovery`). A joiner holds no copy of it, but needs none of
 its rows: it owned none of the commit's virtual shards, and a lost
 member's shards go to a surviving member of the commit (its buddy, or the
 next one reading its file). It needs the commit's layout only: its
-members, its folder (a file store, `elastic_store`) and, per table and slot, the
+members, its folder (a file store, `file_store`) and, per table and slot, the
 path, the `RowPartition` at the commit, the row shape and the dtype. Rank
 0 broadcasts that layout as JSON bytes; a survivor that lacks the commit
 makes from it a copy with no rows of its own, and gets its rows in the
-re-balance that follows the restore (`elastic_buddy.restore`).
+re-balance that follows the restore (`buddy_store.restore`).
 
 No private hook is touched here.
 """

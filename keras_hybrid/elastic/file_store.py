@@ -28,7 +28,7 @@ array is handed out again only after the write of its commit ended (the
 next commit waits for it) and once that commit left `keep`.
 
 After a lost worker, the next surviving member in task order reads the
-lost one's rows from its file (`elastic_buddy.restored_rows`); a commit
+lost one's rows from its file (`buddy_store.restored_rows`); a commit
 whose file of a lost member is missing (it died while writing) cannot be
 restored.
 

@@ -50,10 +50,10 @@ class ElasticMembership:
         commit_interval: Int. Global steps between two in-memory commits
             (`ElasticCommit`). Defaults to `DEFAULT_COMMIT_INTERVAL`.
         commit_files: Optional. Where commits of partitioned tables go
-            (`elastic_store`): a shared directory
+            (`file_store`): a shared directory
             (`contract.commit_files.CommitFiles`) or the launcher's server
             (`contract.commit_server.CommitClient`); None: a buddy copy
-            (`elastic_buddy`).
+            (`buddy_store`).
     """
 
     def __init__(

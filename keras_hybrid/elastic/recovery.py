@@ -9,8 +9,8 @@ When a member dies, the launcher writes `recover-<g>.json`: the survivors
 and new addresses for every task. A thread of each survivor watches the
 elastic directory and, on that plan, aborts this process's collectives,
 so that the step (or the per-step broadcast) waiting for the dead peer
-fails at once. `fit` (see `elastic_patches`) catches the error and calls
-`recover`, which:
+fails at once. `fit` (see `patches.elastic_training`) catches the error
+and calls `recover`, which:
 
 1. replaces the eager context by one serving collectives on the new ports
    (`_compat.tf.reset_collectives`; TF 2.21 fails every later collective
@@ -19,14 +19,14 @@ fails at once. `fit` (see `elastic_patches`) catches the error and calls
 3. agrees with the other survivors on the last commit they all hold
    (`ElasticCommit`), or receives it from rank 0 if this worker lacks it
    (a joiner admitted after it; of partitioned tables, only their layout
-   at the commit: see `elastic_layout`), and gives every Keras variable new
+   at the commit: see `commit_layout`), and gives every Keras variable new
    storage holding it (on TF 2.21 `assign` to a variable made before the
    reset does nothing); partitioned tables and their slots take their
-   rows from the commit's own rows and buddy copies (`elastic_buddy`) and
+   rows from the commit's own rows and buddy copies (`buddy_store`) and
    are re-balanced over the survivors;
 4. drops every traced function; `fit` then runs again from the commit's
    epoch, and draws without training the batches of that epoch before
-   the commit's batch (`elastic_replay`), so the lost steps are replayed
+   the commit's batch (`elastic.replay`), so the lost steps are replayed
    on the same global batches.
 
 No private hook is touched here.
@@ -260,7 +260,7 @@ class ElasticRecovery:
     def _rebuild(self, commit: dict, survivors: list) -> dict:
         """Gives every Keras variable of the model a new `tf.Variable` in
         the new context, holding `commit`'s value (metrics keep theirs);
-        partitioned tables and slots get theirs from `elastic_buddy` and
+        partitioned tables and slots get theirs from `buddy_store` and
         are re-balanced over `survivors`. Returns the byte counts of that
         re-balance (`resharding.reshard_members`).
 
@@ -361,7 +361,7 @@ class ElasticRecovery:
 
     def _receive_from_rank0(self, commit: dict | None, step: int) -> dict:
         """Rank 0 broadcasts its commit of `step` (position and values,
-        and the layout of partitioned tables: see `elastic_layout`)."""
+        and the layout of partitioned tables: see `commit_layout`)."""
         comm = self._strategy.communicator
         variables = state_variables(self._model)
         if comm.rank == 0:
@@ -451,7 +451,7 @@ def _check_tables(model, commit: dict, survivors, error) -> None:
     of `commit` cannot be restored over `survivors`.
 
     A survivor admitted after `commit` (a loss within a step of a grow)
-    holds its layout only (`elastic_layout`): it needs no rows of it.
+    holds its layout only (`commit_layout`): it needs no rows of it.
     """
     if not any(is_partitioned(v) for v in state_variables(model)):
         return

@@ -267,7 +267,8 @@ class ElasticResize(keras.callbacks.Callback):
 
     def cut_short(self) -> None:
         """Records the pending resize without a stall: a lost worker ended
-        `fit` before the resize's first step did (`elastic_patches`)."""
+        `fit` before the resize's first step did
+        (`patches.elastic_training`)."""
         if self._pending is None:
             return
         event = self._record(

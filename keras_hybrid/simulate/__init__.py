@@ -3,8 +3,8 @@
 `profile_model` measures a model in one process; `predict` and `sweep`
 turn the profile and a `ClusterSpec` into bytes and seconds per step for
 the hybrid, PS-only, all-reduce and all-gather modes; a `Design` switches
-the hybrid's exchange between the options of issue 15 (items 1 to 4,
-all built; 3 and 4 as options). The command line is
+the hybrid's exchange between its options (padding, the fused
+exchange, the hierarchical exchange and hot rows). The command line is
 `python -m keras_hybrid.simulate` (see docs/simulator.md).
 """
 

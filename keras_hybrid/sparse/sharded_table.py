@@ -6,7 +6,7 @@ who reads:
 
 - a gather (`tf.gather`, `ops.take`, `tf.nn.embedding_lookup`) calls
   `sparse_read`, which pulls the rows of any ids from their owners;
-- the optimizer, inside `extended.update` (see `local_reads`), sees the
+- the optimizer, inside `extended.update` (see `shard_view`), sees the
   local rows: it updates only what this shard owns;
 - anything else gets an empty `[0, ...]` stand-in, which `ops.take` uses
   only for its shape. `check_whole_reads` turns any other use, found at
@@ -40,8 +40,8 @@ from keras_hybrid.sparse import fused_exchange
 from keras_hybrid.sparse import lookup
 from keras_hybrid.sparse import prefetch
 from keras_hybrid.sparse.partition_lookup import PartitionLookup
-from keras_hybrid.sparse.shard_view import in_local_reads
-from keras_hybrid.sparse.shard_view import local_reads
+from keras_hybrid.sparse.shard_view import in_shard_view
+from keras_hybrid.sparse.shard_view import shard_view
 
 ROLES = ("table", "slot")
 BLOCK_BYTES = 16 * 2**20  # rows gathered per collective when saving
@@ -49,7 +49,7 @@ _SHAPE_OPS = ("Shape", "ShapeN")
 # graph -> [(stand-in tensor, table)] of whole reads made while tracing.
 _whole_reads: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
-__all__ = ["ShardedTable", "check_whole_reads", "local_reads"]
+__all__ = ["ShardedTable", "check_whole_reads", "shard_view"]
 
 
 class ShardedTable(tf_compat.ConvertibleVariable):
@@ -197,7 +197,7 @@ class ShardedTable(tf_compat.ConvertibleVariable):
         return super().sparse_read(local_indices)
 
     def to_tensor(self, dtype=None, name=None, as_ref=False):
-        if self.role == "slot" or in_local_reads() or as_ref:
+        if self.role == "slot" or in_shard_view() or as_ref:
             return self.stored_tensor(dtype=dtype, name=name, as_ref=as_ref)
         if use_discovery.active() or keras_compat.in_symbolic_scope():
             full = tf.zeros(self.full_shape, dtype or self.dtype)
@@ -319,10 +319,10 @@ class ShardedTable(tf_compat.ConvertibleVariable):
     # -- writes
 
     def assign(self, value, use_locking=None, name=None, read_value=True):
-        """Inside `local_reads` assigns this shard's rows; otherwise takes
+        """Inside `shard_view` assigns this shard's rows; otherwise takes
         the rows this shard owns from a full-table `value` (`set_weights`).
         """
-        if not in_local_reads():
+        if not in_shard_view():
             value = tf.convert_to_tensor(value, dtype=self.dtype)
             if value.shape[0] != self.full_shape[0]:
                 raise ValueError(

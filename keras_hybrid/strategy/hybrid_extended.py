@@ -312,7 +312,7 @@ class HybridExtended(OneProcessExtended):
         if args:
             self.router.observe_gradient(var, args[0])
         # The optimizer sees (and writes) the rows this shard owns.
-        with sharded_table.local_reads():
+        with sharded_table.shard_view():
             result = self.stock_update(var, fn, args, kwargs, group)
             constraint = getattr(var, "row_constraint", None)
             if constraint is not None and args:

@@ -221,7 +221,7 @@ class ElasticTableFitTest(ElasticFitTest):
 
 
 class ElasticAcceptanceTest(TestCase):
-    """The acceptance scenario of issue 14 in one job: a plain `fit` on a
+    """Elastic training's acceptance scenario in one job: a plain `fit` on a
     subclassed model whose tables live in a custom layer (the placement
     zoo's `TokenAndPosition`, Adam) grows 2 -> 4, shrinks 4 -> 3, then
     rank 1 (its rows go to rank 2, a joiner) is SIGKILLed 5 steps after

@@ -4,7 +4,7 @@ The cluster in every worker's `TF_CONFIG` lists `max_np` tasks, each on
 its host (`host_slots`; a task not running is never contacted). The
 driver polls the discovery script; each host gets its slots' tasks
 (`host_slots.plan_hosts`): joiners start on new slots (over ssh on other
-hosts, `elastic_process`), on the next free task ids, and once every
+hosts, `processes`), on the next free task ids, and once every
 joiner reached `fit` (its `ready-<task>` file) the driver writes the next
 membership plan. A host with fewer slots retires its highest tasks
 (task 0, TF's collective leader, never leaves). The workers switch at a
@@ -35,7 +35,7 @@ import signal
 import tempfile
 import time
 
-from keras_hybrid.contract import elastic_board as em
+from keras_hybrid.contract import elastic_board
 from keras_hybrid.contract.plan_channel import FileChannel
 from keras_hybrid.launch import exit_codes
 from keras_hybrid.launch.elastic import host_slots
@@ -82,7 +82,7 @@ class ElasticDriver(LostWorkers):
             stopping workers. Defaults to `10.0`.
         commit_interval: Int. Global steps between two in-memory commits
             of the workers' state. Defaults to
-            `elastic_files.DEFAULT_COMMIT_INTERVAL`.
+            `elastic_board.DEFAULT_COMMIT_INTERVAL`.
         commit_store: Optional string. `"directory"`: partitioned tables
             are committed to files in a directory the workers share;
             `"served"`: to files on this host, served over TCP;
@@ -114,7 +114,7 @@ class ElasticDriver(LostWorkers):
         poll_seconds: float = 1.0,
         wait_seconds: float = 60.0,
         grace_seconds: float = 10.0,
-        commit_interval: int = em.DEFAULT_COMMIT_INTERVAL,
+        commit_interval: int = elastic_board.DEFAULT_COMMIT_INTERVAL,
         commit_store: str | None = None,
         commit_dir: str | None = None,
         elastic_dir: str | None = None,
@@ -140,7 +140,7 @@ class ElasticDriver(LostWorkers):
         # Set by `_setup` from discovery's first answer (`_widen` later).
         self.multi_host = elastic_dir is not None
         self.channel = FileChannel(self.directory)
-        self._job = None  # `elastic_setup.JobSetup`
+        self._job = None  # `job_setup.JobSetup`
         self.commit_dir: str | None = None
         self.commit_server = None  # the served store's `CommitServer`
         self._commit = (commit_store, commit_dir)
@@ -174,7 +174,7 @@ class ElasticDriver(LostWorkers):
 
     def _setup(self, discovered: list) -> None:
         """Multi-host or not, the plan channel and the commit store
-        (`elastic_setup`), from discovery's first answer."""
+        (`job_setup`), from discovery's first answer."""
         store, commit_dir = self._commit
         self._use(
             setup_job(
@@ -189,7 +189,7 @@ class ElasticDriver(LostWorkers):
 
     def _widen(self, remote: list) -> None:
         """Discovery named other hosts in a one-host job: it becomes
-        multi-host (`elastic_setup.widen_job`); the joiners there start
+        multi-host (`job_setup.widen_job`); the joiners there start
         after the members' re-address (`_plan_change`)."""
         logger.info(
             "host discovery named other hosts %s in a job that ran on this "
@@ -298,7 +298,7 @@ class ElasticDriver(LostWorkers):
     def _start(self, task: int, members: list | None) -> None:
         env = dict(self._envs[task])
         if members is not None:
-            env[em.MEMBERS_ENV] = ",".join(str(t) for t in members)
+            env[elastic_board.MEMBERS_ENV] = ",".join(str(t) for t in members)
         proc = self._workers.start(task, self._placed[task], env)
         self._lost.discard(task)  # a joiner may reuse a lost task's index
         logger.info(
@@ -428,7 +428,7 @@ class ElasticDriver(LostWorkers):
                 for t in change.joiners
             ]
             if all(ready):
-                em.write_plan(
+                elastic_board.write_plan(
                     self.channel,
                     change.generation,
                     change.members,

@@ -16,7 +16,7 @@ import logging
 import signal
 import time
 
-from keras_hybrid.contract import elastic_board as em
+from keras_hybrid.contract import elastic_board
 from keras_hybrid.launch import exit_codes
 
 logger = logging.getLogger("keras_hybrid.launch.elastic.driver")
@@ -106,11 +106,11 @@ class LostWorkers:
         generation = self.generation + 1
         self._envs, self.cluster = self._make_envs()
         if lost:
-            em.write_recovery(
+            elastic_board.write_recovery(
                 self.channel, generation, self.members, self.cluster, lost
             )
         else:
-            em.write_plan(
+            elastic_board.write_plan(
                 self.channel,
                 generation,
                 self.members,
@@ -138,10 +138,13 @@ class LostWorkers:
         generation = self._recovering
         if generation is None:
             return
-        if self.channel.get(em.recovered_name(generation)) is not None:
+        if (
+            self.channel.get(elastic_board.recovered_name(generation))
+            is not None
+        ):
             self._recovering = None
             if not self._after_readdress:
-                em.write_plan(
+                elastic_board.write_plan(
                     self.channel, generation, self.members, "lost_worker"
                 )
             else:

@@ -1,11 +1,11 @@
 """The variables the elastic launcher gives each task: `TF_CONFIG` on
 the cluster of every task's host, and the elastic contract
-(`elastic_files`)."""
+(`elastic_board`)."""
 
 import dataclasses
 from collections.abc import Callable
 
-from keras_hybrid.contract import elastic_board as em
+from keras_hybrid.contract import elastic_board
 from keras_hybrid.contract.worker_env import worker_env
 from keras_hybrid.contract.worker_spec import WorkerSpec
 from keras_hybrid.launch.elastic import host_slots
@@ -23,7 +23,7 @@ class ElasticSettings:
         seed: String. The job's TF seed.
         commit_interval: Int. Global steps between two commits.
         commit_env: Dict. The variables naming the commit store to this
-            host's tasks (`elastic_setup.JobSetup.commit_env`); empty for
+            host's tasks (`job_setup.JobSetup.commit_env`); empty for
             buddy copies.
         threads: Optional int. Threads per worker.
         extra_env: Optional dict. `--env` variables.
@@ -67,14 +67,16 @@ def task_envs(
         placed, ports, settings.local_address, settings.resolve
     )
     contract = {
-        em.DIR_ENV: settings.directory,
-        em.MIN_NP_ENV: str(settings.min_np),
-        em.MAX_NP_ENV: str(settings.max_np),
-        em.SEED_ENV: settings.seed,
-        em.COMMIT_INTERVAL_ENV: str(int(settings.commit_interval)),
-        em.DISCOVERY_WAIT_ENV: str(float(settings.discovery_wait_seconds)),
-        em.COMMIT_DIR_ENV: "",
-        em.COMMIT_SERVER_ENV: "",
+        elastic_board.DIR_ENV: settings.directory,
+        elastic_board.MIN_NP_ENV: str(settings.min_np),
+        elastic_board.MAX_NP_ENV: str(settings.max_np),
+        elastic_board.SEED_ENV: settings.seed,
+        elastic_board.COMMIT_INTERVAL_ENV: str(int(settings.commit_interval)),
+        elastic_board.DISCOVERY_WAIT_ENV: str(
+            float(settings.discovery_wait_seconds)
+        ),
+        elastic_board.COMMIT_DIR_ENV: "",
+        elastic_board.COMMIT_SERVER_ENV: "",
         **settings.channel_env,
     }
     remote = settings.remote_commit_env

@@ -359,7 +359,7 @@ class HybridStrategy(tf.distribute.Strategy):
     def gather_predictions(self, predictions, batch_size: int):
         """Deprecated: returns `predictions` unchanged.
 
-        `model.predict` now returns every row, in input order, on every
+        `model.predict` returns every row, in input order, on every
         rank; gathering again would duplicate rows. Logs a deprecation
         warning once.
 

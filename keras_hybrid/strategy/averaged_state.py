@@ -3,9 +3,9 @@
 `BatchNormalization` (unsynchronized, Keras' default) updates its moving
 mean and variance from the batch it sees. With several workers each sees
 its own slice of the global batch, so the workers' copies of these
-non-trainable variables drifted apart: rank 0 saved its own statistics,
-an elastic resize broadcast rank 0's, and `evaluate` normalized each
-worker's rows with different ones.
+non-trainable variables would differ: rank 0 would save its own
+statistics, an elastic resize broadcast rank 0's, and `evaluate`
+normalize each worker's rows with different ones.
 
 After each train or test step of a multi-worker `HybridStrategy`, the
 floating-point non-trainable variables of the model that the step

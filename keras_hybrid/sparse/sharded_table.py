@@ -180,10 +180,14 @@ class ShardedTable(tf_compat.ConvertibleVariable):
             stand_in = self._local_stand_in(indices)
             prefetch.record(self, tf.convert_to_tensor(indices), stand_in)
             return stand_in
-        rows = fused_exchange.take(self, indices)
-        if rows is not None:
-            return rows
-        return lookup.pull(self, indices)
+        try:
+            rows = fused_exchange.take(self, indices)
+            if rows is None:
+                rows = lookup.pull(self, indices)
+        except Exception as error:
+            _name_the_exchange(error, self)
+            raise
+        return rows
 
     def _local_stand_in(self, indices):
         """Local rows shaped like a lookup of `indices`, for graphs that
@@ -363,3 +367,21 @@ def check_whole_reads(graph) -> None:
                 "variable dense: `HybridStrategy(variable_kinds="
                 f"{{{table.path!r}: 'dense'}})`."
             )
+
+
+def _name_the_exchange(error: Exception, table: "ShardedTable") -> None:
+    """Says in `error`'s message that it rose in the strategy's exchange of
+    `table`: Keras re-raises an error of a layer call with the layer's name
+    and a new message made from the first argument, so the words go there
+    (a note otherwise)."""
+    comm = table.communicator
+    where = (
+        f"\n(keras-hybrid: raised in HybridStrategy's exchange of the rows "
+        f"of partitioned table {table.path!r}, {table.full_shape[0]} rows "
+        f"over {comm.size} workers, on worker {comm.rank}.)"
+    )
+    if error.args and isinstance(error.args[0], str):
+        if "keras-hybrid: raised in HybridStrategy" not in error.args[0]:
+            error.args = (error.args[0] + where, *error.args[1:])
+    else:
+        error.add_note(where.strip())

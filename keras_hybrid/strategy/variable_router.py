@@ -74,6 +74,9 @@ class VariableRouter:
         self._paths: dict[int, str] = {}  # id(storage) -> path
         self._warned_paths: set[str] = set()
         self._overrides_checked = False
+        # Whether a step was traced, so that placement was decided: a
+        # table still provisional afterwards is one no step reads.
+        self._traced = False
         # Rows of each partitioned table served to all workers at once
         # (`sparse.hot_rows`); 0 turns them off. Set by `HybridStrategy`.
         self.hot_rows = 0
@@ -88,6 +91,7 @@ class VariableRouter:
             self._link,
             min_rows=self._comm.width,
             workers=self._comm.width,
+            traced=self._traced,
         )
         entries = []
         for entry in plan.variables:
@@ -240,6 +244,7 @@ class VariableRouter:
 
     def decide(self, uses: dict) -> None:
         """Records the uses a discovery trace saw, and re-places."""
+        self._traced = True
         for path in self.undecided():
             use = uses.get(path)
             if use is None:
@@ -262,7 +267,7 @@ class VariableRouter:
             table = self._placed[path].storage
             table.on_whole_read = None
             if entry.kind == "dense":
-                self._make_dense(path, f"{entry.source}: {entry.reason}")
+                self._make_dense(path, entry.reason)
             else:
                 logging.info("keras-hybrid: %s stays partitioned.", path)
 
@@ -362,4 +367,4 @@ class VariableRouter:
             entry = self.plan()[path]
         except KeyError:
             return "not in the plan"
-        return f"{entry.source}: {entry.reason}"
+        return entry.reason

@@ -98,8 +98,6 @@ def train(config: Config) -> dict:
             loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
             metrics=["accuracy"],
         )
-    if strategy.is_chief:  # keras_hybrid: one rank reports
-        logging.info("Routing plan:\n%s", strategy.plan)
     writes = strategy.is_chief  # keras_hybrid: rank 0 writes the logs
     history = model.fit(
         x[:split],
@@ -109,6 +107,9 @@ def train(config: Config) -> dict:
         validation_data=(x[split:], y[split:]),
         callbacks=training.callbacks(model_dir, log_dir, step_log, writes),
     ).history
+    if strategy.is_chief:  # keras_hybrid: one rank reports
+        # Placement is final once a step was traced: kind, reason, bytes.
+        logging.info("Routing plan:\n%s", strategy.plan)
     keys = ("loss", "accuracy", "val_loss", "val_accuracy")
     out = {k: history.get(k, []) for k in keys}
     out.update(

@@ -131,8 +131,6 @@ def train(config: Config) -> dict:
             loss=keras.losses.BinaryCrossentropy(from_logits=True),
             metrics=[keras.metrics.AUC(from_logits=True, name="auc")],
         )
-    if strategy.is_chief:  # keras_hybrid: one rank reports
-        logging.info("Routing plan:\n%s", strategy.plan)
     writes = strategy.is_chief  # keras_hybrid: rank 0 writes the logs
     history = model.fit(
         head,
@@ -142,6 +140,9 @@ def train(config: Config) -> dict:
         validation_data=(tail, y[split:]),
         callbacks=training.callbacks(model_dir, log_dir, step_log, writes),
     ).history
+    if strategy.is_chief:  # keras_hybrid: one rank reports
+        # Placement is final once a step was traced: kind, reason, bytes.
+        logging.info("Routing plan:\n%s", strategy.plan)
     out = {
         k: history.get(k, []) for k in ("loss", "auc", "val_loss", "val_auc")
     }

@@ -175,7 +175,7 @@ class TableCost:
                 f"a tie, {times}: no more bytes ({sent}) and "
                 f"1/{self.workers} of the memory"
             )
-        return f"{times}; {sent} ({self.dense_sync} if replicated)"
+        return f"{times}; {sent}"
 
 
 def _kb(nbytes: float) -> str:

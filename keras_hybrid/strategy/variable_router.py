@@ -354,8 +354,8 @@ class VariableRouter:
             return
         self._warned_paths.add(path)
         logging.info(
-            "keras-hybrid: %s is replicated and gets IndexedSlices "
-            "gradients (%s in the plan). To partition it by rows, pass "
+            "keras-hybrid: %s gets IndexedSlices gradients; the plan says "
+            "%s. To partition it by rows, pass "
             "HybridStrategy(variable_kinds={%r: 'sparse'}).",
             path,
             self._plan_reason(path),

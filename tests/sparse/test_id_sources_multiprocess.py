@@ -8,13 +8,13 @@ float and a ragged input made dense with `to_tensor()`
 (`workers/id_sources.py`). Each feeds partitioned tables in a pooled
 sequence model, a two-tower `Dot` model and a subclassed model, trained
 on N workers with the fused exchange, with one exchange per lookup, and
-(4 workers on 2 emulated hosts) with the hierarchical exchange; each must
+(even N, on 2 emulated hosts) with the hierarchical exchange; each must
 equal one process on the same global batches (1e-5 for SGD, 1e-4 for
-Adam in float32).
+Adam in float32). One launch per worker count trains its cases.
 
-The default suite runs a short matrix; `KERAS_HYBRID_ID_MATRIX=full`
-runs every source x shape on 2, 3 and 4 workers on every path
-(`make test-id-sources`).
+The default suite runs a short matrix (every source once, each path and
+worker count a few times); `KERAS_HYBRID_ID_MATRIX=full` runs every
+source x shape x path on 2, 3 and 4 workers (`make test-id-sources`).
 """
 
 import functools
@@ -28,7 +28,6 @@ import keras
 import numpy as np
 import pytest
 
-from keras_hybrid.comm.host_groups import HOSTS_ENV
 from keras_hybrid.testing import run_workers
 from keras_hybrid.testing.multiprocess import engines_under_test
 
@@ -39,80 +38,60 @@ import id_sources as cases  # noqa: E402
 pytestmark = pytest.mark.multiprocess
 MATRIX_ENV = "KERAS_HYBRID_ID_MATRIX"
 ATOL = {"sgd": 1e-5, "adam": 1e-4}
-# Paths: (workers, fused exchange, hierarchical exchange).
-PATHS = (
-    (2, True, False),
-    (2, False, False),
-    (3, True, False),
-    (3, False, False),
-    (4, True, False),
-    (4, False, False),
-    (4, True, True),
-)
+WORKER_COUNTS = (2, 3, 4)
 
 
-def _full_cases() -> list:
-    """Every source x shape, the optimizer alternating."""
-    combos = itertools.product(cases.SOURCES, cases.SHAPES)
+def _paths(workers: int) -> tuple:
+    # The hierarchical exchange needs as many workers on each of 2 hosts.
+    if workers % 2:
+        return ("fused", "per_lookup")
+    return cases.PATH_KINDS
+
+
+def _full() -> list:
+    """Every source x shape x path, the optimizer alternating."""
     return [
-        (source, shape, cases.OPTIMIZERS[i % 2])
-        for i, (source, shape) in enumerate(combos)
+        (workers, (source, shape, cases.OPTIMIZERS[i % 2], path))
+        for workers in WORKER_COUNTS
+        for path in _paths(workers)
+        for i, (source, shape) in enumerate(
+            itertools.product(cases.SOURCES, cases.SHAPES)
+        )
     ]
 
 
-def _short_cases(path) -> list:
-    """Every source once on 2 fused workers; a few elsewhere."""
-    if path == (2, True, False):
-        return [
-            (source, cases.SHAPES[i % 3], cases.OPTIMIZERS[i % 2])
-            for i, source in enumerate(cases.SOURCES)
-        ]
-    if path == (2, False, False):
-        return [
-            ("string_lookup", "two_tower", "adam"),
-            ("hash_bucket_in_data", "pooled", "sgd"),
-        ]
-    if path == (3, True, False):
-        return [
-            ("integer_lookup", "subclassed", "sgd"),
-            ("ragged", "two_tower", "adam"),
-        ]
-    if path == (4, True, True):
-        return [
-            ("string_lookup", "pooled", "adam"),
-            ("masked", "two_tower", "sgd"),
-        ]
-    return []
+def _short() -> list:
+    """Every source once on 2 fused workers; a few more on each path."""
+    every = [
+        (2, (source, cases.SHAPES[i % 3], cases.OPTIMIZERS[i % 2], "fused"))
+        for i, source in enumerate(cases.SOURCES)
+    ]
+    return every + [
+        (2, ("string_lookup", "two_tower", "adam", "per_lookup")),
+        (2, ("hash_bucket_in_data", "pooled", "sgd", "per_lookup")),
+        (3, ("integer_lookup", "subclassed", "sgd", "fused")),
+        (3, ("ragged", "two_tower", "adam", "fused")),
+        (4, ("string_lookup", "pooled", "adam", "hierarchical")),
+        (4, ("masked", "two_tower", "sgd", "hierarchical")),
+    ]
 
 
 def matrix() -> list:
-    """`(path, case)` pairs the suite runs."""
-    full = os.environ.get(MATRIX_ENV) == "full"
-    return [
-        (path, case)
-        for path in PATHS
-        for case in (_full_cases() if full else _short_cases(path))
-    ]
+    """`(workers, case)` pairs the suite runs."""
+    return _full() if os.environ.get(MATRIX_ENV) == "full" else _short()
 
 
 @functools.cache
-def launch(engine: str, path: tuple) -> dict:
-    workers, fused, hierarchical = path
-    todo = [case for p, case in matrix() if p == path]
-    env = {}
-    if hierarchical:
-        env[HOSTS_ENV] = ",".join(["a", "b"] * (workers // 2))
+def launch(engine: str, workers: int) -> dict:
+    todo = [case for n, case in matrix() if n == workers]
+    if engine == "horovod":
+        todo = [c for c in todo if c[3] != "hierarchical"]
     run = run_workers(
         os.path.join(HERE, "id_sources_worker.py"),
         workers,
         tempfile.mkdtemp(prefix=f"id_sources_{workers}_"),
-        args=(
-            f"--cases={json.dumps(todo)}",
-            f"--fused={fused}",
-            f"--hierarchical={hierarchical}",
-        ),
+        args=(f"--cases={json.dumps(todo)}",),
         timeout=120 + 60 * len(todo),
-        env=env,
         engine=engine,
     ).check()
     assert sorted(run.results) == list(range(workers))
@@ -120,27 +99,25 @@ def launch(engine: str, path: tuple) -> dict:
 
 
 def _id(param) -> str:
-    if isinstance(param, tuple) and isinstance(param[0], int):
-        workers, fused, hier = param
-        kind = "hier" if hier else "fused" if fused else "per_lookup"
-        return f"{workers}w-{kind}"
+    if isinstance(param, int):
+        return f"{param}w"
     return "/".join(param) if isinstance(param, tuple) else str(param)
 
 
 # The Horovod engine's exchange is flat (docs/horovod.md): no
 # hierarchical path there.
 PARAMS = [
-    (engine, path, case)
+    (engine, workers, case)
     for engine in engines_under_test()
-    for path, case in matrix()
-    if not (engine == "horovod" and path[2])
+    for workers, case in matrix()
+    if not (engine == "horovod" and case[3] == "hierarchical")
 ]
 
 
-@pytest.mark.parametrize("engine,path,case", PARAMS, ids=_id)
-def test_equals_one_process(engine, path, case):
-    source, shape, opt = case
-    results = launch(engine, path)
+@pytest.mark.parametrize("engine,workers,case", PARAMS, ids=_id)
+def test_equals_one_process(engine, workers, case):
+    source, shape, opt, path = case
+    results = launch(engine, workers)
     key = "/".join(case)
     initial = results[0][key]["initial"]
     keras.backend.clear_session()
@@ -152,12 +129,12 @@ def test_equals_one_process(engine, path, case):
     for rank, result in results.items():
         got = result[key]
         assert set(got["kinds"].values()) == {"sparse"}, got["kinds"]
-        assert got["hierarchical"] == path[2]
+        assert got["hierarchical"] == (path == "hierarchical")
         for i, (g, w) in enumerate(zip(got["final"], want, strict=True)):
             np.testing.assert_allclose(
                 g,
                 w,
                 atol=ATOL[opt],
                 rtol=0,
-                err_msg=f"{key} on {_id(path)}, rank {rank}, weight {i}",
+                err_msg=f"{key} on {workers} workers, rank {rank}, weight {i}",
             )

@@ -7,9 +7,15 @@ looks them up in partitioned tables. The raw values cover the vocabulary,
 so every source yields ids in `[0, ROWS)`.
 """
 
+import contextlib
+import json
+import os
+
 import keras
 import numpy as np
 import tensorflow as tf
+
+from keras_hybrid.comm.host_groups import HOSTS_ENV
 
 ROWS = 64
 DIM = 4
@@ -32,6 +38,10 @@ SOURCES = (
 )
 SHAPES = ("pooled", "two_tower", "subclassed")
 OPTIMIZERS = ("sgd", "adam")
+# Exchange paths: the step's lookups fused into one exchange, one
+# exchange per lookup, the fused exchange run hierarchically over 2
+# emulated hosts (an even number of workers).
+PATH_KINDS = ("fused", "per_lookup", "hierarchical")
 
 
 def raw_data():
@@ -299,3 +309,22 @@ def train(strategy, source: str, shape: str, opt: str) -> dict:
         "final": model.get_weights(),
         "kinds": {p: plan[p].kind for p in tables},
     }
+
+
+@contextlib.contextmanager
+def emulated_hosts(path: str):
+    """For the hierarchical path, this worker's job on 2 emulated hosts
+    (ranks alternate between them) while the strategy is created."""
+    if path != "hierarchical":
+        yield
+        return
+    workers = len(json.loads(os.environ["TF_CONFIG"])["cluster"]["worker"])
+    old = os.environ.get(HOSTS_ENV)
+    os.environ[HOSTS_ENV] = ",".join(["a", "b"] * (workers // 2))
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(HOSTS_ENV)
+        else:
+            os.environ[HOSTS_ENV] = old

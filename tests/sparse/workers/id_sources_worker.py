@@ -1,7 +1,7 @@
-"""Worker: trains each `[source, shape, optimizer]` case of `--cases` under
-its own `HybridStrategy` (tables partitioned), with the fused exchange on
-or off and the hierarchical exchange on or off, and saves each case's
-weights before and after."""
+"""Worker: trains each `[source, shape, optimizer, path]` case of `--cases`
+under its own `HybridStrategy` (tables partitioned), on the exchange path
+`path` (`id_sources.PATH_KINDS`), and saves each case's weights before and
+after."""
 
 import json
 import os
@@ -18,25 +18,27 @@ import id_sources  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("out_dir", None, "Where to save this rank's results.")
-flags.DEFINE_string("cases", "[]", "JSON list of [source, shape, optimizer].")
-flags.DEFINE_bool("fused", True, "Fused exchange of a step's lookups.")
-flags.DEFINE_bool("hierarchical", False, "HybridStrategy(hierarchical=).")
+flags.DEFINE_string(
+    "cases", "[]", "JSON list of [source, shape, optimizer, path]."
+)
 
 
 def main(argv):
     del argv
     results, rank = {}, 0
-    for source, shape, opt in json.loads(FLAGS.cases):
-        with kh.HybridStrategy(
-            variable_kinds={".*table/embeddings": "sparse"},
-            hierarchical=FLAGS.hierarchical or None,
-            timeout_seconds=120,
-        ) as strategy:
-            strategy.extended.fuse_lookups = FLAGS.fused
+    for source, shape, opt, path in json.loads(FLAGS.cases):
+        with id_sources.emulated_hosts(path):
+            strategy = kh.HybridStrategy(
+                variable_kinds={".*table/embeddings": "sparse"},
+                hierarchical=path == "hierarchical" or None,
+                timeout_seconds=120,
+            )
+        with strategy:
+            strategy.extended.fuse_lookups = path != "per_lookup"
             rank = strategy.rank
             case = id_sources.train(strategy, source, shape, opt)
             case["hierarchical"] = bool(strategy.communicator.hierarchical)
-            results[f"{source}/{shape}/{opt}"] = case
+            results["/".join((source, shape, opt, path))] = case
     save_result(FLAGS.out_dir, rank, results)
 
 

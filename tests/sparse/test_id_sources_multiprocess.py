@@ -81,8 +81,24 @@ def matrix() -> list:
     return _full() if os.environ.get(MATRIX_ENV) == "full" else _short()
 
 
-@functools.cache
 def launch(engine: str, workers: int) -> dict:
+    """Every rank's results of the one launch for `workers`; a failed
+    launch fails every case of it, without launching again."""
+    outcome = _launch(engine, workers)
+    if isinstance(outcome, Exception):
+        raise outcome
+    return outcome
+
+
+@functools.cache
+def _launch(engine: str, workers: int):
+    try:
+        return _run(engine, workers)
+    except AssertionError as error:
+        return error
+
+
+def _run(engine: str, workers: int) -> dict:
     todo = [case for n, case in matrix() if n == workers]
     if engine == "horovod":
         todo = [c for c in todo if c[3] != "hierarchical"]

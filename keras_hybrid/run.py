@@ -91,6 +91,7 @@ def _output_settings(args) -> worker_streams.OutputSettings:
     return worker_streams.OutputSettings(
         console_ranks=worker_streams.parse_console_ranks(ranks),
         log_dir=args.log_dir,
+        quiet_tf_banners=worker_defaults.TF_LOG_LEVEL_ENV not in os.environ,
     )
 
 

@@ -14,7 +14,15 @@ import time
 # ANSI control sequences (colours, cursor moves) as Keras' progress bar
 # writes them.
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-_ABSL = re.compile(r"^([IWEF])\d{4} \d\d:\d\d:\d\d\.\d+")
+_ABSL = re.compile(r"^([IWEF])\d{4} [\d:.]+\s+\d+ ")
+# TensorFlow's C++ INFO records, which it prints before it reads
+# TF_CPP_MIN_LOG_LEVEL (oneDNN's notice, once per library), and absl's
+# notice before them.
+_CPP_INFO = re.compile(r"^I\d{4} [\d:.]+\s+\d+ [\w.]+\.(cc|h):\d+\] ")
+_ABSL_NOTICES = (
+    "WARNING: All log messages before absl::InitializeLog()",
+    "WARNING: Logging before flag parsing goes to stderr.",
+)
 _TF_CPP = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: ([IWEF]) ")
 _PY_LOGGING = re.compile(r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL):")
 _TRACEBACK = "Traceback (most recent call last):"
@@ -37,7 +45,7 @@ CONSEQUENCE = re.compile(
     r"peer.*(exited|unreachable)|Deadline Exceeded",
     re.IGNORECASE,
 )
-_ASSERTION = re.compile(r"assertion failed: \[(.*?)\]")
+_ASSERTION = re.compile(r"assertion failed: \[(.*)\]")
 _NOISE = ("Detected at node", "File ", "[[")
 # Lines after an exception's first line searched for its real message.
 _MORE_LINES = 200
@@ -75,12 +83,20 @@ def render_line(raw: str) -> str:
     return "".join(cells).rstrip()
 
 
+def is_tf_banner(line: str) -> bool:
+    """Whether `line` is a C++ INFO record of TensorFlow's, or one of
+    absl's notices that records go to stderr before it is set up."""
+    return line.startswith(_ABSL_NOTICES) or bool(_CPP_INFO.match(line))
+
+
 def level_of(line: str) -> str | None:
     """`"info"`, `"warning"` or `None` (no level of its own).
 
     Warnings, errors, fatal records and tracebacks count as `"warning"`;
-    INFO and DEBUG records as `"info"`.
+    INFO and DEBUG records, and TensorFlow's banners, as `"info"`.
     """
+    if line.startswith(_ABSL_NOTICES):
+        return "info"
     for pattern in (_ABSL, _TF_CPP):
         match = pattern.match(line)
         if match:
@@ -222,7 +238,7 @@ def _refine(message: str, more: list[str]) -> str:
     for line in more:
         match = _ASSERTION.search(line)
         if match:
-            return match.group(1)
+            return match.group(1).replace("\\'", "'")
     if message and not message.endswith("execution error:"):
         return message
     for line in more:

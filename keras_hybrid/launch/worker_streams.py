@@ -13,6 +13,7 @@ from keras_hybrid.launch.output_forwarder import OutputForwarder
 from keras_hybrid.launch.worker_output import TracebackReader
 from keras_hybrid.launch.worker_output import WarningFilter
 from keras_hybrid.launch.worker_output import WorkerException
+from keras_hybrid.launch.worker_output import is_tf_banner
 
 # `--console-ranks` value that shows every rank's whole output.
 ALL_RANKS = "all"
@@ -53,10 +54,14 @@ class OutputSettings:
         log_dir: Optional string. A directory that gets each worker's whole
             output, stdout and stderr, in its own file (`rank.<r>.log`, or
             `task.<t>.log` in an elastic job).
+        quiet_tf_banners: Bool. Keep TensorFlow's C++ INFO banners (which
+            it prints whatever `TF_CPP_MIN_LOG_LEVEL` says) off the
+            console; log files keep them. Defaults to `False`.
     """
 
     console_ranks: frozenset | None = frozenset({0})
     log_dir: str | None = None
+    quiet_tf_banners: bool = False
 
     def shows_all(self, rank: int | None) -> bool:
         """Whether `rank`'s whole output goes to the console."""
@@ -138,7 +143,7 @@ class WorkerStreams:
                 sink,
                 lambda: f"[{label()}] ",
                 lock,
-                live=_is_terminal(sink),
+                live=_is_terminal(sink) and not is_err,
                 keep=self._keep(rank, is_err),
                 log=log,
                 readers=(reader,) if is_err else (),
@@ -147,9 +152,10 @@ class WorkerStreams:
             self.forwarders.append(forwarder)
 
     def _keep(self, rank, is_err: bool):
-        if self.settings.console_ranks is None:
+        settings = self.settings
+        if settings.console_ranks is None and not settings.quiet_tf_banners:
             return None
-        return _ConsoleLines(self.settings, rank, is_err)
+        return _ConsoleLines(settings, rank, is_err)
 
     def _open(self, name: str) -> _LockedFile | None:
         if self.settings.log_dir is None:
@@ -188,6 +194,9 @@ class _ConsoleLines:
     def __call__(self, line: str) -> bool:
         # The filter reads every line, to know the record each belongs to.
         warning = self._warnings.keeps(line)
+        if self._is_err and self._settings.quiet_tf_banners:
+            if is_tf_banner(line):
+                return False
         return self.whole() or (self._is_err and warning)
 
 

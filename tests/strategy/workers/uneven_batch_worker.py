@@ -30,7 +30,8 @@ class OwnMeanModel(keras.Model):
         with tf.GradientTape() as tape:
             loss = tf.reduce_mean(tf.square(self(x, training=True) - y))
         grads = tape.gradient(loss, self.trainable_variables)
-        self.optimizer.apply_gradients(zip(grads, self.trainable_variables))
+        pairs = zip(grads, self.trainable_variables, strict=True)
+        self.optimizer.apply_gradients(pairs)
         return {"own_loss": loss}
 
 

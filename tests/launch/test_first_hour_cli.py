@@ -38,12 +38,15 @@ CHATTY = """
     import os, sys
     rank = os.environ["KERAS_HYBRID_RANK"]
     print("out of rank", rank)
-    print(f"I1127 10:00:00.000001 1 lib.py:1] info of rank {rank}", file=sys.stderr)  # noqa: E501
-    print("  second line of that info", file=sys.stderr)
-    print(f"W1127 10:00:00.000002 1 lib.py:2] warning of rank {rank}", file=sys.stderr)  # noqa: E501
-    print("I0000 00:00:1795769814.454924   21760 port.cc:153] oneDNN banner", file=sys.stderr)  # noqa: E501
+    err = sys.stderr
+    print(f"I1127 10:00:00.000001 1 lib.py:1] info of rank {rank}", file=err)
+    print("  second line of that info", file=err)
+    print(f"W1127 10:00:00.000002 1 lib.py:2] warning of rank {rank}", file=err)
+    cpp = "I0000 00:00:1795769814.454924   21760 port.cc:153]"
+    print(f"{cpp} oneDNN banner", file=err)
     # A progress bar redrawn in place, as Keras draws it on a terminal.
-    sys.stdout.write("1/2 \\x1b[32m━\\x1b[0m eta\\b\\b\\b\\r2/2 \\x1b[32m━━\\x1b[0m done\\n")  # noqa: E501
+    bar = "\\x1b[32m━\\x1b[0m"
+    sys.stdout.write(f"1/2 {bar} eta\\b\\b\\b\\r2/2 {bar}{bar} done\\n")
 """
 
 
@@ -188,7 +191,8 @@ def test_ctrl_c_stops_every_worker_within_2_seconds(write_script, tmp_path):
         import os, signal, sys, time
         from pathlib import Path
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        Path(sys.argv[1], os.environ["KERAS_HYBRID_RANK"]).write_text(str(os.getpid()))  # noqa: E501
+        rank = os.environ["KERAS_HYBRID_RANK"]
+        Path(sys.argv[1], rank).write_text(str(os.getpid()))
         time.sleep(60)
         """,
     )

@@ -140,7 +140,7 @@ def _add_tuning_flags(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_GRACE_SECONDS,
         metavar="SECONDS",
         help="Time between SIGTERM and SIGKILL when stopping workers after "
-        "a failure, a timeout or SIGTERM (after Ctrl-C: at most 1 s). "
+        "a failure, a timeout or SIGTERM (after Ctrl-C: at most 0.5 s). "
         "Default: %(default)s.",
     )
 

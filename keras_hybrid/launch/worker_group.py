@@ -24,7 +24,7 @@ FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _POLL_SECONDS = 0.05
 # After Ctrl-C, how long workers get before SIGKILL: a worker blocked in
 # a TensorFlow op (a collective) runs no Python signal handler.
-INTERRUPT_GRACE_SECONDS = 1.0
+INTERRUPT_GRACE_SECONDS = 0.5
 # How long to wait for the last output once every worker has exited.
 _DRAIN_SECONDS = 5.0
 

@@ -12,6 +12,7 @@ from keras_hybrid.launch.elastic.commit_store import choose_store
 from keras_hybrid.launch.elastic.driver import ElasticDriver
 from keras_hybrid.launch.elastic.driver import check_bounds
 from keras_hybrid.launch.elastic.host_discovery import HostDiscovery
+from keras_hybrid.launch.worker_defaults import python_command
 
 
 def add_elastic_flags(parser: argparse.ArgumentParser) -> None:
@@ -163,7 +164,7 @@ def run_elastic(args, command: list[str], extra_env: dict, output=None) -> int:
             f"sees at the same path. Received: {args.elastic_dir!r}."
         )
     driver = ElasticDriver(
-        command,
+        python_command(command),
         min_np,
         max_np,
         HostDiscovery(args.host_discovery_script),

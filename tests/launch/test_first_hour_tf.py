@@ -77,3 +77,29 @@ def test_bad_id_names_the_worker_and_the_range(kind):
         "was looked up with id 1005 on worker 2; valid ids are [0, 1000)."
     ], "\n".join(lines[-12:])
     assert lines.index(started[0]) >= len(lines) - 5
+
+
+def test_elastic_min_np_1_trains_on_after_losing_the_other_worker(tmp_path):
+    hosts = tmp_path / "hosts.sh"
+    hosts.write_text("#!/bin/sh\necho localhost:2\n")
+    hosts.chmod(0o755)
+    main = os.path.join(
+        os.path.dirname(os.path.dirname(WORKERS)),
+        os.pardir,
+        "examples",
+        "elastic",
+        "main.py",
+    )
+    result = cli(
+        *("-np", 2, "--min-np", 1, "--max-np", 2, "--threads", 1),
+        *("--elastic-timeout", 2, "--host-discovery-script", hosts),
+        os.path.normpath(main),
+        *("--epochs=2", "--num_samples=960", "--hidden=32"),
+        *("--step_sleep=0.05", "--die_at_step=12"),
+        f"--report={tmp_path / 'report.json'}",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    err = result.stderr
+    assert "rank 1 (task 1) exited with code -9" in err, err[-3000:]
+    assert "task 0 recovered as rank 0 of 1" in err, err[-3000:]
+    assert re.search(r"^\[0\] .*step \d+: rank 0 of 1$", err, re.M), err[-3000:]

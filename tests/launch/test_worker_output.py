@@ -49,7 +49,7 @@ TRACEBACK = "\n".join(
         "Traceback (most recent call last):",
         '  File "/home/me/train.py", line 27, in <module>',
         "    model.fit(x, y)",
-        '  File "/venv/lib/python3.11/site-packages/keras/t.py", line 3, in fit',
+        '  File "/venv/lib/keras/t.py", line 3, in fit',
         "    raise e",
         f"{TF_ERROR}: Graph execution error:",
         "",

@@ -66,6 +66,7 @@ def stock_objects() -> dict:
     for name in ("__enter__", "__exit__", "gradient"):
         objects[f"GradientTape.{name}"] = vars(tf.GradientTape)[name]
     objects["nn.compute_average_loss"] = tf.nn.compute_average_loss
+    objects["Progbar.__init__"] = vars(keras.utils.Progbar)["__init__"]
     for module in _CALLBACK_MODULES:
         short = module.__name__.rsplit(".", 1)[-1]
         objects[f"{short}.file_utils"] = module.file_utils

@@ -17,6 +17,7 @@ from keras_hybrid.plan.cost_rule import Link
 from keras_hybrid.sparse import hierarchical_setup
 from keras_hybrid.strategy import cluster
 from keras_hybrid.strategy import host_random
+from keras_hybrid.strategy import log_level
 from keras_hybrid.strategy import quiet_ranks
 from keras_hybrid.strategy.hybrid_extended import HybridExtended
 
@@ -166,6 +167,7 @@ class HybridStrategy(tf.distribute.Strategy):
         _check_positive("bucket_bytes", bucket_bytes)
         _check_hot_rows(hot_rows)
         hierarchical_setup.check(hierarchical)
+        log_level.apply()
         if engine == "horovod":
             info = cluster.resolve_horovod(cluster_resolver)
         else:

@@ -13,7 +13,14 @@ import numpy as np
 from absl import logging
 
 import keras_hybrid  # keras_hybrid:
-from examples.common import training
+
+# Run as a script (`python examples/dense_cnn/main.py`, or from a copy of this
+# folder) its siblings are top-level modules; as `examples.dense_cnn.train`,
+# modules of the package.
+if __package__:
+    from . import training
+else:
+    import training
 
 SIDE = 28
 CLASSES = 10

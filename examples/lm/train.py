@@ -17,7 +17,14 @@ from absl import logging
 from keras import ops
 
 import keras_hybrid  # keras_hybrid:
-from examples.common import training
+
+# Run as a script (`python examples/lm/main.py`, or from a copy of this
+# folder) its siblings are top-level modules; as `examples.lm.train`,
+# modules of the package.
+if __package__:
+    from . import training
+else:
+    import training
 
 UNK = "<unk>"
 EOS = "<eos>"

@@ -13,7 +13,14 @@ import numpy as np
 from absl import logging
 
 import keras_hybrid  # keras_hybrid:
-from examples.common import training
+
+# Run as a script (`python examples/nmt/main.py`, or from a copy of this
+# folder) its siblings are top-level modules; as `examples.nmt.train`,
+# modules of the package.
+if __package__:
+    from . import training
+else:
+    import training
 
 PAD, BOS, UNK = 0, 1, 2  # reserved ids on both sides
 RESERVED = ("<pad>", "<bos>", "<unk>")

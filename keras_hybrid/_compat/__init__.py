@@ -56,6 +56,7 @@ Keras (`keras.py`):
   `_apply_weight_decay`, `_backend_update_step`;
 - `set_initial_epoch`: a model's `_initial_epoch`;
 - `printed_by_keras`: the file Keras' `io_utils.print_msg` logs from;
+- `draw_progress_in_place`: `keras.utils.Progbar`'s `_dynamic_display`;
 - `traced_step_of`: the `multi_step_on_iterator` `tf.function` in the
   closure of Keras' TF `train_function` (an elastic joiner traces it
   ahead);

@@ -98,6 +98,13 @@ def printed_by_keras(record) -> bool:
     return record.filename == "io_utils.py"
 
 
+def draw_progress_in_place(progbar, in_place: bool) -> None:
+    """Whether `keras.utils.Progbar` redraws its line with `\b`/`\r`
+    (its `_dynamic_display`, which Keras also sets on every POSIX system,
+    pipes and files included)."""
+    progbar._dynamic_display = bool(in_place)
+
+
 # -- models (callbacks/sharded_checkpoint.py)
 
 

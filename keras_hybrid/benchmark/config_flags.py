@@ -2,7 +2,7 @@
 
 from absl import flags
 
-from keras_hybrid.benchmark import workloads
+from keras_hybrid.benchmark import workload_config as workloads
 
 _DEFAULTS = workloads.WorkloadConfig()
 # Flag name -> WorkloadConfig field; all ints except zipf and table_rows.

@@ -28,14 +28,22 @@ contrastive and distillation examples: `tape.gradient(loss)`, then
   with `reduction="sum"`) keeps them summed too: the workers' sum is the
   global batch's;
 - any other loss (a scalar the step averaged over its own rows) gets the
-  gradients of its variables averaged over the workers (the tape's
-  upstream gradient is `1/N`), and a line says so once. Gradients of
+  gradients of its variables averaged over the workers, each weighted by
+  its rows (the tape's upstream gradient is this worker's share of the
+  global batch, `strategy.batch_share`: `1/N` for even batches), and a
+  line says so once. Gradients of
   tensors (a gradient penalty's) are never summed over workers and stay
   as they are.
 Two tapes in one step (a GAN's two optimizers) each follow the rule.
 
-Private hooks touched: Keras' `Trainer._compute_loss` and
-`scale_loss_for_distribution` (`_compat.keras` patch sites). Public ones:
+Keras' own `scale_loss_for_distribution` (its `1/N`) and
+`unscale_loss_for_distribution` (the loss tracker's inverse) use the same
+share, so a global batch that does not split evenly trains and logs as
+on one process.
+
+Private hooks touched: Keras' `Trainer._compute_loss`,
+`scale_loss_for_distribution` and `unscale_loss_for_distribution`
+(`_compat.keras` patch sites). Public ones:
 `tf.GradientTape.__enter__`, `__exit__` and `gradient`, and
 `tf.nn.compute_average_loss`.
 """
@@ -52,6 +60,7 @@ from keras_hybrid._compat import keras as keras_compat
 from keras_hybrid.patches.patch_set import PRIVATE_KERAS
 from keras_hybrid.patches.patch_set import Patch
 from keras_hybrid.patches.patch_set import PatchSet
+from keras_hybrid.strategy import batch_share
 from keras_hybrid.strategy import hybrid_extended
 
 _COMPUTE = "Trainer._compute_loss"
@@ -73,13 +82,25 @@ def note_scaled() -> None:
         frame[0] += 1
 
 
-def _counted(scale):
-    @functools.wraps(scale)
-    def counted(value):
-        note_scaled()
-        return scale(value)
+def _by_share(scale, inverse: bool = False):
+    """Keras' scaling by `1 / N`, or its inverse, replaced by this worker's
+    share of the global batch (`strategy.batch_share`): exact for batches
+    that do not split evenly, and following an elastic group's size."""
 
-    return counted
+    @functools.wraps(scale)
+    def scaled(value):
+        strategy = tf.distribute.get_strategy()
+        if not hybrid_extended.is_hybrid(strategy):
+            return scale(value)
+        if not inverse:
+            note_scaled()
+        value = tf.convert_to_tensor(value)
+        factor = batch_share.factor(strategy.extended.communicator)
+        if inverse:
+            factor = 1.0 / factor
+        return value * tf.cast(factor, value.dtype)
+
+    return scaled
 
 
 def _checked(compute):
@@ -139,9 +160,9 @@ def _gradient_of(gradient):
     def tape_gradient(
         self, target, sources, output_gradients=None, *args, **kwargs
     ):
-        size = _averaged_over(self, target, sources)
-        if size is not None:
-            output_gradients = _upstream(target, output_gradients, size)
+        factor = _averaged_over(self, target, sources)
+        if factor is not None:
+            output_gradients = _upstream(target, output_gradients, factor)
         return gradient(
             self, target, sources, output_gradients, *args, **kwargs
         )
@@ -150,8 +171,9 @@ def _gradient_of(gradient):
 
 
 def _averaged_over(tape, target, sources):
-    """The number of workers (a tensor) if the gradients of `target` must
-    be averaged over them, else None (see the module docstring). Only
+    """This worker's share of the global batch (a tensor) if the gradients
+    of `target` must be averaged over the workers, else None (see the
+    module docstring). Only
     gradients of variables are summed over workers; gradients of tensors
     (a gradient penalty, the strategy's own row-wise regularizers) stay
     as they are."""
@@ -181,7 +203,7 @@ def _averaged_over(tape, target, sources):
             "(docs/strategy.md).",
             strategy.size,
         )
-    return strategy.communicator.size_tensor()
+    return batch_share.factor(strategy.communicator)
 
 
 def _is_variable(source) -> bool:
@@ -203,14 +225,14 @@ def _is_sum(tensor) -> bool:
     return op.type == "Sum"
 
 
-def _upstream(target, output_gradients, size):
-    """`output_gradients` (ones if None) divided by `size`."""
+def _upstream(target, output_gradients, factor):
+    """`output_gradients` (ones if None) times `factor`."""
     targets = tf.nest.flatten(target)
     if output_gradients is None:
         given = [tf.ones_like(t) for t in targets]
     else:
         given = tf.nest.flatten(output_gradients)
-    scaled = [g / tf.cast(size, g.dtype) for g in given]
+    scaled = [g * tf.cast(factor, g.dtype) for g in given]
     return tf.nest.pack_sequence_as(target, scaled)
 
 
@@ -226,7 +248,12 @@ def _average_loss_of(compute_average_loss):
 PATCHES = PatchSet(
     "loss_scaling",
     (
-        Patch(PRIVATE_KERAS, _SCALE, _counted),
+        Patch(PRIVATE_KERAS, _SCALE, _by_share),
+        Patch(
+            PRIVATE_KERAS,
+            "unscale_loss_for_distribution",
+            lambda unscale: _by_share(unscale, inverse=True),
+        ),
         Patch(PRIVATE_KERAS, _COMPUTE, _checked),
         Patch(tf.GradientTape, "__enter__", _enter_of),
         Patch(tf.GradientTape, "__exit__", _exit_of),

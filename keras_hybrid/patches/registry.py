@@ -7,8 +7,9 @@ its first `scope()`: one writer per path (`chief_summaries`,
 (`finite_check`), fenced collective calls (`collective_calls`), a random
 stream per worker (`worker_random`), state a step assigns averaged over
 workers (`state_averaging`), a model built from its dataset's spec
-(`build_from_spec`), losses no Keras reduction scaled scaled once
-(`loss_scaling`); an elastic strategy also scales losses by the current
+(`build_from_spec`), losses scaled by each worker's share of the batch
+(`loss_scaling`), a progress bar that draws in place only on a terminal
+(`progress_bar`); an elastic strategy also scales losses by the current
 group size and resizes and recovers inside `fit` (`elastic_training`).
 
 `acquire(strategy, elastic)` puts in, under one lock, every set that the
@@ -38,6 +39,7 @@ from keras_hybrid.patches import elastic_training
 from keras_hybrid.patches import finite_check
 from keras_hybrid.patches import h5_streaming
 from keras_hybrid.patches import loss_scaling
+from keras_hybrid.patches import progress_bar
 from keras_hybrid.patches import state_averaging
 from keras_hybrid.patches import worker_random
 from keras_hybrid.patches.patch_set import PRIVATE_KERAS
@@ -55,6 +57,7 @@ SETS = (
     state_averaging.PATCHES,
     build_from_spec.PATCHES,
     loss_scaling.PATCHES,
+    progress_bar.PATCHES,
     elastic_training.PATCHES,
 )
 # An attribute a class inherits: restoring it means deleting the override.

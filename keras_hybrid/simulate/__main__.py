@@ -21,9 +21,12 @@ profile's tables (or `--resize_tables=100000x128,...`) with
 `--resize_slots` optimizer slots each (Adam: 2), on the `--bandwidth`
 link:
 
-    python -m keras_hybrid.simulate --resize=3:4 \
+    python -m keras_hybrid.simulate --resize=3:4 \\
         --resize_tables=100000x128 --resize_slots=2 --bandwidth=10gbit
 """
+
+# First: keeps TensorFlow's banners off `--help`.
+from keras_hybrid.utils import help_first  # isort: skip
 
 import json
 import os
@@ -47,6 +50,7 @@ from keras_hybrid.simulate import validate
 
 FLAGS = flags.FLAGS
 config_flags.define_flags()
+flags.adopt_module_key_flags(config_flags)
 flags.DEFINE_string(
     "profile",
     None,
@@ -499,4 +503,4 @@ def _write(profile, predictions, checks) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    help_first.run(main)

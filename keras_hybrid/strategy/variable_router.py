@@ -171,6 +171,10 @@ class VariableRouter:
                 storage.hot = HotRows(storage, self.hot_rows)
         else:
             storage = make_dense()
+            if entry[0].source == "override" and len(facts.shape) == 2:
+                # A table kept dense by `variable_kinds`: its gathers read
+                # rows and check their ids, as a partitioned table's do.
+                replicated_gathers.install(variable, facts.path, self._comm)
         self._placed[facts.path] = _Placed(weakref.ref(variable), storage)
         self._paths[id(storage)] = facts.path
         return storage
@@ -302,7 +306,7 @@ class VariableRouter:
                 if old is placed.storage:
                     replicated_gathers.uninstall(keras_var)
                     if self._facts[path].use == "gathered":
-                        replicated_gathers.install(keras_var)
+                        replicated_gathers.install(keras_var, path, self._comm)
                     placed.storage = new
                     self._paths[id(new)] = path
             placed.slots = []

@@ -49,6 +49,7 @@ from keras_hybrid.launch.elastic.lost_workers import LostWorkers
 from keras_hybrid.launch.elastic.processes import ElasticProcesses
 from keras_hybrid.launch.elastic.task_env import ElasticSettings
 from keras_hybrid.launch.elastic.task_env import task_envs
+from keras_hybrid.launch.root_cause import root_cause_lines
 from keras_hybrid.launch.ssh import ssh_hostname
 
 logger = logging.getLogger(__name__)
@@ -100,6 +101,12 @@ class ElasticDriver(LostWorkers):
             host (its tasks, plan board and commit server) on. Defaults
             to this host's address on the route to the first other host
             discovery names (`ssh.reach_address`).
+        start_np: Optional int. Workers to start with (`-np`); the job
+            waits for discovery to report that many slots. Defaults to
+            every slot discovery reports, up to `max_np`.
+        output: Optional `worker_streams.OutputSettings`. Which ranks the
+            console shows whole, and per-task log files. Defaults to every
+            worker's whole output.
     """
 
     def __init__(
@@ -119,6 +126,8 @@ class ElasticDriver(LostWorkers):
         commit_dir: str | None = None,
         elastic_dir: str | None = None,
         address: str | None = None,
+        start_np: int | None = None,
+        output=None,
     ) -> None:
         check_bounds(min_np, max_np)
         if int(commit_interval) < 1:
@@ -128,6 +137,7 @@ class ElasticDriver(LostWorkers):
             )
         self.command = list(command)
         self.min_np, self.max_np = min_np, max_np
+        self.start_np = start_np
         self.discovery = discovery
         self.poll_seconds = poll_seconds
         self.wait_seconds = wait_seconds
@@ -160,7 +170,9 @@ class ElasticDriver(LostWorkers):
         self._envs, self.cluster = [], []
         self.members: list[int] = []
         self.generation = 0
-        self._workers = ElasticProcesses(command, grace_seconds)
+        self._workers = ElasticProcesses(
+            command, grace_seconds, self.rank_of, output
+        )
         self._procs = self._workers.procs
         self._change: _Change | None = None
         self._signals: list[int] = []
@@ -198,6 +210,12 @@ class ElasticDriver(LostWorkers):
         )
         self._use(widen_job(self._job, remote, self.address))
 
+    def rank_of(self, task: int) -> int | None:
+        """A member's rank (its index among the sorted members), or None
+        for a task that is not a member."""
+        members = sorted(self.members)
+        return members.index(task) if task in members else None
+
     def _use(self, setup) -> None:
         self._job = setup
         self.multi_host, self.channel = setup.multi_host, setup.channel
@@ -231,7 +249,12 @@ class ElasticDriver(LostWorkers):
         for sig in previous:
             signal.signal(sig, lambda signum, _: self._signals.append(signum))
         try:
-            return self._run(timeout)
+            code = self._run(timeout)
+            if code not in (0, 128 + signal.SIGINT, 128 + signal.SIGTERM):
+                exceptions = self._workers.streams.exceptions()
+                for line in root_cause_lines(exceptions):
+                    logger.error("%s", line)
+            return code
         except HostPortsError as error:
             # A host that cannot be asked would fail its workers' start
             # over the same ssh: the job stops as for a failed joiner.
@@ -252,11 +275,13 @@ class ElasticDriver(LostWorkers):
 
     def _run(self, timeout: float | None) -> int:
         deadline = time.monotonic() + timeout if timeout else None
-        discovered = self._wait_for_slots(self.min_np)
+        discovered = self._wait_for_slots(self.start_np or self.min_np)
         if discovered is None:
             return 1
         self._setup(discovered)
-        first = host_slots.plan_hosts({}, discovered, 0, self.max_np)
+        first = host_slots.plan_hosts(
+            {}, discovered, 0, self.start_np or self.max_np
+        )
         self._placed = dict(first.start)
         self._envs, self.cluster = self._make_envs()
         self.members = sorted(self._placed)
@@ -302,7 +327,9 @@ class ElasticDriver(LostWorkers):
         proc = self._workers.start(task, self._placed[task], env)
         self._lost.discard(task)  # a joiner may reuse a lost task's index
         logger.info(
-            "started %s (%s)", proc.where(), "member" if members else "joiner"
+            "started %s (%s)",
+            proc.where(),
+            f"rank {self.rank_of(task)}" if members else "joiner",
         )
 
     def _check_processes(self) -> int | None:
@@ -317,7 +344,8 @@ class ElasticDriver(LostWorkers):
                 self._lose(task, code)
                 continue
             logger.error(
-                "%s exited with %s%s; stopping the job (%s).",
+                "%s%s exited with %s%s; stopping the job (%s).",
+                "" if self.rank_of(task) is None else "rank 0, ",
                 self._procs[task].where(),
                 exit_codes.describe_returncode(code),
                 self._procs[task].hint(),
@@ -454,10 +482,9 @@ class ElasticDriver(LostWorkers):
 
 
 def check_bounds(min_np: int, max_np: int) -> None:
-    """Raises `ValueError` unless `2 <= min_np <= max_np`."""
-    if not 2 <= min_np <= max_np:
+    """Raises `ValueError` unless `1 <= min_np <= max_np`."""
+    if not 1 <= min_np <= max_np:
         raise ValueError(
-            "Elastic jobs need 2 <= --min-np <= --max-np (task 0 and at "
-            f"least one peer). Received: --min-np {min_np}, --max-np "
-            f"{max_np}."
+            "Elastic jobs need 1 <= --min-np <= --max-np. Received: "
+            f"--min-np {min_np}, --max-np {max_np}."
         )

@@ -30,7 +30,7 @@ class LostWorkers:
         """A member died: drops a planned change, and recovers the
         survivors now or once discovery reports enough slots."""
         self._lost.add(task)
-        rank = self.members.index(task)
+        rank = self.rank_of(task)
         change = self._change
         if change is not None:
             # Joiners of a change that did not happen wait for a plan
@@ -47,10 +47,10 @@ class LostWorkers:
         self._after_readdress = []
         self.members = [t for t in self.members if t != task]
         logger.warning(
-            "%s exited with %s (rank %d)%s; %d workers are left (tasks %s).",
+            "rank %d (%s) exited with %s%s; %d workers are left (tasks %s).",
+            rank,
             self._procs[task].where(),
             exit_codes.describe_returncode(code),
-            rank,
             self._procs[task].hint(),
             len(self.members),
             self.members,

@@ -29,10 +29,10 @@ _MODEL_CALLS = (
     "train_on_batch",
     "test_on_batch",
 )
-# Replaced only while an elastic strategy is open (`Model.fit` and
-# `scale_loss_for_distribution` are replaced by every multi-worker
-# strategy, and once more by an elastic one).
-ELASTIC_ONLY = ("unscale_loss_for_distribution",)
+# Replaced only while an elastic strategy is open (`Model.fit` is
+# replaced by every multi-worker strategy, and once more by an elastic
+# one; Keras' loss scaling and its inverse by every one).
+ELASTIC_ONLY = ()
 
 
 def stock_objects() -> dict:
@@ -66,6 +66,7 @@ def stock_objects() -> dict:
     for name in ("__enter__", "__exit__", "gradient"):
         objects[f"GradientTape.{name}"] = vars(tf.GradientTape)[name]
     objects["nn.compute_average_loss"] = tf.nn.compute_average_loss
+    objects["Progbar.__init__"] = vars(keras.utils.Progbar)["__init__"]
     for module in _CALLBACK_MODULES:
         short = module.__name__.rsplit(".", 1)[-1]
         objects[f"{short}.file_utils"] = module.file_utils

@@ -4,9 +4,11 @@ Under `keras-hybrid-run --min-np/--max-np` the cluster lists `--max-np`
 tasks from the start and only the active members run collectives: their
 group size and group key are `tf.Variable`s read by every collective, so a
 traced step runs unchanged over a new membership. Each membership is a
-generation `g` with group key `GROUP_KEY_BASE + g`; TF's collective leader,
-task 0, never leaves. A worker's rank is its task's index in the sorted
-member list, which is also the order of its slice of each global batch.
+generation `g` with group key `GROUP_KEY_BASE + g`; TF's collective leader
+(task 0, or the survivor a recovery named) never leaves in a planned
+shrink. A worker's rank is its task's index in the sorted member list,
+which is also the order of its slice of each global batch; rank 0 (the
+lowest member) is the chief.
 
 The launcher and the workers exchange plans (`contract.elastic_board`) on a
 board: files, or the launcher's TCP server (`contract.plan_channel`).
@@ -175,10 +177,11 @@ class ElasticMembership:
 
     @contextlib.contextmanager
     def state_group(self, tasks: list[int], communicator):
-        """Within this context, collectives run over `tasks` only (task 0
-        and the joiners of this generation, which receive the state), and
-        `communicator` shows their rank and size."""
-        tasks = sorted(tasks)
+        """Within this context, collectives run over `tasks` only (the
+        member that sends the state, first, then the joiners of this
+        generation, which receive it), and `communicator` shows their rank
+        (index in `tasks`: the sender is rank 0) and size."""
+        tasks = list(tasks)
         saved = (communicator.rank, communicator.size)
         self._group_key.assign(STATE_GROUP_KEY_BASE + self.generation)
         self._group_size.assign(len(tasks))

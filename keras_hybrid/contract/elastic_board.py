@@ -42,6 +42,10 @@ COMMIT_DIR_ENV = "KERAS_HYBRID_ELASTIC_COMMIT_DIR"
 # `commit_server`), and its key (hex).
 COMMIT_SERVER_ENV = "KERAS_HYBRID_ELASTIC_COMMIT_SERVER"
 COMMIT_AUTHKEY_ENV = "KERAS_HYBRID_ELASTIC_COMMIT_AUTHKEY"
+# How many next workers keep a buddy copy of each worker's rows (the buddy
+# store, `elastic.buddy_store`): 1 by default, 2 to survive any two lost
+# at once.
+BUDDY_COPIES_ENV = "KERAS_HYBRID_ELASTIC_BUDDY_COPIES"
 # Global steps between two commits when the launcher does not say.
 DEFAULT_COMMIT_INTERVAL = 10
 # Group keys of generation g; the plain job's group key is 1.

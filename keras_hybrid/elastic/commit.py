@@ -90,10 +90,14 @@ class ElasticCommit(keras.callbacks.Callback):
             if files is not None
             else None
         )
+        copies = self._membership.buddy_copies
         logging.info(
             "keras-hybrid elastic: task %d commits partitioned tables %s",
             self._membership.task,
-            f"to {files!r}" if files is not None else "with a buddy copy",
+            f"to {files!r}"
+            if files is not None
+            else f"with {copies} buddy "
+            f"cop{'y' if copies == 1 else 'ies'} on the next members",
         )
 
     # -- Keras hooks
@@ -192,7 +196,10 @@ class ElasticCommit(keras.callbacks.Callback):
         members = list(membership.members)
         if self._store is None:
             return buddy_store.take(
-                tables, self._strategy.communicator, members
+                tables,
+                self._strategy.communicator,
+                members,
+                membership.buddy_copies,
             )
         kept = [c["tables"]["folder"] for c in self.commits if c["tables"]]
         return self._store.take(

@@ -6,12 +6,13 @@ came (`ElasticRecovery`). A joiner holds no copy of it, but needs none of
 its rows: it owned none of the commit's virtual shards, and a lost
 member's shards go to a surviving member of the commit (its buddy, or the
 next one reading its file). It needs the commit's layout only: its
-members, its folder (a file store, `file_store`) and, per table and slot, the
-path, the `RowPartition` at the commit, the row shape and the dtype. The
-lowest rank that holds the commit broadcasts that layout as JSON bytes
-(`broadcast_layout`); a survivor that lacks the commit
-makes from it a copy with no rows of its own, and gets its rows in the
-re-balance that follows the restore (`buddy_store.restore`).
+members, its folder (a file store, `file_store`) or the count of its
+buddy copies, and, per table and slot, the path, the `RowPartition` at
+the commit, the row shape and the dtype. The lowest rank that holds the
+commit broadcasts that layout as JSON bytes (`broadcast_layout`); a
+survivor that lacks the commit makes from it a copy with no rows of its
+own, and gets its rows in the re-balance that follows the restore
+(`buddy_store.restore`).
 
 No private hook is touched here.
 """
@@ -42,6 +43,8 @@ def layout_of(copy: dict) -> dict:
     }
     if "folder" in copy:
         layout["folder"] = copy["folder"]
+    if "copies" in copy:
+        layout["copies"] = int(copy["copies"])
     return layout
 
 
@@ -62,6 +65,8 @@ def copy_from_layout(layout: dict, files=None) -> dict:
     if "folder" in layout:
         copy["folder"] = layout["folder"]
         copy["files"] = files
+    if "copies" in layout:
+        copy["copies"] = layout["copies"]
     return copy
 
 

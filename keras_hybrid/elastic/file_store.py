@@ -54,14 +54,15 @@ class TableCopy:
         partition: `RowPartition` at the commit; owners are ranks among
             the commit's members.
         own: NumPy array. This member's rows (local order).
-        buddy: NumPy array. The rows of the member before it in ring
-            order (that member's local order).
+        buddy: Dict of int to NumPy array, or None. The buddy store's
+            copies: the rows of each member it keeps a copy of, by task
+            (that member's local order); None for a file store.
     """
 
     path: str
     partition: RowPartition
     own: np.ndarray
-    buddy: np.ndarray
+    buddy: dict | None
 
 
 class FileStore:

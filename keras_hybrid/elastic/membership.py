@@ -24,6 +24,7 @@ import time
 import tensorflow as tf
 
 from keras_hybrid.contract.commit_server import commit_files_from_env
+from keras_hybrid.contract.elastic_board import BUDDY_COPIES_ENV
 from keras_hybrid.contract.elastic_board import COMMIT_INTERVAL_ENV
 from keras_hybrid.contract.elastic_board import DEFAULT_COMMIT_INTERVAL
 from keras_hybrid.contract.elastic_board import DIR_ENV
@@ -54,8 +55,10 @@ class ElasticMembership:
         commit_files: Optional. Where commits of partitioned tables go
             (`file_store`): a shared directory
             (`contract.commit_files.CommitFiles`) or the launcher's server
-            (`contract.commit_server.CommitClient`); None: a buddy copy
+            (`contract.commit_server.CommitClient`); None: buddy copies
             (`buddy_store`).
+        buddy_copies: Int. How many next members keep a buddy copy of
+            each member's rows (without `commit_files`). Defaults to `1`.
     """
 
     def __init__(
@@ -68,8 +71,10 @@ class ElasticMembership:
         seed: int,
         commit_interval: int = DEFAULT_COMMIT_INTERVAL,
         commit_files=None,
+        buddy_copies: int = 1,
     ) -> None:
         self.task = task
+        self.buddy_copies = buddy_copies
         self.commit_interval = commit_interval
         self.commit_files = commit_files
         self.directory = directory
@@ -119,6 +124,7 @@ class ElasticMembership:
             int(os.environ.get(SEED_ENV, "0")),
             int(os.environ.get(COMMIT_INTERVAL_ENV, DEFAULT_COMMIT_INTERVAL)),
             commit_files_from_env(),
+            int(os.environ.get(BUDDY_COPIES_ENV, "1")),
         )
         membership.channel = channel_from_env(directory)
         return membership

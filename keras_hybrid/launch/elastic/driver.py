@@ -104,6 +104,9 @@ class ElasticDriver(LostWorkers):
             host (its tasks, plan board and commit server) on. Defaults
             to this host's address on the route to the first other host
             discovery names (`ssh.reach_address`).
+        buddy_copies: Int. With the buddy store, how many next workers
+            keep a copy of each worker's rows (2 survives any two lost
+            at once). Defaults to `1`.
     """
 
     def __init__(
@@ -123,6 +126,7 @@ class ElasticDriver(LostWorkers):
         commit_dir: str | None = None,
         elastic_dir: str | None = None,
         address: str | None = None,
+        buddy_copies: int = 1,
     ) -> None:
         check_bounds(min_np, max_np)
         if int(commit_interval) < 1:
@@ -159,6 +163,7 @@ class ElasticDriver(LostWorkers):
             env,
             resolve=functools.lru_cache(maxsize=None)(ssh_hostname),
             discovery_wait_seconds=wait_seconds,
+            buddy_copies=int(buddy_copies),
         )
         self._placed: dict[int, str] = {}  # members' (and joiners') hosts
         self._envs, self.cluster = [], []

@@ -42,6 +42,9 @@ class ElasticSettings:
         leader: Int. The task that leads the cluster's collectives
             (`LEADER_ENV`): task 0 until a recovery lost it. Defaults to
             `0`.
+        buddy_copies: Int. How many next workers keep a buddy copy of
+            each worker's rows (`BUDDY_COPIES_ENV`; the buddy store).
+            Defaults to `1`.
     """
 
     directory: str
@@ -58,6 +61,7 @@ class ElasticSettings:
     resolve: Callable[[str], str] = str
     discovery_wait_seconds: float = 0.0
     leader: int = 0
+    buddy_copies: int = 1
 
 
 def task_envs(
@@ -80,6 +84,7 @@ def task_envs(
             float(settings.discovery_wait_seconds)
         ),
         elastic_board.LEADER_ENV: str(int(settings.leader)),
+        elastic_board.BUDDY_COPIES_ENV: str(int(settings.buddy_copies)),
         elastic_board.COMMIT_DIR_ENV: "",
         elastic_board.COMMIT_SERVER_ENV: "",
         **settings.channel_env,

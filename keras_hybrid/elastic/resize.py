@@ -376,6 +376,8 @@ class ElasticResize(keras.callbacks.Callback):
                 tf.zeros([_HEADER], tf.int64), root=0, path="control"
             )
             epoch, batch, global_step, fenced = (int(v) for v in header)
+            # The job's position from here on, as the members see it.
+            membership.global_step = global_step
             _broadcast_variables(comm, _state_variables(self.model))
         old = [t for t in plan["members"] if t not in plan["joiners"]]
         self._move_tables(old, plan["members"])
@@ -387,7 +389,6 @@ class ElasticResize(keras.callbacks.Callback):
         fence = active_fence()
         if fence is not None:
             fence.count = fenced
-        self._membership.global_step = global_step
         self._skip_until = (epoch, batch)
         # Keras reads metric results at the end of each skipped epoch; the
         # members made those (collective) reads before this joiner came.

@@ -184,13 +184,13 @@ def _judge(scenario, out, code, output, hung, left, cache) -> tuple:
         (int(t), int(c)) for t, c in _EXIT.findall(output) if int(c) != -9
     ]
     if code != 0:
-        causes = [c for c in CAUSES if re.search(c, output)]
+        causes = [m.group(0) for c in CAUSES if (m := re.search(c, output))]
         if not causes:
             return "other", f"exit code {code} without a named cause"
         problem = _read_back(scenario, out, None)
         if problem:
             return "other", problem
-        return "clean error", f"exit code {code}: {causes[0]}"
+        return "clean error", f"exit code {code}: ...{causes[0]}..."
     if crashed:
         return "other", f"workers exited other than by a fault: {crashed}"
     if not os.path.exists(os.path.join(out, "result.pkl")):

@@ -83,7 +83,8 @@ def _slots(line: str) -> int:
 
 def draw(rng: np.random.Generator, name: str) -> Scenario:
     """A random scenario: 2-4 workers, a store, one or two SIGKILLs at a
-    random moment (two only from 3 workers, within one step)."""
+    random moment (two only from 3 workers, at the same moment: within
+    one step)."""
     workers = int(rng.integers(2, 5))
     store = STORES[int(rng.integers(len(STORES)))]
     moment = MOMENTS[int(rng.integers(len(MOMENTS)))]
@@ -95,19 +96,18 @@ def draw(rng: np.random.Generator, name: str) -> Scenario:
         size = workers + 1 if workers < 4 else workers - 1
         max_np = max(workers, size)
         plan = ((step, f"localhost:{size}", True),)
+    # Two kills share the moment and the step: both die within one step
+    # (in it, in one commit, row move, save or checkpoint).
     ranks = rng.choice(max(size, workers), size=kills, replace=False)
-    moments = [moment] * kills
-    if kills == 2 and moment not in ("step", "commit"):
-        moments[1] = "step"
     faults = tuple(
         Fault(
             rank=int(rank),
             step=step,
-            moment=m,
+            moment=moment,
             delay=round(float(rng.uniform(0.0, 0.05)), 3),
             drop_slot=bool(rng.random() < 0.3),
         )
-        for rank, m in zip(ranks, moments, strict=True)
+        for rank in ranks
     )
     return Scenario(
         name=name,

@@ -117,6 +117,7 @@ def _kill_the_launcher(tmp_path, launcher_args, expected_workers):
         launcher.stderr.close()
     assert not left, f"processes left {elapsed:.1f} s after the kill: {left}"
     assert elapsed <= BOUND_SECONDS, f"the last process took {elapsed:.2f} s"
+    print(f"every process of the job gone {elapsed:.2f} s after the SIGKILL")
     return elapsed
 
 

@@ -6,9 +6,12 @@ the job's global step from which it is armed, and the moment:
 
 - `step`: `delay` seconds into a train step (a timer started when the
   step begins);
-- `commit`: in the middle of writing a commit (directory and served
-  stores: after the first array of its blob, so the file or upload is
-  cut short), or as the buddy copy starts (its collective);
+- `commit`: in the middle of writing a commit: a file written through
+  its mapping (the directory store, and the served store's workers on
+  the launcher's host) before it is renamed into the commit's folder; an
+  upload (the served store's other hosts) after the first array of its
+  blob, so it is cut short; or as the buddy copy starts (its
+  collective);
 - `row_move`: as a resize's (or a recovery's) row move starts;
 - `save`: inside `model.save`, after the archive's first entries, before
   its weights (a half-written file on the chief);
@@ -35,6 +38,7 @@ import keras
 
 from keras_hybrid.checkpoint import shard_files
 from keras_hybrid.contract import commit_blob
+from keras_hybrid.contract.mapped_blobs import MappedBlobs
 from keras_hybrid.elastic import buddy_store
 from keras_hybrid.sparse import resharding
 
@@ -102,6 +106,7 @@ class Injector:
         """Within this context, the moments' hooks are in place."""
         hooks = (
             (commit_blob, "write_blob", self._write_blob),
+            (MappedBlobs, "publish", self._publish),
             (buddy_store, "_send_to_next", self._buddy_copy),
             (resharding, "_move_all", self._move_all),
             (shard_files, "write_blocks", self._write_blocks),
@@ -177,6 +182,15 @@ class Injector:
             return original(f, arrays[1:])
 
         return write_blob
+
+    def _publish(self, original):
+        def publish(blobs, *args, **kwargs):
+            index = self.armed("commit")
+            if index is not None:
+                self.fire(index, "commit: its file written, not renamed")
+            return original(blobs, *args, **kwargs)
+
+        return publish
 
     def _buddy_copy(self, original):
         def send_to_next(*args, **kwargs):

@@ -11,7 +11,8 @@ A run ends in one of three outcomes:
 - `clean error`: the launcher exited non-zero within the timeout with an
   error that names the cause (`CAUSES`), and what it left reads back;
 - `other`: anything else: a hang (killed at the timeout), a process left
-  behind, other weights, a crash, a checkpoint that does not read back.
+  behind, other weights, a crash, a checkpoint that does not read back,
+  or a fault that never fired (the run did not test what it names).
 
 Every process of a run carries a variable of the run's own in its
 environment; once the launcher has exited, none may be left.
@@ -180,6 +181,13 @@ def _judge(scenario, out, code, output, hung, left, cache) -> tuple:
         return "other", "hang: killed at the timeout"
     if left:
         return "other", f"processes left after the launcher: {left}"
+    idle = [
+        i
+        for i in range(len(scenario.faults))
+        if not os.path.exists(os.path.join(out, f"fired-{i}"))
+    ]
+    if idle:
+        return "other", f"faults {idle} never fired"
     crashed = [
         (int(t), int(c)) for t, c in _EXIT.findall(output) if int(c) != -9
     ]

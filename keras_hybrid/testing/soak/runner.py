@@ -29,6 +29,7 @@ import sys
 import time
 import uuid
 
+from keras_hybrid.launch.lifeline import exit_with_launcher
 from keras_hybrid.testing.soak import faults as faults_lib
 from keras_hybrid.testing.soak import model as soak_model
 from keras_hybrid.testing.soak.scenario import BATCH_SIZE
@@ -96,6 +97,8 @@ def _launch(scenario, folder: str, out: str, timeout: float) -> tuple:
         text=True,
         env={**os.environ, MARK: token, "TF_CPP_MIN_LOG_LEVEL": "2"},
         start_new_session=True,
+        # The job dies with the soak (its workers with the launcher).
+        preexec_fn=exit_with_launcher(),
     )
     hung = False
     try:

@@ -123,12 +123,15 @@ def measure_elastic(tmp: str) -> dict:
         return json.load(f)
 
 
-def measure_cold(tmp: str) -> dict:
-    ckpt = os.path.join(tmp, "ckpt")
-    first = os.path.join(tmp, "first.json")
+def measure_cold(tmp: str, before: int = 2, after: int = 4) -> dict:
+    """A cold restart from `before` workers to `after`: a sharded save
+    after the last step, the job's end, a new launch that restores and
+    runs its first step."""
+    ckpt = os.path.join(tmp, f"ckpt-{before}-{after}")
+    first = os.path.join(tmp, f"first-{before}-{after}.json")
     proc, lines, reader = _launch(
         [
-            *("-np", "2", sys.executable, TRAIN),
+            *("-np", str(before), sys.executable, TRAIN),
             *_model_flags(),
             *("--epochs=1", "--steps_per_epoch=20"),
             f"--save_to={ckpt}",
@@ -142,11 +145,11 @@ def measure_cold(tmp: str) -> dict:
         raise RuntimeError("save run failed:\n" + "".join(lines[-80:]))
     with open(first) as f:
         saved = json.load(f)
-    second = os.path.join(tmp, "second.json")
+    second = os.path.join(tmp, f"second-{before}-{after}.json")
     launched = time.time()
     proc, lines, reader = _launch(
         [
-            *("-np", "4", sys.executable, TRAIN),
+            *("-np", str(after), sys.executable, TRAIN),
             *_model_flags(),
             *("--epochs=1", "--steps_per_epoch=20"),
             f"--restore_from={ckpt}",

@@ -90,10 +90,14 @@ class ElasticCommit(keras.callbacks.Callback):
             if files is not None
             else None
         )
+        copies = self._membership.buddy_copies
         logging.info(
             "keras-hybrid elastic: task %d commits partitioned tables %s",
             self._membership.task,
-            f"to {files!r}" if files is not None else "with a buddy copy",
+            f"to {files!r}"
+            if files is not None
+            else f"with {copies} buddy "
+            f"cop{'y' if copies == 1 else 'ies'} on the next members",
         )
 
     # -- Keras hooks
@@ -192,7 +196,10 @@ class ElasticCommit(keras.callbacks.Callback):
         members = list(membership.members)
         if self._store is None:
             return buddy_store.take(
-                tables, self._strategy.communicator, members
+                tables,
+                self._strategy.communicator,
+                members,
+                membership.buddy_copies,
             )
         kept = [c["tables"]["folder"] for c in self.commits if c["tables"]]
         return self._store.take(
@@ -289,10 +296,10 @@ def variables_bytes(variables) -> int:
     )
 
 
-def broadcast_values(comm, values: list) -> list:
-    """Rank 0's `values` (tensors or arrays) on every rank, as tensors, in
-    one fused broadcast per dtype. Other ranks pass values of the same
-    shapes and dtypes (their contents are not sent)."""
+def broadcast_values(comm, values: list, root: int = 0) -> list:
+    """Rank `root`'s `values` (tensors or arrays) on every rank, as
+    tensors, in one fused broadcast per dtype. Other ranks pass values of
+    the same shapes and dtypes (their contents are not sent)."""
     values = [tf.convert_to_tensor(v) for v in values]
     by_dtype: dict = {}
     for i, value in enumerate(values):
@@ -301,7 +308,7 @@ def broadcast_values(comm, values: list) -> list:
     for name in sorted(by_dtype):
         group = by_dtype[name]
         flat = tf.concat([tf.reshape(values[i], [-1]) for i in group], 0)
-        flat = comm.broadcast(flat, root=0, path="control")
+        flat = comm.broadcast(flat, root=root, path="control")
         sizes = [int(np.prod(values[i].shape)) for i in group]
         for i, part in zip(group, tf.split(flat, sizes), strict=True):
             received[i] = tf.reshape(part, values[i].shape)

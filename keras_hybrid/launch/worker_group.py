@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import TextIO
 
 from keras_hybrid.launch import exit_codes
+from keras_hybrid.launch.lifeline import exit_with_launcher
 from keras_hybrid.launch.root_cause import root_cause_lines
 from keras_hybrid.launch.ssh import SSH_FAILURE_EXIT_CODE
 from keras_hybrid.launch.worker_command import WorkerCommand
@@ -149,6 +150,8 @@ class WorkerGroup:
                     stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE,
                     start_new_session=True,
+                    # A local worker dies with us (SIGKILL included).
+                    preexec_fn=None if command.host else exit_with_launcher(),
                 )
             except OSError as error:
                 logger.error(

@@ -11,7 +11,9 @@ redirects the other ranks' writes, like Keras 2 did for
 - `saving_api.save_model` / `save_weights` on other ranks write to a
   private scratch directory, removed right after; every rank then waits
   for all (a barrier that also carries failures), so the file is complete
-  when `save` returns anywhere.
+  when `save` returns anywhere. The chief writes a `.keras` or `.h5` file
+  under a hidden name beside it and renames it once all succeeded: a
+  worker killed in the save never leaves a file cut short at the path.
 - `model.export` (SavedModel for serving) gathers the weights on every
   rank; the chief exports a single-device copy of the model built outside
   the strategy, so the SavedModel holds whole tables and no collectives.
@@ -99,10 +101,12 @@ def _scratch_dir():
         shutil.rmtree(path, ignore_errors=True)
 
 
-def _all_ranks_write(filepath, write) -> object:
+def _all_ranks_write(filepath, write, whole: bool = False) -> object:
     """Runs `write(path)` with the user's path on the chief and a scratch
     path elsewhere, then waits for every rank; a failure anywhere fails
-    every rank."""
+    every rank. With `whole` (a file: `.keras`, `.h5`), the chief writes
+    a hidden sibling and renames it once every rank succeeded, so that
+    the path never holds a file cut short (a worker killed in the save)."""
     strategy = _strategy()
     if strategy is None:
         return write(filepath)
@@ -111,20 +115,43 @@ def _all_ranks_write(filepath, write) -> object:
         path = filepath
         if not strategy.is_chief:
             path = os.path.join(scratch, os.path.basename(str(filepath)))
+        elif whole and _is_local_file(filepath):
+            path = _sibling(filepath)
         try:
             result = write(path)
         except Exception as e:  # re-raised by `agree`, on every rank
             error = e
         world = World(strategy.rank, strategy.size, strategy.communicator)
-        world.agree(error, f"Saving {str(filepath)!r}")
+        try:
+            world.agree(error, f"Saving {str(filepath)!r}")
+            if path != filepath and strategy.is_chief:
+                os.replace(path, filepath)
+        finally:
+            if path != filepath and strategy.is_chief:
+                with contextlib.suppress(OSError):
+                    os.remove(path)
     return result
+
+
+def _is_local_file(filepath) -> bool:
+    name = str(filepath)
+    return "://" not in name and name.endswith((".keras", ".h5"))
+
+
+def _sibling(filepath) -> str:
+    """A hidden name beside `filepath` that keeps its suffix (Keras
+    checks it)."""
+    folder, name = os.path.split(str(filepath))
+    return os.path.join(folder, f".keras_hybrid_{os.getpid()}_{name}")
 
 
 def _save_model_of(original):
     @call_fence.fences("model.save")
     def save_model(model, filepath, *args, **kwargs):
         return _all_ranks_write(
-            filepath, lambda path: original(model, path, *args, **kwargs)
+            filepath,
+            lambda path: original(model, path, *args, **kwargs),
+            whole=True,
         )
 
     return save_model
@@ -134,7 +161,9 @@ def _save_weights_of(original):
     @call_fence.fences("model.save_weights")
     def save_weights(model, filepath, *args, **kwargs):
         return _all_ranks_write(
-            filepath, lambda path: original(model, path, *args, **kwargs)
+            filepath,
+            lambda path: original(model, path, *args, **kwargs),
+            whole=True,
         )
 
     return save_weights

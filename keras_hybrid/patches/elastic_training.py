@@ -93,8 +93,9 @@ def _recover(recovery, error):
 
 def _callbacks(strategy, membership, user, commit, recovery, resume) -> tuple:
     """`fit`'s callbacks: the user's, then `ElasticResize` and
-    `ElasticCommit`, gated while a joiner or a resumed run skips batches;
-    and the `ElasticResize`."""
+    `ElasticCommit`, gated while a joiner or a resumed run skips batches
+    (a resumed run does not begin the user's again); and the
+    `ElasticResize`."""
     from keras_hybrid.elastic.gated_callback import GatedCallback
     from keras_hybrid.elastic.replay import replay_callback
     from keras_hybrid.elastic.resize import ElasticResize
@@ -105,10 +106,10 @@ def _callbacks(strategy, membership, user, commit, recovery, resume) -> tuple:
         replay = replay_callback(
             recovery, strategy, resume["batch"], [resize, commit]
         )
-        gated = [*user, resize, commit]
         return [
             replay,
-            *(GatedCallback(c, replay.trains) for c in gated),
+            *(GatedCallback(c, replay.trains, begins=False) for c in user),
+            *(GatedCallback(c, replay.trains) for c in (resize, commit)),
         ], resize
     if membership.joining:
         gated = [GatedCallback(c, resize.trains) for c in user]

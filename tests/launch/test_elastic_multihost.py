@@ -243,7 +243,7 @@ def test_a_lost_remote_worker_is_recovered(hosts, tmp_path):
         hosts, tmp_path, "hostA:2\nhostB:1\n", drive, 0, epochs=1
     )
     assert code == 0, output[-8000:]
-    assert "task 2 on host hostB exited with code 137 (rank 2)" in output, (
+    assert "rank 2 (task 2 on host hostB) exited with code 137" in output, (
         output[-4000:]
     )
     # hostB's rows came back from the launcher's host, not a shared disk.

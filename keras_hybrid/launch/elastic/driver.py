@@ -7,24 +7,28 @@ driver polls the discovery script; each host gets its slots' tasks
 hosts, `processes`), on the next free task ids, and once every
 joiner reached `fit` (its `ready-<task>` file) the driver writes the next
 membership plan. A host with fewer slots retires its highest tasks
-(task 0, TF's collective leader, never leaves). The workers switch at a
-train-step boundary (`keras_hybrid.elastic.resize`) and rank 0
-writes `applied-<g>.json`; only then is the next change planned. Retired
-workers exit 0. The job ends when task 0 exits.
+(TF's collective leader, task 0 until it is lost, never leaves). The
+workers switch at a train-step boundary (`keras_hybrid.elastic.resize`)
+and a member writes `applied-<g>.json`; only then is the next change
+planned. Retired workers exit 0. The job ends when the leader exits 0.
 
 A joiner on a host that the members' cluster lacks comes after a
 re-address: a `readdress` plan with a cluster that has it, which the
 members carry out at a step boundary through the recovery path
 (`keras_hybrid.elastic.recovery`, new ports, nobody lost).
 
-When a member other than task 0 dies, the driver picks new ports for
-every task and writes `recover-<g>.json` (the survivors and the new
-addresses); the survivors abort their collectives, serve again on the new
-ports and resume from their last commit. Once rank 0 wrote
-`recovered-<g>.json`, the driver writes `plan-<g>.json` for later
-joiners. If fewer than `min_np` survive, the driver waits up to
-`wait_seconds` for discovery to report `min_np` slots, then recovers the
-survivors and grows the job back with joiners; else it stops the job.
+When members die (any of them: the collective leader too, which the
+recovery plan replaces by a survivor; all those seen dead at once in one
+plan), the driver picks new ports for every task and writes
+`recover-<g>.json` (the survivors, the new addresses and the leader); the
+survivors abort their collectives, serve again on the new ports and
+resume from their last commit (`lost_workers`). Once rank 0 of the
+survivors wrote `recovered-<g>.json`, the driver writes `plan-<g>.json`
+for later joiners. A joiner that dies before it was admitted costs the
+members nothing: the change is dropped and tried again. If fewer than
+`min_np` survive, the driver waits up to `wait_seconds` for discovery to
+report `min_np` slots, then recovers the survivors and grows the job back
+with joiners; else it stops the job.
 """
 
 import dataclasses
@@ -107,6 +111,9 @@ class ElasticDriver(LostWorkers):
         output: Optional `worker_streams.OutputSettings`. Which ranks the
             console shows whole, and per-task log files. Defaults to every
             worker's whole output.
+        buddy_copies: Int. With the buddy store, how many next workers
+            keep a copy of each worker's rows (2 survives any two lost
+            at once). Defaults to `1`.
     """
 
     def __init__(
@@ -128,6 +135,7 @@ class ElasticDriver(LostWorkers):
         address: str | None = None,
         start_np: int | None = None,
         output=None,
+        buddy_copies: int = 1,
     ) -> None:
         check_bounds(min_np, max_np)
         if int(commit_interval) < 1:
@@ -165,6 +173,7 @@ class ElasticDriver(LostWorkers):
             env,
             resolve=functools.lru_cache(maxsize=None)(ssh_hostname),
             discovery_wait_seconds=wait_seconds,
+            buddy_copies=int(buddy_copies),
         )
         self._placed: dict[int, str] = {}  # members' (and joiners') hosts
         self._envs, self.cluster = [], []
@@ -177,7 +186,8 @@ class ElasticDriver(LostWorkers):
         self._change: _Change | None = None
         self._signals: list[int] = []
         self._dismissed: set[int] = set()  # joiners stopped at the end
-        self._lost: set[int] = set()  # members that died
+        self._lost: set[int] = set()  # members and joiners that died
+        self._failed_joiners = 0  # joiners that died in a row, unadmitted
         self._short_since: float | None = None  # waiting for slots
         self._short_lost: list[int] = []
         self._recovering: int | None = None  # generation of a recovery
@@ -241,8 +251,8 @@ class ElasticDriver(LostWorkers):
         return task_envs(self._placed, self._settings, ports)
 
     def run(self, timeout: float | None = None) -> int:
-        """Runs the job; returns its exit code (0 when task 0 finished and
-        every other member exited 0)."""
+        """Runs the job; returns its exit code (0 when the collective
+        leader finished and every other member exited 0)."""
         previous = {
             s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)
         }
@@ -325,7 +335,9 @@ class ElasticDriver(LostWorkers):
         if members is not None:
             env[elastic_board.MEMBERS_ENV] = ",".join(str(t) for t in members)
         proc = self._workers.start(task, self._placed[task], env)
-        self._lost.discard(task)  # a joiner may reuse a lost task's index
+        # A joiner may reuse the index of a task lost or dismissed before.
+        self._lost.discard(task)
+        self._dismissed.discard(task)
         logger.info(
             "started %s (%s)",
             proc.where(),
@@ -334,33 +346,29 @@ class ElasticDriver(LostWorkers):
 
     def _check_processes(self) -> int | None:
         """Returns the job's exit code once it is over, else None."""
-        for task, proc in sorted(self._procs.items()):
-            code = proc.poll()
-            if code is None or code == 0 or task in self._dismissed:
-                continue
-            if task in self._lost:
-                continue
-            if task != 0 and task in self.members:
-                self._lose(task, code)
-                continue
-            logger.error(
-                "%s%s exited with %s%s; stopping the job (%s).",
-                "" if self.rank_of(task) is None else "rank 0, ",
-                self._procs[task].where(),
-                exit_codes.describe_returncode(code),
-                self._procs[task].hint(),
-                "task 0 leads TensorFlow's collectives"
-                if task == 0
-                else "a joiner that was not admitted yet",
-            )
-            return self._stop_all(
-                signal.SIGTERM, exit_codes.exit_code_for(code)
-            )
-        chief = self._procs.get(0)
-        if chief is None or chief.poll() is None:
+        dead = [
+            (task, code)
+            for task, proc in sorted(self._procs.items())
+            if (code := proc.poll()) not in (None, 0)
+            and task not in self._dismissed
+            and task not in self._lost
+        ]
+        change = self._change
+        admitted = set(change.joiners) if change and change.written else set()
+        lost = [t for t, _ in dead if t in self.members or t in admitted]
+        if lost:
+            self._lose(lost, dict(dead))
+        for task, code in dead:
+            if task not in lost:
+                code = self._lose_joiner(task, code)
+                if code is not None:
+                    return code
+        leader = self._procs.get(self._settings.leader)
+        if leader is None or leader.poll() != 0:
             return None
-        # Task 0 finished training: joiners not admitted yet have nothing
-        # to join; members finish the same `fit` on their own.
+        # The leader finished training (it never retires): joiners not
+        # admitted yet have nothing to join; members finish the same
+        # `fit` on their own.
         pending = self._change.joiners if self._change else []
         for task in pending:
             self._dismissed.add(task)
@@ -410,7 +418,12 @@ class ElasticDriver(LostWorkers):
             t for t, p in self._procs.items() if p.poll() is None
         }
         plan = host_slots.plan_hosts(
-            self._placed, discovered, self.min_np, self.max_np, busy
+            self._placed,
+            discovered,
+            self.min_np,
+            self.max_np,
+            busy,
+            self._settings.leader,
         )
         generation = self.generation + 1
         if plan.retire:
@@ -479,6 +492,7 @@ class ElasticDriver(LostWorkers):
             self.members = list(change.members)
             self.generation = change.generation
             self._change = None
+            self._failed_joiners = 0
 
 
 def check_bounds(min_np: int, max_np: int) -> None:

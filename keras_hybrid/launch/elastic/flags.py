@@ -8,6 +8,7 @@ from keras_hybrid.contract.elastic_board import DEFAULT_COMMIT_INTERVAL
 from keras_hybrid.launch import validation
 from keras_hybrid.launch.cli_parser import add_flag
 from keras_hybrid.launch.elastic.commit_store import STORES
+from keras_hybrid.launch.elastic.commit_store import check_buddy_copies
 from keras_hybrid.launch.elastic.commit_store import choose_store
 from keras_hybrid.launch.elastic.driver import ElasticDriver
 from keras_hybrid.launch.elastic.driver import check_bounds
@@ -18,7 +19,7 @@ from keras_hybrid.launch.worker_defaults import python_command
 def add_elastic_flags(parser: argparse.ArgumentParser) -> None:
     """Adds `--min-np`, `--max-np`, `--host-discovery-script`,
     `--discovery-interval`, `--elastic-timeout`, `--commit-interval`,
-    `--commit-store`, `--commit-dir`, `--elastic-dir` and
+    `--commit-store`, `--buddy-copies`, `--commit-dir`, `--elastic-dir` and
     `--elastic-address`."""
     group = parser.add_argument_group("elastic training (docs/elastic.md)")
     add_flag(
@@ -73,6 +74,17 @@ def add_elastic_flags(parser: argparse.ArgumentParser) -> None:
         "commit time. `buddy` sends them to the next worker (all-to-all "
         "at the commit). Default: `directory` on one host or with "
         "--commit-dir, else `served`.",
+    )
+    add_flag(
+        group,
+        "--buddy-copies",
+        type=int,
+        default=1,
+        metavar="N",
+        help="With --commit-store buddy: how many next workers keep a copy "
+        "of each worker's rows. 1 survives one lost worker at a time (or "
+        "several that are not neighbours in task order), 2 any two at "
+        "once, at twice the traffic. Default: %(default)s.",
     )
     add_flag(
         group,
@@ -158,6 +170,7 @@ def run_elastic(args, command: list[str], extra_env: dict, output=None) -> int:
     # Before any worker starts; whether the hosts need a shared
     # --commit-dir is checked once discovery named them.
     choose_store(args.commit_store, args.commit_dir, single_host=True)
+    check_buddy_copies(args.buddy_copies, args.commit_store)
     if args.elastic_dir is not None and not os.path.isdir(args.elastic_dir):
         raise ValueError(
             "--elastic-dir must be an existing directory that every host "
@@ -180,6 +193,7 @@ def run_elastic(args, command: list[str], extra_env: dict, output=None) -> int:
         commit_dir=args.commit_dir,
         elastic_dir=args.elastic_dir,
         address=args.elastic_address,
+        buddy_copies=args.buddy_copies,
     )
     return driver.run(timeout=args.timeout)
 

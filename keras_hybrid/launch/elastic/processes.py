@@ -3,7 +3,8 @@
 A remote worker runs under `remote_guard` through `ssh_command`, as the
 workers of a fixed `--hosts` job do: the ssh client's stdin stays open,
 signals travel as lines on it, and closing it (SIGKILL to the client, the
-launcher's death, a broken link) stops the remote worker.
+launcher's death, a broken link) stops the remote worker. A local worker
+gets SIGKILL when the launcher dies (`lifeline`).
 """
 
 import os
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import time
 
+from keras_hybrid.launch.lifeline import exit_with_launcher
 from keras_hybrid.launch.ssh import failure_hint
 from keras_hybrid.launch.ssh import forwarded_env
 from keras_hybrid.launch.ssh import ssh_command
@@ -66,6 +68,9 @@ class ElasticProcess:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
+            # A local worker dies with the launcher (SIGKILL included);
+            # a remote one's guard sees its ssh client's stdin close.
+            preexec_fn=None if self.remote else exit_with_launcher(),
         )
 
     @property

@@ -39,6 +39,12 @@ class ElasticSettings:
         discovery_wait_seconds: Float. `--elastic-timeout`: how long the
             launcher waits for discovery when fewer than `min_np` are left
             (`DISCOVERY_WAIT_ENV`).
+        leader: Int. The task that leads the cluster's collectives
+            (`LEADER_ENV`): task 0 until a recovery lost it. Defaults to
+            `0`.
+        buddy_copies: Int. How many next workers keep a buddy copy of
+            each worker's rows (`BUDDY_COPIES_ENV`; the buddy store).
+            Defaults to `1`.
     """
 
     directory: str
@@ -54,6 +60,8 @@ class ElasticSettings:
     remote_commit_env: dict | None = None
     resolve: Callable[[str], str] = str
     discovery_wait_seconds: float = 0.0
+    leader: int = 0
+    buddy_copies: int = 1
 
 
 def task_envs(
@@ -75,6 +83,8 @@ def task_envs(
         elastic_board.DISCOVERY_WAIT_ENV: str(
             float(settings.discovery_wait_seconds)
         ),
+        elastic_board.LEADER_ENV: str(int(settings.leader)),
+        elastic_board.BUDDY_COPIES_ENV: str(int(settings.buddy_copies)),
         elastic_board.COMMIT_DIR_ENV: "",
         elastic_board.COMMIT_SERVER_ENV: "",
         **settings.channel_env,

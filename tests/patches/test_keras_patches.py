@@ -18,7 +18,9 @@ from keras_hybrid.strategy import cluster
 from keras_hybrid.testing import OneProcessTestCase
 from keras_hybrid.testing import TestCase
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "workers"))
+sys.path.insert(
+    0, os.path.join(os.path.dirname(__file__), "..", "strategy", "workers")
+)
 from stock_keras import keras_objects  # noqa: E402
 
 

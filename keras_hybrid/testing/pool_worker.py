@@ -2,8 +2,9 @@
 
 Started by `WorkerPool` through the launcher (`keras-hybrid-run -np N` or
 `horovodrun`) as `python -m keras_hybrid.testing.pool_worker POOL_DIR
-TEST_PID`. Every rank reads the same numbered jobs from `POOL_DIR` in the
-same order. For each job the worker:
+TEST_PID`, under `absl.app.run` as a worker script would be. Every rank
+reads the same numbered jobs from `POOL_DIR` in the same order. For each
+job the worker:
 
 1. sends its file descriptors 1 and 2 to the job's output files, so the
    test sees what this scenario printed and logged (TensorFlow's C++ log
@@ -30,6 +31,7 @@ import sys
 import time
 import traceback
 
+from absl import app
 from absl import logging as absl_logging
 
 _POLL_SECONDS = 0.02
@@ -195,4 +197,5 @@ def _write(path: str, obj) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv)
+    # As the worker scripts do: absl's flags parsed, its log at INFO.
+    app.run(main)

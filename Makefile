@@ -33,7 +33,7 @@ MATRIX_REQS := "keras==3.15.*" pytest pytest-timeout setuptools wheel
 MATRIX_STAMPS := $(foreach v,$(MATRIX_TF),.venv-tf$(v)/.installed)
 
 .PHONY: demo test test-horovod test-matrix horovod-wheel lint clean \
-	bench-scaled
+	bench-scaled test-id-sources
 
 $(STAMP): setup.cfg setup.py pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,12 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+# Every id source x model shape on 2, 3 and 4 workers on every exchange
+# path (the default suite runs a short version of this matrix).
+test-id-sources: $(STAMP)
+	KERAS_HYBRID_ID_MATRIX=full $(PY) -m pytest -q \
+		tests/sparse/test_id_sources_multiprocess.py
 
 # Keras 3.15 goes in after TF 2.15.1, which pulls Keras 2.15.
 $(HVD_STAMP): setup.cfg setup.py pyproject.toml
@@ -80,7 +86,7 @@ horovod-wheel:
 
 test-horovod: $(HVD_STAMP)
 	KERAS_HYBRID_TEST_ENGINES=horovod $(HVD_PY) -m pytest -q -k horovod \
-		tests/comm tests/sparse tests/strategy tests/horovod
+		tests/comm tests/sparse tests/strategy tests/patches tests/horovod
 	$(HVD_PY) -m pytest -q tests/compat
 
 # Keras 3.15 resolves beside TF >= 2.16 in one install. The package goes

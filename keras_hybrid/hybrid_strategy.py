@@ -12,12 +12,12 @@ from absl import logging
 from keras_hybrid import checkpoint
 from keras_hybrid.comm import engines
 from keras_hybrid.elastic import joining
-from keras_hybrid.patches import elastic_training
 from keras_hybrid.patches import registry
 from keras_hybrid.plan.cost_rule import Link
 from keras_hybrid.sparse import hierarchical_setup
 from keras_hybrid.strategy import cluster
 from keras_hybrid.strategy import host_random
+from keras_hybrid.strategy import log_level
 from keras_hybrid.strategy import quiet_ranks
 from keras_hybrid.strategy.hybrid_extended import HybridExtended
 
@@ -167,6 +167,7 @@ class HybridStrategy(tf.distribute.Strategy):
         _check_positive("bucket_bytes", bucket_bytes)
         _check_hot_rows(hot_rows)
         hierarchical_setup.check(hierarchical)
+        log_level.apply()
         if engine == "horovod":
             info = cluster.resolve_horovod(cluster_resolver)
         else:
@@ -235,9 +236,10 @@ class HybridStrategy(tf.distribute.Strategy):
         if self._in_use or self._closed or self._cluster_info.size == 1:
             return
         self._in_use = True
-        registry.acquire(self)
-        if self.communicator.__dict__.get("membership") is not None:
-            elastic_training.install()
+        registry.acquire(
+            self,
+            elastic=self.communicator.__dict__.get("membership") is not None,
+        )
         # Weakly, so that an unclosed strategy can still be collected.
         self._close_at_exit = functools.partial(
             _close_at_exit, weakref.ref(self)
@@ -274,8 +276,6 @@ class HybridStrategy(tf.distribute.Strategy):
             self._close_at_exit = None
         if self._in_use:
             registry.release(self)
-            if self.communicator.__dict__.get("membership") is not None:
-                elastic_training.uninstall()
         elif self._cluster_info.size > 1 and registry.open_count() == 0:
             cluster.stop_watchdog()  # what the last release would do
 
@@ -361,7 +361,7 @@ class HybridStrategy(tf.distribute.Strategy):
     def gather_predictions(self, predictions, batch_size: int):
         """Deprecated: returns `predictions` unchanged.
 
-        `model.predict` now returns every row, in input order, on every
+        `model.predict` returns every row, in input order, on every
         rank; gathering again would duplicate rows. Logs a deprecation
         warning once.
 

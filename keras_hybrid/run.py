@@ -8,15 +8,18 @@ srun -n 4 keras-hybrid-run --slurm python train.py
 """
 
 import argparse
+import os
 import sys
 
+from keras_hybrid.launch import cli_parser
 from keras_hybrid.launch import console
 from keras_hybrid.launch import exit_codes
 from keras_hybrid.launch import validation
-from keras_hybrid.launch.console import PROG
+from keras_hybrid.launch import worker_defaults
+from keras_hybrid.launch import worker_streams
 from keras_hybrid.launch.console import logger
-from keras_hybrid.launch.elastic import flags as elastic_cli
-from keras_hybrid.launch.launcher import DEFAULT_GRACE_SECONDS
+from keras_hybrid.launch.elastic import flags as elastic_flags
+from keras_hybrid.launch.hostfile import read_hostfile
 from keras_hybrid.launch.launcher import DEFAULT_PORT
 from keras_hybrid.launch.launcher import plan_workers
 from keras_hybrid.launch.worker_group import WorkerGroup
@@ -24,96 +27,42 @@ from keras_hybrid.launch.worker_group import WorkerGroup
 
 def build_parser() -> argparse.ArgumentParser:
     """Returns the argument parser of `keras-hybrid-run`."""
-    parser = argparse.ArgumentParser(
-        prog=PROG,
-        description="Run COMMAND as a multi-worker keras-hybrid job. Each "
-        "worker gets TF_CONFIG and KERAS_HYBRID_* variables; its output "
-        "lines are prefixed with `[rank] `.",
-        allow_abbrev=False,
-    )
-    where = parser.add_argument_group("where to run (give one)")
-    where.add_argument(
-        "-np",
-        dest="num_processes",
-        type=int,
-        metavar="N",
-        help="Number of workers on this machine (127.0.0.1, free ports). "
-        "With --hosts it must equal the slot total.",
-    )
-    where.add_argument(
-        "--hosts",
-        metavar="H1:S1,H2:S2",
-        help="Hosts and their slots; ranks fill each host in turn. Remote "
-        "hosts are reached with `ssh -o BatchMode=yes`; localhost and "
-        "127.0.0.1 run directly.",
-    )
-    where.add_argument(
-        "--slurm",
-        action="store_true",
-        help="Run as one Slurm task (one launcher per task under srun); the "
-        "launcher execs COMMAND.",
-    )
-    _add_tuning_flags(parser)
-    elastic_cli.add_elastic_flags(parser)
-    parser.add_argument(
-        "command",
-        nargs=argparse.REMAINDER,
-        metavar="COMMAND ...",
-        help="Program and its arguments, run by every worker.",
-    )
+    parser = cli_parser.build_parser()
+    elastic_flags.add_elastic_flags(parser)
+    cli_parser.add_command(parser)
     return parser
-
-
-def _add_tuning_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--port",
-        type=int,
-        default=DEFAULT_PORT,
-        help="First port on each host for --hosts and --slurm; local rank "
-        "r uses port+r. Not used with -np alone. Default: %(default)s.",
-    )
-    parser.add_argument(
-        "--threads",
-        type=int,
-        help="Intra-op, inter-op and OpenMP threads per worker. Default: "
-        "max(1, cpu_count // workers on the host).",
-    )
-    parser.add_argument(
-        "--env",
-        action="append",
-        metavar="KEY=VALUE",
-        help="Extra environment variable for every worker; repeatable.",
-    )
-    parser.add_argument(
-        "--timeout",
-        type=float,
-        default=0.0,
-        metavar="SECONDS",
-        help="Stop all workers and exit 124 after this long; 0 means no "
-        "limit. Not supported with --slurm. Default: %(default)s.",
-    )
-    parser.add_argument(
-        "--grace_seconds",
-        type=float,
-        default=DEFAULT_GRACE_SECONDS,
-        metavar="SECONDS",
-        help="Time between SIGTERM (or the forwarded signal) and SIGKILL "
-        "when stopping workers. Default: %(default)s.",
-    )
 
 
 def run() -> None:
     """Parses `sys.argv`, runs the job and exits with its exit code."""
-    console.configure()
     parser = build_parser()
     args = parser.parse_args()
+    console.configure(quiet=args.quiet)
     try:
         command = validation.check_command(args.command)
         validation.check_seconds("--timeout", args.timeout)
-        validation.check_seconds("--grace_seconds", args.grace_seconds)
-        extra_env = validation.parse_env_pairs(args.env)
-        if elastic_cli.is_elastic(args):
-            sys.exit(elastic_cli.run_elastic(args, command, extra_env))
+        validation.check_seconds("--grace-seconds", args.grace_seconds)
+        output = _output_settings(args)
+        extra_env = {
+            **worker_defaults.console_env(
+                os.environ,
+                log_level=_log_level(args),
+                terminal=_is_terminal(sys.stdout),
+            ),
+            **validation.parse_env_pairs(args.env),
+        }
+        if args.hostfile is not None:
+            if args.hosts is not None:
+                raise ValueError(
+                    "Give the hosts once: `-H`/`--hosts` or `--hostfile`. "
+                    f"Received: --hosts {args.hosts!r} and --hostfile "
+                    f"{args.hostfile!r}."
+                )
+            args.hosts = read_hostfile(args.hostfile)
+        if elastic_flags.is_elastic(args):
+            sys.exit(
+                elastic_flags.run_elastic(args, command, extra_env, output)
+            )
         if args.slurm:
             _run_slurm(args, command, extra_env)
         commands = plan_workers(
@@ -127,8 +76,38 @@ def run() -> None:
         )
     except ValueError as error:
         parser.error(str(error))
-    group = WorkerGroup(commands, grace_seconds=args.grace_seconds)
+    group = WorkerGroup(
+        commands, grace_seconds=args.grace_seconds, output=output
+    )
     sys.exit(group.run(timeout=args.timeout))
+
+
+def _output_settings(args) -> worker_streams.OutputSettings:
+    ranks = args.console_ranks or os.environ.get(
+        worker_streams.CONSOLE_RANKS_ENV, "0"
+    )
+    if args.verbose:
+        ranks = worker_streams.ALL_RANKS
+    return worker_streams.OutputSettings(
+        console_ranks=worker_streams.parse_console_ranks(ranks),
+        log_dir=args.log_dir,
+        quiet_tf_banners=worker_defaults.TF_LOG_LEVEL_ENV not in os.environ,
+    )
+
+
+def _log_level(args) -> str | None:
+    if args.verbose:
+        return "debug"
+    if args.quiet:
+        return "warning"
+    return None
+
+
+def _is_terminal(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
 
 
 def _run_slurm(
@@ -151,9 +130,10 @@ def _run_slurm(
             "`srun --time` instead."
         )
     validation.check_threads(args.threads)
-    validation.check_port(args.port, 1)
+    port = DEFAULT_PORT if args.port is None else args.port
+    validation.check_port(port, 1)
     env = slurm.slurm_worker_env(
-        port=args.port, threads=args.threads, extra_env=extra_env
+        port=port, threads=args.threads, extra_env=extra_env
     )
     try:
         slurm.exec_slurm(command, env)

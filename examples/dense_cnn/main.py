@@ -1,7 +1,7 @@
 """A small CNN with only dense variables, on one or N processes.
 
-    python -m examples.dense_cnn.main
-    keras-hybrid-run -np 2 python -m examples.dense_cnn.main
+    python examples/dense_cnn/main.py
+    keras-hybrid-run -np 2 python examples/dense_cnn/main.py
 
 Without `--data`, images are synthetic (noisy fixed patterns); with
 `--data`, an `.npz` file with arrays `x` and `y`. Rank 0 logs held-out
@@ -12,8 +12,16 @@ from absl import app
 from absl import flags
 from absl import logging
 
-from examples.common import training
-from examples.dense_cnn import train
+# Run as a script (`python examples/dense_cnn/main.py`, or from a copy of this
+# folder) its siblings are top-level modules; as `-m examples.dense_cnn.main`,
+# modules of the package.
+if __package__:
+    from . import train
+    from . import training
+else:
+    import train
+    import training
+
 
 FLAGS = flags.FLAGS
 training.define_common_flags(steps=50, batch_size=64, epochs=3)

@@ -13,7 +13,14 @@ import numpy as np
 from absl import logging
 
 import keras_hybrid  # keras_hybrid:
-from examples.common import training
+
+# Run as a script (`python examples/dense_cnn/main.py`, or from a copy of this
+# folder) its siblings are top-level modules; as `examples.dense_cnn.train`,
+# modules of the package.
+if __package__:
+    from . import training
+else:
+    import training
 
 SIDE = 28
 CLASSES = 10
@@ -98,8 +105,6 @@ def train(config: Config) -> dict:
             loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
             metrics=["accuracy"],
         )
-    if strategy.is_chief:  # keras_hybrid: one rank reports
-        logging.info("Routing plan:\n%s", strategy.plan)
     writes = strategy.is_chief  # keras_hybrid: rank 0 writes the logs
     history = model.fit(
         x[:split],
@@ -109,6 +114,9 @@ def train(config: Config) -> dict:
         validation_data=(x[split:], y[split:]),
         callbacks=training.callbacks(model_dir, log_dir, step_log, writes),
     ).history
+    if strategy.is_chief:  # keras_hybrid: one rank reports
+        # Placement is final once a step was traced: kind, reason, bytes.
+        logging.info("Routing plan:\n%s", strategy.plan)
     keys = ("loss", "accuracy", "val_loss", "val_accuracy")
     out = {k: history.get(k, []) for k in keys}
     out.update(

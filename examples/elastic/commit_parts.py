@@ -15,18 +15,22 @@ does. Each part prints the median CPU time of its thread (user and
 system, page faults included) and its minor page faults, over
 `--repeats`:
 
+Each part is timed two ways: the baseline (new arrays and new files) and
+the way the commit stores work (as built):
+
 - training thread: TensorFlow's read of the variables (a copy in
   copy-on-read mode), then a numpy copy into new arrays, the two commits
-  kept holding them (the code before); or a read that shares the
-  variable's memory (`stored_tensor_shared`), then a numpy copy into
-  arrays reused from commit to commit (`elastic_store`);
+  kept holding them (baseline); or a read that shares the variable's
+  memory (`stored_tensor_shared`), then a numpy copy into arrays reused
+  from commit to commit (`elastic/file_store.py`, as built);
 - writer thread, directory store: the blob (`commit_blob`) to a new file
-  under `--root` plus the removal of a pruned one (before), or over the
-  task's spare plus the prune that makes the next spare (`commit_files`);
+  under `--root` plus the removal of a pruned one (baseline), or over the
+  task's spare plus the prune that makes the next spare (`commit_files`,
+  as built);
 - served store: the worker's thread sending the blob (`blob_stream`), and
   the server's thread receiving it into one reused buffer alone, then
-  into a new file (before), or over the spare through that buffer, or
-  spliced from the socket over the spare (now), each with its prune.
+  into a new file (baseline), or over the spare through that buffer, or
+  spliced from the socket over the spare (as built), each with its prune.
 """
 
 import collections
@@ -94,7 +98,7 @@ def training_thread() -> list:
     ids = tf.constant(np.arange(0, FLAGS.rows, 7), tf.int64)
     ones = tf.IndexedSlices(tf.ones([len(ids), FLAGS.dim]), ids)
     reused = [np.ones(shape, np.float32) for _ in tables]
-    held = collections.deque(maxlen=2)  # the commits kept, as before
+    held = collections.deque(maxlen=2)  # the commits kept (baseline)
     parts = {"read": [], "new": [], "shared": [], "reused": []}
     for _ in range(FLAGS.repeats):
         for table in tables:
@@ -116,15 +120,18 @@ def training_thread() -> list:
         parts["reused"].append(clock)
         del reads  # before the next update, which would copy the table
     return [
-        _line("training: read, copy-on-read (before)", parts["read"]),
-        _line("training: numpy copy into new arrays (before)", parts["new"]),
-        _line("training: read, shared (now)", parts["shared"]),
-        _line("training: numpy copy into reused arrays (now)", parts["reused"]),
+        _line("training: read, copy-on-read (baseline)", parts["read"]),
+        _line("training: numpy copy into new arrays (baseline)", parts["new"]),
+        _line("training: read, shared (as built)", parts["shared"]),
+        _line(
+            "training: numpy copy into reused arrays (as built)",
+            parts["reused"],
+        ),
     ]
 
 
 def _write_new(folder: str, step: int, produce) -> None:
-    """As the code before: a new file (buffered, so no splice) renamed into
+    """The baseline: a new file (buffered, so no splice) renamed into
     place, and the file of the step before removed (its prune)."""
     fd, temp = tempfile.mkstemp(prefix=".writing-", dir=folder)
     with os.fdopen(fd, "wb") as f:
@@ -135,14 +142,14 @@ def _write_new(folder: str, step: int, produce) -> None:
 
 
 def _write_spare(files, step: int, produce) -> None:
-    """As now: over task 0's spare, then the prune that makes the next."""
+    """As built: over task 0's spare, then the prune that makes the next."""
     files.write(folder_name(step, 0), 0, produce)
     files.prune(0, [folder_name(step, 0)])
 
 
 class _Unspliced:
     """A raw file seen through `write` alone: `BlobReader.copy_to` then
-    receives into its buffer and writes, as before the splice."""
+    receives into its buffer and writes, without the splice."""
 
     def __init__(self, f) -> None:
         self.write = f.write
@@ -164,8 +171,8 @@ def _timed(folder: str, variant: str, step: int, produce) -> _Clock:
 def directory_writer(arrays, root: str) -> list:
     lines = []
     for label, variant in (
-        ("a new file, removal (before)", "new"),
-        ("over the spare (now)", "spare"),
+        ("a new file, removal (baseline)", "new"),
+        ("over the spare (as built)", "spare"),
     ):
         with tempfile.TemporaryDirectory(dir=root) as folder:
             clocks = [
@@ -190,9 +197,9 @@ def served(arrays, root: str) -> list:
     lines = []
     variants = (
         ("receive into one buffer alone", None),
-        ("receive into a new file, removal (before)", "new"),
+        ("receive into a new file, removal (baseline)", "new"),
         ("receive over the spare, one buffer", "unspliced"),
-        ("receive over the spare, spliced (now)", "spare"),
+        ("receive over the spare, spliced (as built)", "spare"),
     )
     for label, variant in variants:
         clocks = []

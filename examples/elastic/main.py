@@ -45,10 +45,16 @@ flags.DEFINE_float(
 flags.DEFINE_integer(
     "die_at_step",
     0,
-    "If set, the worker of the highest rank SIGKILLs itself at the end of "
+    "If set, the worker of rank `--die_rank` SIGKILLs itself at the end of "
     "this global step (the job's steps, counted as commits and resizes "
     "count them, also on a worker that joined late), once per `--report` "
-    "(measure_commit.py measures the recovery).",
+    "(measure_commit.py and measure_recovery.py measure the recovery).",
+)
+flags.DEFINE_integer(
+    "die_rank",
+    -1,
+    "The rank that dies at `--die_at_step`: -1 for the highest, or a rank "
+    "(0 is task 0, the collective leader).",
 )
 flags.DEFINE_string("report", None, "Chief writes a JSON report here.")
 flags.DEFINE_string("save_to", None, "Sharded checkpoint folder after fit.")
@@ -69,10 +75,11 @@ class Membership(keras.callbacks.Callback):
         strategy = self.strategy
         died = f"{FLAGS.report}.died"
         step = global_step(strategy, len(self.step_ends))
+        dies = strategy.size - 1 if FLAGS.die_rank < 0 else FLAGS.die_rank
         if (
             step == FLAGS.die_at_step
-            and strategy.rank == strategy.size - 1
-            and strategy.rank > 0
+            and strategy.rank == dies
+            and strategy.size > 1
             and not os.path.exists(died)
         ):
             open(died, "w").close()  # one worker dies, once

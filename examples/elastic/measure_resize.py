@@ -10,7 +10,7 @@ normal step, as `ElasticResize` records it on rank 0. Cold restart: a
 2-worker job saves a sharded checkpoint after its last step and exits; a
 4-worker job is launched, restores it and runs its first step. The cold
 restart costs save + stop + (launch to the end of the first step) minus
-a normal step. The issue's targets: grow stall <= 1/6 of the cold restart,
+a normal step. The targets: grow stall <= 1/6 of the cold restart,
 shrink stall <= 2 s. It also compares the median step of 2 fixed workers
 with 2 elastic members, which agree on the next plan after every step
 (`--overhead=false` skips that).
@@ -20,7 +20,7 @@ reports the table's bytes at each resize: the row bytes moved (table and
 Adam's two slots), the least any balanced re-partition moves, the bytes
 the TF engine's all-to-all put on the wire (padding included), and
 `keras_hybrid.costs.resize`'s prediction of each, which is also given
-for 3 -> 4 and 8 -> 7 (the issue's 1.1x bound).
+for 3 -> 4 and 8 -> 7 (the 1.1x bound).
 """
 
 import json
@@ -123,12 +123,15 @@ def measure_elastic(tmp: str) -> dict:
         return json.load(f)
 
 
-def measure_cold(tmp: str) -> dict:
-    ckpt = os.path.join(tmp, "ckpt")
-    first = os.path.join(tmp, "first.json")
+def measure_cold(tmp: str, before: int = 2, after: int = 4) -> dict:
+    """A cold restart from `before` workers to `after`: a sharded save
+    after the last step, the job's end, a new launch that restores and
+    runs its first step."""
+    ckpt = os.path.join(tmp, f"ckpt-{before}-{after}")
+    first = os.path.join(tmp, f"first-{before}-{after}.json")
     proc, lines, reader = _launch(
         [
-            *("-np", "2", sys.executable, TRAIN),
+            *("-np", str(before), sys.executable, TRAIN),
             *_model_flags(),
             *("--epochs=1", "--steps_per_epoch=20"),
             f"--save_to={ckpt}",
@@ -142,11 +145,11 @@ def measure_cold(tmp: str) -> dict:
         raise RuntimeError("save run failed:\n" + "".join(lines[-80:]))
     with open(first) as f:
         saved = json.load(f)
-    second = os.path.join(tmp, "second.json")
+    second = os.path.join(tmp, f"second-{before}-{after}.json")
     launched = time.time()
     proc, lines, reader = _launch(
         [
-            *("-np", "4", sys.executable, TRAIN),
+            *("-np", str(after), sys.executable, TRAIN),
             *_model_flags(),
             *("--epochs=1", "--steps_per_epoch=20"),
             f"--restore_from={ckpt}",

@@ -1,9 +1,9 @@
 """Word-level language model (LM1B-shaped) on one or N processes.
 
-    python -m examples.lm.main
-    keras-hybrid-run -np 2 python -m examples.lm.main --batch_size=64
+    python examples/lm/main.py
+    keras-hybrid-run -np 2 python examples/lm/main.py --batch_size=64
     python examples/lm/corpus.py --out=/tmp/corpus.txt
-    python -m examples.lm.main --data=/tmp/corpus.txt --epochs=5
+    python examples/lm/main.py --data=/tmp/corpus.txt --epochs=5
 
 Without `--data` the tokens are synthetic (Zipf ids with a learnable
 dependence on the previous token); with `--data`, a plain text file is
@@ -14,8 +14,16 @@ from absl import app
 from absl import flags
 from absl import logging
 
-from examples.common import training
-from examples.lm import train
+# Run as a script (`python examples/lm/main.py`, or from a copy of this
+# folder) its siblings are top-level modules; as `-m examples.lm.main`,
+# modules of the package.
+if __package__:
+    from . import train
+    from . import training
+else:
+    import train
+    import training
+
 
 FLAGS = flags.FLAGS
 training.define_common_flags(steps=100, batch_size=64, epochs=3)

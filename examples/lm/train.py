@@ -17,7 +17,14 @@ from absl import logging
 from keras import ops
 
 import keras_hybrid  # keras_hybrid:
-from examples.common import training
+
+# Run as a script (`python examples/lm/main.py`, or from a copy of this
+# folder) its siblings are top-level modules; as `examples.lm.train`,
+# modules of the package.
+if __package__:
+    from . import training
+else:
+    import training
 
 UNK = "<unk>"
 EOS = "<eos>"
@@ -206,8 +213,6 @@ def train(config: Config) -> dict:
         model.compile(
             optimizer=keras.optimizers.Adam(learning_rate), loss=token_loss
         )
-    if strategy.is_chief:  # keras_hybrid: one rank reports
-        logging.info("Routing plan:\n%s", strategy.plan)
     writes = strategy.is_chief  # keras_hybrid: rank 0 writes the logs
     history = model.fit(
         x,
@@ -217,6 +222,9 @@ def train(config: Config) -> dict:
         validation_data=(val_x, val_y),
         callbacks=training.callbacks(model_dir, log_dir, step_log, writes),
     ).history
+    if strategy.is_chief:  # keras_hybrid: one rank reports
+        # Placement is final once a step was traced: kind, reason, bytes.
+        logging.info("Routing plan:\n%s", strategy.plan)
     out = {k: history.get(k, []) for k in ("loss", "val_loss")}
     out["val_perplexity"] = [math.exp(v) for v in out["val_loss"]]
     out.update(vocab=vocab)

@@ -1,7 +1,7 @@
 """Attention seq2seq translation on one or N processes.
 
-    python -m examples.nmt.main
-    keras-hybrid-run -np 2 python -m examples.nmt.main
+    python examples/nmt/main.py
+    keras-hybrid-run -np 2 python examples/nmt/main.py
 
 Without `--data`, sentences are synthetic: Zipf-distributed source words,
 translated word by word through a fixed dictionary and reversed. With
@@ -13,8 +13,16 @@ from absl import app
 from absl import flags
 from absl import logging
 
-from examples.common import training
-from examples.nmt import train
+# Run as a script (`python examples/nmt/main.py`, or from a copy of this
+# folder) its siblings are top-level modules; as `-m examples.nmt.main`,
+# modules of the package.
+if __package__:
+    from . import train
+    from . import training
+else:
+    import train
+    import training
+
 
 FLAGS = flags.FLAGS
 training.define_common_flags(steps=100, batch_size=64, epochs=3)

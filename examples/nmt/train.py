@@ -13,7 +13,14 @@ import numpy as np
 from absl import logging
 
 import keras_hybrid  # keras_hybrid:
-from examples.common import training
+
+# Run as a script (`python examples/nmt/main.py`, or from a copy of this
+# folder) its siblings are top-level modules; as `examples.nmt.train`,
+# modules of the package.
+if __package__:
+    from . import training
+else:
+    import training
 
 PAD, BOS, UNK = 0, 1, 2  # reserved ids on both sides
 RESERVED = ("<pad>", "<bos>", "<unk>")
@@ -140,8 +147,6 @@ def train(config: Config) -> dict:
             loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
             metrics=["accuracy"],
         )
-    if strategy.is_chief:  # keras_hybrid: one rank reports
-        logging.info("Routing plan:\n%s", strategy.plan)
     writes = strategy.is_chief  # keras_hybrid: rank 0 writes the logs
     history = model.fit(
         x,
@@ -151,6 +156,9 @@ def train(config: Config) -> dict:
         validation_data=val,
         callbacks=training.callbacks(model_dir, log_dir, step_log, writes),
     ).history
+    if strategy.is_chief:  # keras_hybrid: one rank reports
+        # Placement is final once a step was traced: kind, reason, bytes.
+        logging.info("Routing plan:\n%s", strategy.plan)
     keys = ("loss", "accuracy", "val_loss", "val_accuracy")
     out = {k: history.get(k, []) for k in keys}
     out.update(workers=strategy.size, chief=strategy.is_chief)  # keras_hybrid:

@@ -3,7 +3,7 @@
 A regression with an item-id feature: the item table (an Embedding) is
 partitioned over the workers, the dense layers are replicated.
 
-    keras-hybrid-run -np 2 python examples/quickstart/main.py --epochs=5
+    keras-hybrid-run -np 2 examples/quickstart/main.py --epochs=5
 
 Lines marked `# keras_hybrid:` are all that distribution adds.
 """
@@ -24,6 +24,7 @@ flags.DEFINE_integer("batch_size", 256, "Global batch size (all workers).")
 flags.DEFINE_integer("num_samples", 8192, "Synthetic training samples.")
 flags.DEFINE_float("learning_rate", 0.01, "Adam learning rate.")
 flags.DEFINE_integer("num_items", 20000, "Rows of the item table.")
+flags.DEFINE_integer("seed", 0, "Seed of the data and the initial weights.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +37,7 @@ class Config:
     num_samples: int
     learning_rate: float
     num_items: int
+    seed: int = 0
 
 
 def make_data(num_samples: int, num_items: int, seed: int = 0):
@@ -66,7 +68,10 @@ def build_model(num_items: int) -> keras.Model:
 
 def train(config: Config):
     strategy = keras_hybrid.HybridStrategy()  # keras_hybrid:
-    x, y = make_data(config.num_samples, config.num_items)
+    x, y = make_data(config.num_samples, config.num_items, config.seed)
+    # Rank 0's initial weights go to every worker: seeding makes the
+    # printed losses the same from run to run.
+    keras.utils.set_random_seed(config.seed)
     with strategy.scope():  # keras_hybrid:
         model = build_model(config.num_items)
         model.compile(

@@ -1,7 +1,7 @@
 """DLRM-style recommender on one or N processes.
 
-    python -m examples.recommender.main
-    keras-hybrid-run -np 2 python -m examples.recommender.main
+    python examples/recommender/main.py
+    keras-hybrid-run -np 2 python examples/recommender/main.py
 
 Several categorical features, each with its own partitioned table, plus
 dense features. Without `--data`, clicks are synthetic (Zipf ids); with
@@ -13,8 +13,16 @@ from absl import app
 from absl import flags
 from absl import logging
 
-from examples.common import training
-from examples.recommender import train
+# Run as a script (`python examples/recommender/main.py`, or from a copy of this
+# folder) its siblings are top-level modules; as `-m examples.recommender.main`,
+# modules of the package.
+if __package__:
+    from . import train
+    from . import training
+else:
+    import train
+    import training
+
 
 FLAGS = flags.FLAGS
 training.define_common_flags(steps=100, batch_size=256, epochs=3)

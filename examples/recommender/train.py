@@ -15,7 +15,14 @@ from absl import logging
 from keras import ops
 
 import keras_hybrid  # keras_hybrid:
-from examples.common import training
+
+# Run as a script (`python examples/recommender/main.py`, or from a copy of this
+# folder) its siblings are top-level modules; as `examples.recommender.train`,
+# modules of the package.
+if __package__:
+    from . import training
+else:
+    import training
 
 
 class DotInteraction(keras.layers.Layer):
@@ -131,8 +138,6 @@ def train(config: Config) -> dict:
             loss=keras.losses.BinaryCrossentropy(from_logits=True),
             metrics=[keras.metrics.AUC(from_logits=True, name="auc")],
         )
-    if strategy.is_chief:  # keras_hybrid: one rank reports
-        logging.info("Routing plan:\n%s", strategy.plan)
     writes = strategy.is_chief  # keras_hybrid: rank 0 writes the logs
     history = model.fit(
         head,
@@ -142,6 +147,9 @@ def train(config: Config) -> dict:
         validation_data=(tail, y[split:]),
         callbacks=training.callbacks(model_dir, log_dir, step_log, writes),
     ).history
+    if strategy.is_chief:  # keras_hybrid: one rank reports
+        # Placement is final once a step was traced: kind, reason, bytes.
+        logging.info("Routing plan:\n%s", strategy.plan)
     out = {
         k: history.get(k, []) for k in ("loss", "auc", "val_loss", "val_auc")
     }

@@ -28,9 +28,11 @@ TensorFlow (`tf.py`, `one_process_extended.py`):
   keeps a collective send that no output depends on (the per-pair
   all-to-all's sends) among the function's must-run ops;
 - `enable_collectives`: the eager context's `configure_collective_ops`,
-  `enable_collective_ops` and the `ServerDef` proto;
+  `enable_collective_ops` and the `ServerDef` proto, with any task as the
+  collective leader;
 - `reset_collectives`: `context._reset_context` (a new eager context), then
-  `enable_collectives` on new addresses (an elastic job's survivors);
+  `enable_collectives` on new addresses, possibly with another leader (an
+  elastic job's survivors, who may have lost the leader);
 - `check_peer_health`, `abort_collectives`: the eager context's
   `check_collective_ops_peer_health` and `abort_collective_ops`;
 - `shard_files`: `data.experimental.ops.distribute`'s batch-size helpers
@@ -56,6 +58,7 @@ Keras (`keras.py`):
   `_apply_weight_decay`, `_backend_update_step`;
 - `set_initial_epoch`: a model's `_initial_epoch`;
 - `printed_by_keras`: the file Keras' `io_utils.print_msg` logs from;
+- `draw_progress_in_place`: `keras.utils.Progbar`'s `_dynamic_display`;
 - `traced_step_of`: the `multi_step_on_iterator` `tf.function` in the
   closure of Keras' TF `train_function` (an elastic joiner traces it
   ahead);

@@ -98,6 +98,13 @@ def printed_by_keras(record) -> bool:
     return record.filename == "io_utils.py"
 
 
+def draw_progress_in_place(progbar, in_place: bool) -> None:
+    """Whether `keras.utils.Progbar` redraws its line with `\b`/`\r`
+    (its `_dynamic_display`, which Keras also sets on every POSIX system,
+    pipes and files included)."""
+    progbar._dynamic_display = bool(in_place)
+
+
 # -- models (callbacks/sharded_checkpoint.py)
 
 
@@ -162,8 +169,7 @@ def h5_dataset(store, key: str, shape, dtype):
     return store._h5_entry_group.create_dataset(key, shape=shape, dtype=dtype)
 
 
-# -- what keras_hybrid replaces while a strategy is open (checkpoint/*,
-# patches/elastic_training.py)
+# -- what keras_hybrid replaces while a strategy is open (`patches/`)
 
 _SITES = {
     "save_model": ("keras.src.saving.saving_api", None, "save_model"),
@@ -232,6 +238,16 @@ _SITES = {
     ),
 }
 SITES = tuple(_SITES)
+
+
+class _PrivateSites:
+    """The target of patches at the private sites above (`patches`)."""
+
+    def __repr__(self) -> str:
+        return "PRIVATE_SITES"
+
+
+PRIVATE_SITES = _PrivateSites()
 
 
 def _owner_and_name(site: str):

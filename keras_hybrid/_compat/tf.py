@@ -179,23 +179,28 @@ def run_independently(op) -> bool:
 
 
 def enable_collectives(
-    cluster_spec: tf.train.ClusterSpec, job: str, task: int, protocol: str
+    cluster_spec: tf.train.ClusterSpec,
+    job: str,
+    task: int,
+    protocol: str,
+    leader: int = 0,
 ) -> None:
     """Starts this task's gRPC server and enables collective ops in the
-    eager context, as `MultiWorkerMirroredStrategy` does: task 0 of `job`
-    leads collective groups, and this task talks only to itself and the
-    tasks it runs collectives with (device filters)."""
+    eager context, as `MultiWorkerMirroredStrategy` does: task `leader` of
+    `job` resolves every collective group (it need not be a member of
+    one, but must run), and this task talks only to itself and the tasks
+    it runs collectives with (device filters)."""
     from tensorflow.core.protobuf import tensorflow_server_pb2
     from tensorflow.python.eager import context
 
-    leader = f"/job:{job}/replica:0/task:0"
+    leader_device = f"/job:{job}/replica:0/task:{leader}"
     ctx = context.context()
     ctx.configure_collective_ops(
-        collective_leader=leader,
+        collective_leader=leader_device,
         device_filters=(f"/job:{job}/task:{task}",),
     )
     config = ctx.config
-    config.experimental.collective_group_leader = leader
+    config.experimental.collective_group_leader = leader_device
     server_def = tensorflow_server_pb2.ServerDef(
         cluster=cluster_spec.as_cluster_def(),
         default_session_config=config,
@@ -208,16 +213,23 @@ def enable_collectives(
 
 
 def reset_collectives(
-    cluster_spec: tf.train.ClusterSpec, job: str, task: int, protocol: str
+    cluster_spec: tf.train.ClusterSpec,
+    job: str,
+    task: int,
+    protocol: str,
+    leader: int = 0,
 ) -> None:
     """Replaces this process's eager context by a new one that serves
     collectives on `cluster_spec` (an elastic job's survivors, on new
-    ports).
+    ports), with task `leader` resolving the groups.
 
     After a peer died, TF 2.21's collective executor fails every later
     collective, in any group; only a new context recovers (probe
-    `tf_group_failure_reset.py`). Variables made before keep working;
-    every `tf.function` must be traced again. The global seed is kept.
+    `tf_group_failure_reset.py`). The leader of a context cannot change,
+    but a new context may name another one: the survivors of a lost
+    leader reset with one of them leading. Variables made before keep
+    working; every `tf.function` must be traced again. The global seed
+    is kept.
     """
     from tensorflow.python.eager import context
 
@@ -225,7 +237,7 @@ def reset_collectives(
     context._reset_context()
     if seed is not None:
         tf.random.set_seed(seed)
-    enable_collectives(cluster_spec, job, task, protocol)
+    enable_collectives(cluster_spec, job, task, protocol, leader)
 
 
 def check_peer_health(task: str, timeout_ms: int) -> None:

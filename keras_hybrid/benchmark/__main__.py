@@ -26,6 +26,9 @@ python -m keras_hybrid.benchmark --workload=lm --workers=4 \\
 ```
 """
 
+# First: keeps TensorFlow's banners off `--help`.
+from keras_hybrid.utils import help_first  # isort: skip
+
 import json
 import os
 import sys
@@ -53,6 +56,8 @@ from keras_hybrid.launch.worker_group import WorkerGroup
 FLAGS = flags.FLAGS
 config_flags.define_flags()
 cli_flags.define_flags()
+flags.adopt_module_key_flags(config_flags)
+flags.adopt_module_key_flags(cli_flags)
 
 
 def worker_commands(
@@ -279,4 +284,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    help_first.run(main)

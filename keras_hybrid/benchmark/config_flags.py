@@ -2,7 +2,7 @@
 
 from absl import flags
 
-from keras_hybrid.benchmark import workloads
+from keras_hybrid.benchmark import workload_config as workloads
 
 _DEFAULTS = workloads.WorkloadConfig()
 # Flag name -> WorkloadConfig field; all ints except zipf and table_rows.
@@ -53,7 +53,7 @@ def define_flags() -> None:
     flags.DEFINE_integer(
         "hot_rows",
         0,
-        "Issue 15 item 4 (built): rows of each partitioned table served to "
+        "Hot rows: rows of each partitioned table served to "
         "every worker by an all-reduce, their gradients all-reduced "
         "(HybridStrategy(hot_rows=)). The benchmark's hybrid_hot mode needs "
         "it > 0; the simulator models it, taking ids as Zipf(--zipf) to "

@@ -202,7 +202,7 @@ register(
     Mode(
         "hybrid_padded",
         "hybrid, every all-to-all block padded to the largest pair count "
-        "(one AllToAllV2: the exchange before issue 15)",
+        "(one AllToAllV2, as elastic jobs run it)",
         (("variable_kinds", TABLES_SPARSE),),
         communicator_settings=(("exchange", "padded"),),
     )
@@ -220,7 +220,7 @@ register(
     Mode(
         "hybrid_hot",
         "hybrid with --hot_rows rows per table served by an all-reduce, "
-        "chosen from running counts (issue 15 item 4)",
+        "chosen from running counts",
         (("variable_kinds", TABLES_SPARSE),),
         hot_rows=True,
     )
@@ -237,8 +237,8 @@ register(
     Mode(
         "hybrid_hierarchical",
         "hybrid, ids deduped per host and crossing hosts once, pushes "
-        "summed in host (HybridStrategy(hierarchical=True), issue 15 "
-        "item 3); flat where the hosts do not allow it",
+        "summed in host (HybridStrategy(hierarchical=True)); flat where "
+        "the hosts do not allow it",
         (("variable_kinds", TABLES_SPARSE), ("hierarchical", True)),
     )
 )

@@ -244,6 +244,11 @@ def hierarchical_comparison(
 def plot(report: dict, path: str) -> None:
     """Two bar charts into a PNG: samples/s, and bytes/step by path.
 
+    The traffic chart groups one bar per path beside each other for every
+    mode (on a log axis whose ticks are plain numbers, so a 0.4 MB path
+    next to a 100 MB one stays visible and readable), marks each mode's
+    lower bound, writes its total above it, and keeps the legend inside.
+
     Raises:
         ImportError: If matplotlib is missing (names the extra to install).
     """
@@ -252,6 +257,7 @@ def plot(report: dict, path: str) -> None:
 
         matplotlib.use("Agg")
         from matplotlib import pyplot
+        from matplotlib import ticker
     except ImportError as error:
         raise ImportError(
             "`--plot` needs matplotlib: pip install "
@@ -259,23 +265,67 @@ def plot(report: dict, path: str) -> None:
         ) from error
     results = report["results"]
     names = [r["mode"] for r in results]
-    fig, (left, right) = pyplot.subplots(1, 2, figsize=(11, 4))
+    fig, (left, right) = pyplot.subplots(
+        1, 2, figsize=(12, 4.5), gridspec_kw={"width_ratios": [2, 3]}
+    )
     left.bar(names, [r["samples_per_sec"] for r in results], color="C0")
     left.set_ylabel("samples / s")
     left.set_title("throughput")
-    bottom = np.zeros(len(results))
-    for i, p in enumerate(BYTE_PATHS):
-        mb = np.array([r["bytes_per_step"][p] / 1e6 for r in results])
-        right.bar(names, mb, bottom=bottom, label=p, color=f"C{i + 1}")
-        bottom += mb
-    bounds = [r["lower_bound_bytes_per_step"] / 1e6 for r in results]
-    right.scatter(names, bounds, marker="_", s=900, color="k", label="bound")
-    right.set_ylabel("MB sent per worker and step")
-    right.set_yscale("log")
-    right.set_title("traffic")
-    right.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1, 1))
+    _traffic_bars(right, results, ticker)
     netem = report["netem"] or "loopback"
     fig.suptitle(f"{report['workload']}, {report['workers']} workers, {netem}")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     pyplot.close(fig)
+
+
+def _traffic_bars(axes, results: list, ticker) -> None:
+    """Grouped bars of MB per path and mode, with bounds and totals."""
+    paths = [
+        p for p in BYTE_PATHS if any(r["bytes_per_step"][p] for r in results)
+    ]
+    width = 0.8 / max(1, len(paths))
+    positions = np.arange(len(results))
+    for i, p in enumerate(paths):
+        mb = np.array([r["bytes_per_step"][p] / 1e6 for r in results])
+        shown = mb > 0
+        axes.bar(
+            positions[shown] - 0.4 + (i + 0.5) * width,
+            mb[shown],
+            width,
+            label=p,
+            color=f"C{BYTE_PATHS.index(p) + 1}",
+        )
+    totals = [sum(r["bytes_per_step"][p] for p in paths) / 1e6 for r in results]
+    for x, total, r in zip(positions, totals, results, strict=True):
+        bound = r["lower_bound_bytes_per_step"] / 1e6
+        axes.hlines(bound, x - 0.45, x + 0.45, colors="k", linestyles="--")
+        axes.annotate(
+            f"total {total:.3g} MB",
+            (x, max(total, bound)),
+            xytext=(0, 4),
+            textcoords="offset points",
+            ha="center",
+            fontsize="small",
+        )
+    axes.plot([], [], "k--", label="sparse lower bound")
+    axes.set_xticks(positions, [r["mode"] for r in results])
+    axes.set_yscale("log")
+    low = min(
+        [t for t in totals if t > 0]
+        + [
+            r["bytes_per_step"][p] / 1e6
+            for r in results
+            for p in paths
+            if r["bytes_per_step"][p]
+        ]
+    )
+    # Room above the tallest bar for its total and the legend.
+    axes.set_ylim(low / 3, max(totals) * 40)
+    axes.yaxis.set_major_locator(ticker.LogLocator(subs=(1.0, 3.0)))
+    axes.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    axes.yaxis.set_minor_formatter(ticker.NullFormatter())
+    axes.grid(axis="y", which="major", alpha=0.3)
+    axes.set_ylabel("MB sent per worker and step")
+    axes.set_title("traffic by path")
+    axes.legend(fontsize="small", loc="upper left", ncol=3, frameon=True)

@@ -13,7 +13,7 @@ from absl import logging
 
 from keras_hybrid.checkpoint import manifest as manifest_lib
 from keras_hybrid.checkpoint import model_variables
-from keras_hybrid.checkpoint import participants as world_lib
+from keras_hybrid.checkpoint import participants
 from keras_hybrid.checkpoint import saved_rows
 from keras_hybrid.checkpoint import shard_files
 from keras_hybrid.comm import call_fence
@@ -44,7 +44,7 @@ def restore_checkpoint(model, path: str, strategy=None) -> dict:
             (naming the variable and both shapes), or a file is truncated or
             damaged (naming the file).
     """
-    world = world_lib.of_model(model, strategy)
+    world = participants.of_model(model, strategy)
     found = manifest_lib.latest_checkpoint(path)
     if found is None:
         raise FileNotFoundError(

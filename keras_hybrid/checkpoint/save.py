@@ -17,7 +17,7 @@ from absl import logging
 
 from keras_hybrid.checkpoint import manifest as manifest_lib
 from keras_hybrid.checkpoint import model_variables
-from keras_hybrid.checkpoint import participants as world_lib
+from keras_hybrid.checkpoint import participants
 from keras_hybrid.checkpoint import shard_files
 from keras_hybrid.comm import call_fence
 
@@ -55,7 +55,7 @@ def save_checkpoint(
     """
     if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
         raise ValueError(f"`keep` must be an int >= 1. Received: keep={keep!r}")
-    world = world_lib.of_model(model, strategy)
+    world = participants.of_model(model, strategy)
     entries = model_variables.entries(model)
     step = _step(model)
     final = os.path.join(directory, manifest_lib.checkpoint_name(step))

@@ -14,8 +14,8 @@ Horovod's cached negotiation, stays the same from step to step
 Horovod has no per-collective timeout, so `timeout_seconds` is not used:
 a rank that exits or fails ends the collectives of the others ("Horovod has
 been shut down"), and `horovodrun` stops the job. Its stall inspector
-(`HOROVOD_STALL_SHUTDOWN_TIME_SECONDS`) did not stop a rank waiting for a
-live peer that never joined, in our test with Gloo.
+(`HOROVOD_STALL_SHUTDOWN_TIME_SECONDS`) does not stop a rank waiting for a
+live peer that never joins (tested with Gloo).
 
 Tested with Horovod 0.28.1 (Gloo) on TF 2.15.1 and Keras 3.15.
 """

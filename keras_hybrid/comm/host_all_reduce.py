@@ -1,4 +1,4 @@
-"""A two-level all-reduce over the hosts of a job (issue 15, item 3).
+"""A two-level all-reduce over the hosts of a job.
 
 With k workers on each of H hosts (`HostGroups`), the TF engine reduces a
 dense bucket of D bytes in three collectives instead of one ring over all

@@ -1,6 +1,6 @@
 """Which worker runs on which host: host index and local rank per rank.
 
-A hierarchical exchange (issue 15, item 3) needs every worker to agree on
+The hierarchical exchange needs every worker to agree on
 the hosts of all workers. They read it from the same place, the cluster
 every worker was given (`TF_CONFIG`'s `host:port` addresses; their host
 part names the machine), so they agree by construction. Hosts are numbered

@@ -280,10 +280,10 @@ class TFCommunicator(RowMoves, Communicator):
         # result do not keep them: Grappler merges the concat of two
         # lookups' pushes (TF adds the IndexedSlices of one table by
         # concatenating their values) into one concat and drops the
-        # control edge that hung on the inner concat's axis constant, so the
-        # sends were pruned and the peers' receives waited forever. In a
-        # traced function each send is therefore a must-run op of the
-        # function; eagerly it has run already.
+        # control edge that hangs on the inner concat's axis constant, which
+        # would prune the sends and leave the peers' receives waiting
+        # forever. In a traced function each send is therefore a must-run
+        # op of the function; eagerly it has run already.
         if not tf.executing_eagerly() and not all(
             tf_compat.run_independently(s.op) for s in sends
         ):

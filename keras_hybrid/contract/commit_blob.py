@@ -44,6 +44,20 @@ def blob_pieces(arrays) -> list:
     return pieces
 
 
+def blob_layout(arrays) -> tuple:
+    """Where each of `arrays` goes in their blob: `(records, length)`,
+    `records` holding each array's `.npy` header and the offset of its
+    rows (which take `array.nbytes` bytes from there), `length` the
+    blob's. For writing a blob in place (`mapped_blobs`)."""
+    records, offset = [], 0
+    for array in arrays:
+        header = _header(np.asarray(array))
+        offset += len(header)
+        records.append((header, offset))
+        offset += np.asarray(array).nbytes
+    return records, offset
+
+
 def write_blob(f, arrays) -> None:
     """Writes the blob of `arrays` to the binary file `f` (buffered or
     raw: a raw file may write part of a piece)."""

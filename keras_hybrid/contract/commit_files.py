@@ -69,30 +69,46 @@ class CommitFiles:
         """Writes `task`'s file of `folder`, atomically: `produce(f)`
         writes the blob to `f`, an unbuffered binary file (`io.FileIO`,
         whose `write` may write part of what it is given)."""
-        final = self.path(folder, task)
-        # Beside the folders, not in `folder`: a member ahead of this
-        # (slower) write may prune `folder` while it is empty.
-        fd, temp = tempfile.mkstemp(prefix=".writing-", dir=self.root)
-        os.close(fd)
+        temp = self.reserve(task)
         try:
-            with contextlib.suppress(FileNotFoundError):
-                os.replace(self._spare(task), temp)
             # Unbuffered: the commit server splices into its descriptor.
             with open(temp, "r+b", buffering=0) as f:
                 produce(f)
                 f.truncate()  # the spare may be longer
-            while True:
-                os.makedirs(os.path.dirname(final), exist_ok=True)
-                try:
-                    os.replace(temp, final)
-                    return
-                except FileNotFoundError:
-                    if not os.path.exists(temp):
-                        raise
-                    # `folder` was pruned since `makedirs`: make it again.
+            self.publish(temp, folder, task)
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.remove(temp)
+
+    def reserve(self, task: int) -> str:
+        """A temporary file for `task`'s next blob: its spare renamed
+        (with the spare's content and size), else a new empty file.
+        Beside the folders, not in one: a member ahead of this (slower)
+        write may prune a folder while it is empty. Publish it with
+        `publish`."""
+        fd, temp = tempfile.mkstemp(prefix=".writing-", dir=self.root)
+        os.close(fd)
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(self._spare(task), temp)
+        return temp
+
+    def publish(self, temp: str, folder: str, task: int) -> None:
+        """Renames the complete blob `temp` (from `reserve`) to `task`'s
+        file of `folder`."""
+        final = self.path(folder, task)
+        while True:
+            os.makedirs(os.path.dirname(final), exist_ok=True)
+            try:
+                os.replace(temp, final)
+                return
+            except FileNotFoundError:
+                if not os.path.exists(temp):
+                    raise
+                # `folder` was pruned since `makedirs`: make it again.
+
+    def spare(self, task: int) -> str:
+        """The path of `task`'s spare (which may not exist)."""
+        return self._spare(task)
 
     def read(self, folder: str, task: int) -> bytes | None:
         """`task`'s blob of `folder`, or None if it is not there."""

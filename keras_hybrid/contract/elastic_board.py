@@ -11,7 +11,8 @@ launcher's TCP server (other hosts without a shared directory):
 - `applied-<g>.json`: rank 0 switched to generation g (step, bytes moved);
 - `recover-<g>.json`: a member died; the survivors form generation g on
   the new cluster addresses it lists (`write_recovery`);
-- `recovered-<g>.json`: rank 0 resumed training after that recovery.
+- `recovered-<g>.json`: rank 0 of the survivors resumed training after
+  that recovery.
 
 Imports nothing heavy: the launcher runs without TensorFlow.
 """
@@ -25,6 +26,10 @@ MAX_NP_ENV = "KERAS_HYBRID_ELASTIC_MAX_NP"
 MIN_NP_ENV = "KERAS_HYBRID_ELASTIC_MIN_NP"
 SEED_ENV = "KERAS_HYBRID_ELASTIC_SEED"
 COMMIT_INTERVAL_ENV = "KERAS_HYBRID_ELASTIC_COMMIT_INTERVAL"
+# The task that leads TensorFlow's collective groups (resolves them) in
+# the cluster of the worker's `TF_CONFIG`: task 0 at the start, another
+# survivor after a recovery that lost it (`write_recovery`).
+LEADER_ENV = "KERAS_HYBRID_ELASTIC_LEADER"
 # How long the launcher waits for discovery when fewer than --min-np
 # workers are left (--elastic-timeout): survivors wait that long for its
 # recovery plan too.
@@ -37,6 +42,10 @@ COMMIT_DIR_ENV = "KERAS_HYBRID_ELASTIC_COMMIT_DIR"
 # `commit_server`), and its key (hex).
 COMMIT_SERVER_ENV = "KERAS_HYBRID_ELASTIC_COMMIT_SERVER"
 COMMIT_AUTHKEY_ENV = "KERAS_HYBRID_ELASTIC_COMMIT_AUTHKEY"
+# How many next workers keep a buddy copy of each worker's rows (the buddy
+# store, `elastic.buddy_store`): 1 by default, 2 to survive any two lost
+# at once.
+BUDDY_COPIES_ENV = "KERAS_HYBRID_ELASTIC_BUDDY_COPIES"
 # Global steps between two commits when the launcher does not say.
 DEFAULT_COMMIT_INTERVAL = 10
 # Group keys of generation g; the plain job's group key is 1.
@@ -60,12 +69,13 @@ def write_plan(
     reason: str,
     joiners=(),
     cluster=None,
+    leader: int = 0,
 ) -> None:
     """Puts the plan of `generation` on `channel` (a `plan_channel`
     board; the launcher's side):
     its members, why, which of them join (they receive the state), and
     for a `"readdress"` the new `cluster` addresses the members serve on
-    (`elastic.recovery`, with nobody lost)."""
+    and its collective `leader` (`elastic.recovery`, with nobody lost)."""
     if reason not in REASONS:
         raise ValueError(
             f"`reason` must be one of {REASONS}. Received: reason={reason!r}"
@@ -79,7 +89,7 @@ def write_plan(
                 "reason": reason,
                 "joiners": sorted(joiners),
                 **(
-                    {"cluster": list(cluster), "lost": []}
+                    {"cluster": list(cluster), "lost": [], "leader": leader}
                     if cluster is not None
                     else {}
                 ),
@@ -88,11 +98,14 @@ def write_plan(
     )
 
 
-def write_recovery(channel, generation: int, members, cluster, lost) -> None:
+def write_recovery(
+    channel, generation: int, members, cluster, lost, leader: int
+) -> None:
     """Puts the recovery plan of `generation` on `channel` (the launcher's
     side): the surviving `members`, the new `cluster` addresses (every
     task's `host:port`, since TensorFlow serves collectives again on new
-    ports) and the `lost` tasks."""
+    ports), the `lost` tasks, and the survivor that leads the collectives
+    of the new cluster (`leader`: another one when the leader was lost)."""
     channel.put(
         recovery_name(generation),
         json.dumps(
@@ -101,6 +114,7 @@ def write_recovery(channel, generation: int, members, cluster, lost) -> None:
                 "members": sorted(members),
                 "cluster": list(cluster),
                 "lost": sorted(lost),
+                "leader": int(leader),
                 "reason": "lost_worker",
             }
         ),

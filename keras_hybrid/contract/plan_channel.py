@@ -1,6 +1,6 @@
 """How the elastic launcher and its workers exchange plans.
 
-The messages (`elastic_files`: `plan-<g>.json`, `ready-<task>`,
+The messages (`elastic_board`: `plan-<g>.json`, `ready-<task>`,
 `applied-<g>.json`, `recover-<g>.json`, `recovered-<g>.json`) are named
 texts on a board that both sides read and write:
 

@@ -114,7 +114,7 @@ def exchange_seconds(exchange, spec) -> float:
         # Reduce-scatter and all-gather among the host's k workers, ring
         # all-reduce of a 1/k slice across hosts by each of the k local
         # ranks at once (k flows share the interface). Used only where it
-        # pays (issue 15 item 3): else the flat ring.
+        # pays: else the flat ring.
         d = exchange.wire
         two_level = 2 * (k - 1) * (
             spec.intra_latency + d / k / spec.intra_bandwidth

@@ -1,34 +1,36 @@
-"""`Design`: how the hybrid's sparse exchange works, today or as planned.
+"""`Design`: the options of the hybrid's sparse exchange that the cost
+model prices.
 
-Issue 15 plans four changes to the hybrid path. Each is an option here,
-and the defaults say what the code does today, so that predictions of
-today's code stay what they were:
+Four options change how the hybrid moves rows. The defaults are the
+exchange the package runs outside elastic jobs, so that a prediction with
+default options prices the code as it runs:
 
-- item 1, `padding`: today `"per_pair"` (each block of an all-to-all
-  padded to its own ladder step: the TF engine's pairwise exchange);
-  `"max_pair"` is the exchange before item 1 (every block padded to the
-  ladder step of the largest pair count), which elastic jobs and the
-  benchmark's `hybrid_padded` mode still run; `"exact"` sends no padding;
-- item 2, `fused`: today `True` (one count, id, pull and push exchange
-  per step for all tables and lookup calls, `sparse.fused_exchange`);
-  `False` is the exchange per table and lookup call, which elastic jobs,
-  lookups whose ids depend on another lookup's rows and the benchmark's
-  `hybrid_per_call` mode still run;
-- item 3, `hierarchical` (built, `HybridStrategy(hierarchical=...)`, on
-  where this model says the sparse part pays): `False` is the flat
-  all-to-alls over all workers and the flat ring all-reduce; `True`
-  dedupes ids per host, crosses host pairs once per local rank and sums
-  pushes per host (`sparse.hierarchical_exchange`), and reduces dense gradients
-  in two levels (`comm.host_all_reduce`; modeled where it beats the flat
-  ring, run by the code whenever the hierarchical exchange is on);
-- item 4, `hot_rows` (built, off by default: `HybridStrategy(hot_rows=K)`):
+- `padding`, the padded all-to-all: `"per_pair"` (default: each block of
+  an all-to-all padded to its own ladder step, the TF engine's pairwise
+  exchange); `"max_pair"` (every block padded to the ladder step of the
+  largest pair count: one `AllToAllV2`, which elastic jobs and the
+  benchmark's `hybrid_padded` mode run); `"exact"` (no padding; modeled,
+  not built);
+- `fused`, the fused exchange: `True` (default: one count, id, pull and
+  push exchange per step for all tables and lookup calls,
+  `sparse.fused_exchange`); `False` is the exchange per table and lookup
+  call, which elastic jobs, lookups whose ids depend on another lookup's
+  rows and the benchmark's `hybrid_per_call` mode run;
+- `hierarchical`, the hierarchical exchange (`HybridStrategy(
+  hierarchical=...)`, on where this model says the sparse part pays):
+  `False` is the flat all-to-alls over all workers and the flat ring
+  all-reduce; `True` dedupes ids per host, crosses host pairs once per
+  local rank and sums pushes per host (`sparse.hierarchical_exchange`),
+  and reduces dense gradients in two levels (`comm.host_all_reduce`;
+  modeled where it beats the flat ring, run by the code whenever the
+  hierarchical exchange is on);
+- `hot_rows`, hot rows (off by default: `HybridStrategy(hot_rows=K)`):
   the K most requested rows of every table reach every worker by one
   all-reduce of their values and one of their gradients per step.
 
-Built so far: items 1 (`padding="per_pair"`), 2 (`fused=True`), 4
-(`hot_rows`, an option) and 3 (an option the cost model turns on). `padding=
-"per_pair"`, `fused=True`, `hierarchical=False`, `hot_rows=0` is the code
-as it runs by default outside elastic jobs.
+All but `padding="exact"` are built. `padding="per_pair"`, `fused=True`,
+`hierarchical=False`, `hot_rows=0` is the code as it runs by default
+outside elastic jobs.
 """
 
 import dataclasses
@@ -38,15 +40,15 @@ PADDINGS = ("max_pair", "per_pair", "exact")
 
 @dataclasses.dataclass(frozen=True)
 class Design:
-    """Options of the simulated hybrid exchange (issue 15 items 1 to 4).
+    """Options of the simulated hybrid exchange.
 
     Args:
         padding: String, one of `PADDINGS`. How all-to-all blocks are
-            padded: `"per_pair"` (today: each block to its own capacity
+            padded: `"per_pair"` (default: each block to its own capacity
             ladder step), `"max_pair"` (every block to the ladder step of
-            the largest pair count of the step: before item 1, and in
+            the largest pair count of the step: one `AllToAllV2`, as in
             elastic jobs) or `"exact"` (no padding).
-        fused: Bool. If `True` (today), one count exchange, one id
+        fused: Bool. If `True` (default), one count exchange, one id
             exchange, one pull and one push (per dtype) per step carry
             every table and lookup call: a table's calls deduped
             together, each pair's block packing all tables and padded as
@@ -98,35 +100,37 @@ class Design:
             raise ValueError(f"`zipf` must be > 0. Received: {self.zipf!r}")
 
     @property
-    def is_today(self) -> bool:
-        """Whether this is the exchange the package runs today."""
+    def is_default(self) -> bool:
+        """Whether this is the exchange the package runs by default."""
         return self == Design(zipf=self.zipf)
 
     def describe(self) -> str:
-        """One line naming the options that differ from today's code."""
+        """One line naming the options that differ from the default."""
         built, planned = [], []
         if self.padding == "max_pair":
             built.append("max-pair padding (elastic jobs, hybrid_padded)")
         elif self.padding == "exact":
-            planned.append("exact sizes (item 1)")
+            planned.append("exact sizes")
         if not self.fused:
             built.append("one exchange per lookup (elastic, hybrid_per_call)")
         if self.hierarchical:
-            built.append("hierarchical (item 3, HybridStrategy(hierarchical=))")
+            built.append(
+                "hierarchical exchange (HybridStrategy(hierarchical=))"
+            )
         if self.hot_rows:
             built.append(
-                f"{self.hot_rows} hot rows, zipf {self.zipf} (item 4, "
-                "HybridStrategy(hot_rows=))"
+                f"{self.hot_rows} hot rows, zipf {self.zipf} "
+                "(HybridStrategy(hot_rows=))"
             )
         if not built and not planned:
-            return "today's exchange (as built)"
+            return "the default exchange (as built)"
         parts = list(built)
         if planned:
             parts.append("design, modeled not built: " + ", ".join(planned))
         return "; ".join(parts)
 
     @classmethod
-    def planned(cls, hot_rows: int = 1024, zipf: float = 1.1) -> "Design":
-        """All four items of issue 15: exact sizes, one exchange per step,
-        hierarchical, `hot_rows` hot rows."""
+    def all_options(cls, hot_rows: int = 1024, zipf: float = 1.1) -> "Design":
+        """Every option on: exact sizes, the fused exchange, the
+        hierarchical exchange and `hot_rows` hot rows."""
         return cls("exact", True, True, hot_rows, zipf)

@@ -1,4 +1,4 @@
-"""Hot rows (issue 15 item 4): what replicating a table's top rows saves.
+"""Hot rows: what replicating a table's top rows saves.
 
 Ids follow a Zipf law over a table's rows, `p(k) ~ 1 / (k + 1)**s` (the
 benchmark's `workloads.zipf_ids`: id `k` is the k-th most frequent). The

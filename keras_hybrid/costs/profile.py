@@ -124,7 +124,7 @@ class VariableStats:
         """Expected unique ids of all calls together in a batch of
         `batch_size`: what a table's fused exchange moves.
 
-        Without `table_unique` (profiles written before it was measured),
+        Without `table_unique` (a profile that does not record it),
         the sum over calls, which counts an id shared by two calls twice.
         """
         if self.calls == 1:

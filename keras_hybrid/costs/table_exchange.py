@@ -75,8 +75,8 @@ def exchange_bytes(
 
 
 def hybrid_table(var, workers: int, batch: int, seed: int = 0) -> list:
-    """The exchanges of a partitioned table as the package runs them today:
-    four all-to-alls per lookup call (counts, ids, pull, push)."""
+    """The sparse exchanges of one partitioned table under the default
+    `Design` (see `hybrid_tables`)."""
     return hybrid_tables([(var, seed)], workers, batch)
 
 
@@ -91,7 +91,7 @@ def hybrid_tables(
             `unique_ids` and `table_unique_ids`) and the seed of its draws.
         workers: Int. Workers in the job.
         batch: Int. Samples per worker and step.
-        design: A `Design` (default: today's exchange).
+        design: A `Design` (default: the default exchange).
         per_host: Int. Workers per host (used by `design.hierarchical`).
     """
     design = design or Design()

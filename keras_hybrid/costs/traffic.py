@@ -129,7 +129,7 @@ def step_exchanges(
         bucket_bytes: Int. Fusion bucket of the dense all-reduce.
         design: A `Design` of the hybrid's exchange (`hybrid` and
             `ps_only` tables; its `hierarchical` also applies to every
-            mode's dense all-reduce). Default: today's.
+            mode's dense all-reduce). Default: `Design()`.
         per_host: Int. Workers per host (for `design.hierarchical`).
 
     Raises:

@@ -14,11 +14,11 @@ also follows each change of the members (a resize, a recovery): at the
 end of the first step that the new group trained, joiners included.
 
 Partitioned tables and their optimizer slots are committed to files
-(`elastic_store`, no collective: a background thread writes or uploads
+(`file_store`, no collective: a background thread writes or uploads
 each member's rows) when the launcher names some: a directory the workers
 share (the directory store, by default on one host) or the launcher's
 commit server (the served store, by default on several hosts); otherwise
-with a buddy copy (`elastic_buddy`): each member keeps its own rows and
+with a buddy copy (`buddy_store`): each member keeps its own rows and
 those of the member before it, sent in one all-to-all per (dtype, row
 shape), so such a commit is a collective.
 
@@ -90,10 +90,14 @@ class ElasticCommit(keras.callbacks.Callback):
             if files is not None
             else None
         )
+        copies = self._membership.buddy_copies
         logging.info(
             "keras-hybrid elastic: task %d commits partitioned tables %s",
             self._membership.task,
-            f"to {files!r}" if files is not None else "with a buddy copy",
+            f"to {files!r}"
+            if files is not None
+            else f"with {copies} buddy "
+            f"cop{'y' if copies == 1 else 'ies'} on the next members",
         )
 
     # -- Keras hooks
@@ -192,7 +196,10 @@ class ElasticCommit(keras.callbacks.Callback):
         members = list(membership.members)
         if self._store is None:
             return buddy_store.take(
-                tables, self._strategy.communicator, members
+                tables,
+                self._strategy.communicator,
+                members,
+                membership.buddy_copies,
             )
         kept = [c["tables"]["folder"] for c in self.commits if c["tables"]]
         return self._store.take(
@@ -212,7 +219,7 @@ class ElasticCommit(keras.callbacks.Callback):
         """Int. Global step of the last commit, or -1 if there is none.
 
         With `survivors`: of the last commit whose tables can be restored
-        over them (`elastic_store.complete`: a lost member may have died
+        over them (`file_store.complete`: a lost member may have died
         while writing its file of the last commit)."""
         steps = [
             c["global_step"]
@@ -289,10 +296,10 @@ def variables_bytes(variables) -> int:
     )
 
 
-def broadcast_values(comm, values: list) -> list:
-    """Rank 0's `values` (tensors or arrays) on every rank, as tensors, in
-    one fused broadcast per dtype. Other ranks pass values of the same
-    shapes and dtypes (their contents are not sent)."""
+def broadcast_values(comm, values: list, root: int = 0) -> list:
+    """Rank `root`'s `values` (tensors or arrays) on every rank, as
+    tensors, in one fused broadcast per dtype. Other ranks pass values of
+    the same shapes and dtypes (their contents are not sent)."""
     values = [tf.convert_to_tensor(v) for v in values]
     by_dtype: dict = {}
     for i, value in enumerate(values):
@@ -301,7 +308,7 @@ def broadcast_values(comm, values: list) -> list:
     for name in sorted(by_dtype):
         group = by_dtype[name]
         flat = tf.concat([tf.reshape(values[i], [-1]) for i in group], 0)
-        flat = comm.broadcast(flat, root=0, path="control")
+        flat = comm.broadcast(flat, root=root, path="control")
         sizes = [int(np.prod(values[i].shape)) for i in group]
         for i, part in zip(group, tf.split(flat, sizes), strict=True):
             received[i] = tf.reshape(part, values[i].shape)

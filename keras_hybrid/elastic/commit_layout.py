@@ -6,11 +6,13 @@ came (`ElasticRecovery`). A joiner holds no copy of it, but needs none of
 its rows: it owned none of the commit's virtual shards, and a lost
 member's shards go to a surviving member of the commit (its buddy, or the
 next one reading its file). It needs the commit's layout only: its
-members, its folder (a file store, `elastic_store`) and, per table and slot, the
-path, the `RowPartition` at the commit, the row shape and the dtype. Rank
-0 broadcasts that layout as JSON bytes; a survivor that lacks the commit
-makes from it a copy with no rows of its own, and gets its rows in the
-re-balance that follows the restore (`elastic_buddy.restore`).
+members, its folder (a file store, `file_store`) or the count of its
+buddy copies, and, per table and slot, the path, the `RowPartition` at
+the commit, the row shape and the dtype. The lowest rank that holds the
+commit broadcasts that layout as JSON bytes (`broadcast_layout`); a
+survivor that lacks the commit makes from it a copy with no rows of its
+own, and gets its rows in the re-balance that follows the restore
+(`buddy_store.restore`).
 
 No private hook is touched here.
 """
@@ -41,6 +43,8 @@ def layout_of(copy: dict) -> dict:
     }
     if "folder" in copy:
         layout["folder"] = copy["folder"]
+    if "copies" in copy:
+        layout["copies"] = int(copy["copies"])
     return layout
 
 
@@ -61,36 +65,40 @@ def copy_from_layout(layout: dict, files=None) -> dict:
     if "folder" in layout:
         copy["folder"] = layout["folder"]
         copy["files"] = files
+    if "copies" in layout:
+        copy["copies"] = layout["copies"]
     return copy
 
 
-def broadcast_layout(comm, copy: dict | None, files=None) -> dict:
-    """Rank 0's commit of tables `copy` as every worker needs it: a worker
-    that holds the commit keeps its own `copy`, one that lacks it (passes
-    None) gets a copy without rows from rank 0's layout, reading the files
-    of a file store from `files` (its own commit files).
+def broadcast_layout(
+    comm, copy: dict | None, files=None, root: int = 0
+) -> dict:
+    """Rank `root`'s commit of tables `copy` as every worker needs it: a
+    worker that holds the commit keeps its own `copy`, one that lacks it
+    (passes None) gets a copy without rows from the root's layout, reading
+    the files of a file store from `files` (its own commit files).
 
     A collective over the workers of `comm`; call it only when the model
-    has partitioned tables (rank 0's `copy` is then not None, and the
+    has partitioned tables (the root's `copy` is then not None, and the
     bytes sent are never empty: TF 2.21 crashes on an empty broadcast).
 
     Raises:
-        RuntimeError: If rank 0 passes None.
+        RuntimeError: If the root passes None.
     """
-    if comm.rank == 0:
+    if comm.rank == root:
         if copy is None:
             raise RuntimeError(
-                "Rank 0 holds no commit of partitioned tables to send to "
-                "the survivors that lack it."
+                f"Rank {root} holds no commit of partitioned tables to send "
+                "to the survivors that lack it."
             )
         data = np.frombuffer(json.dumps(layout_of(copy)).encode(), np.uint8)
     else:
         data = np.zeros([0], np.uint8)
-    length = comm.broadcast(tf.constant([data.size], tf.int64), root=0)
+    length = comm.broadcast(tf.constant([data.size], tf.int64), root=root)
     size = int(np.asarray(length)[0])
     sent = np.zeros([size], np.int32)
     sent[: data.size] = data
-    received = np.asarray(comm.broadcast(tf.constant(sent), root=0))
+    received = np.asarray(comm.broadcast(tf.constant(sent), root=root))
     if copy is not None:
         return copy
     layout = json.loads(received.astype(np.uint8).tobytes())

@@ -11,24 +11,29 @@ g<generation>/task-<t>.npy`, to where the launcher says
 - the served store: the launcher's commit server, which keeps the files
   on its own host (`contract.commit_server.CommitClient`, over TCP).
 
-Both behave alike: the numpy snapshot is taken at the step boundary, then
-a background thread writes its arrays' memory (`commit_blob`, no copy)
-straight to the file or to the upload (a blob never appears
-half-written). No collective runs at commit time. The next commit waits
-for the previous write. Each member then removes its files of commits
-older than the last two it keeps.
+Both take the snapshot at the step boundary, on the training thread, as
+one copy of each shard from the variable's own memory
+(`stored_tensor_shared`, without the copy that a whole read of a table
+makes in TensorFlow's copy-on-read mode: about 1 ms for 19 MB):
 
-The snapshot, on the training thread, is one copy of each shard: from
-the variable's own memory (`stored_tensor_shared`, without the copy that
-a whole read of a table makes in TensorFlow's copy-on-read mode: about
-1 ms for 19 MB) into arrays of a commit the member gave up. New arrays
-cost page faults whenever the heap has given their memory back (the
-first commits of a worker took up to 30 ms); reused ones never do. An
-array is handed out again only after the write of its commit ended (the
-next commit waits for it) and once that commit left `keep`.
+- the directory store copies it straight into the pages of the file
+  (`contract.mapped_blobs`: the task's spare, mapped, reused from commit
+  to commit); a background thread renames the file into the commit's
+  folder and prunes. The views in the mapping are the member's own rows;
+- the served store copies it into arrays of a commit the member gave up
+  (new arrays cost page faults whenever the heap has given their memory
+  back: the first commits of a worker took up to 30 ms; reused ones never
+  do), which a background thread uploads from their memory
+  (`commit_blob`, no copy). An array is handed out again only after the
+  upload of its commit ended (the next commit waits for it) and once
+  that commit left `keep`.
+
+A blob never appears half-written. No collective runs at commit time.
+The next commit waits for the previous write. Each member then removes
+its files of commits older than the last two it keeps.
 
 After a lost worker, the next surviving member in task order reads the
-lost one's rows from its file (`elastic_buddy.restored_rows`); a commit
+lost one's rows from its file (`buddy_store.restored_rows`); a commit
 whose file of a lost member is missing (it died while writing) cannot be
 restored.
 
@@ -41,7 +46,9 @@ import threading
 import numpy as np
 
 from keras_hybrid.contract import commit_blob
+from keras_hybrid.contract.commit_files import CommitFiles
 from keras_hybrid.contract.commit_files import folder_name
+from keras_hybrid.contract.mapped_blobs import MappedBlobs
 from keras_hybrid.sharding.row_partition import RowPartition
 
 
@@ -54,14 +61,15 @@ class TableCopy:
         partition: `RowPartition` at the commit; owners are ranks among
             the commit's members.
         own: NumPy array. This member's rows (local order).
-        buddy: NumPy array. The rows of the member before it in ring
-            order (that member's local order).
+        buddy: Dict of int to NumPy array, or None. The buddy store's
+            copies: the rows of each member it keeps a copy of, by task
+            (that member's local order); None for a file store.
     """
 
     path: str
     partition: RowPartition
     own: np.ndarray
-    buddy: np.ndarray
+    buddy: dict | None
 
 
 class FileStore:
@@ -79,8 +87,12 @@ class FileStore:
         self.task = task
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
-        # The arrays of the commits this member took, by folder.
+        # The arrays of the commits this member took, by folder (the
+        # served store; the directory store writes into mapped files).
         self._snapshots: dict[str, list] = {}
+        self._mapped = (
+            MappedBlobs(files, task) if isinstance(files, CommitFiles) else None
+        )
 
     def take(self, tables, members, global_step, generation, keep):
         """Snapshots `tables` (with their slots) and starts writing them.
@@ -91,8 +103,8 @@ class FileStore:
             global_step: Int. The commit's global step.
             generation: Int. The members' generation.
             keep: List of strings. Folders of the other commits kept; this
-                member's files in any other are removed, and the arrays of
-                its snapshot are reused.
+                member's files in any other are removed, and their memory
+                reused.
 
         Returns:
             `{"members", "tables": [TableCopy], "bytes": 0, "folder",
@@ -103,12 +115,22 @@ class FileStore:
             return None
         self.wait()
         folder = folder_name(global_step, generation)
-        spare = self._release(keep)
-        own = [_snapshot(t.stored_tensor_shared(), spare) for t in tables]
-        self._snapshots[folder] = own
+        shards = [t.stored_tensor_shared() for t in tables]
+        if self._mapped is not None:
+            try:
+                temp, own = self._mapped.fill(shards)
+            except OSError as error:
+                raise self._failed(error) from error
+            finish = (self._publish, (temp, folder, [*keep, folder]))
+        else:
+            spare = self._release(keep)
+            own = [_snapshot(shard, spare) for shard in shards]
+            self._snapshots[folder] = own
+            finish = (self._write, (folder, own, [*keep, folder]))
+        del shards  # drop the reads before the variables are updated
         self._thread = threading.Thread(
-            target=self._write,
-            args=(folder, own, [*keep, folder]),
+            target=finish[0],
+            args=finish[1],
             name="keras_hybrid_elastic_commit_writer",
             daemon=True,
         )
@@ -132,14 +154,17 @@ class FileStore:
             self._thread = None
         if self._error is not None:
             error, self._error = self._error, None
-            raise RuntimeError(
-                f"keras-hybrid elastic: task {self.task} could not write "
-                f"its commit of partitioned tables to {self.files!r}: "
-                f"{error}. The store needs room for every worker's table "
-                "rows (twice): give --commit-dir a writable directory, or "
-                "for --commit-store served keep the launcher running with "
-                "room under /dev/shm on its host."
-            ) from error
+            raise self._failed(error) from error
+
+    def _failed(self, error: BaseException) -> RuntimeError:
+        return RuntimeError(
+            f"keras-hybrid elastic: task {self.task} could not write "
+            f"its commit of partitioned tables to {self.files!r}: "
+            f"{error}. The store needs room for every worker's table "
+            "rows (twice): give --commit-dir a writable directory, or "
+            "for --commit-store served keep the launcher running with "
+            "room under /dev/shm on its host."
+        )
 
     def _release(self, keep) -> list:
         """The arrays of this member's snapshots of commits not in `keep`
@@ -148,6 +173,12 @@ class FileStore:
         for folder in [f for f in self._snapshots if f not in kept]:
             spare.extend(self._snapshots.pop(folder))
         return spare
+
+    def _publish(self, temp: str, folder: str, keep: list) -> None:
+        try:
+            self._mapped.publish(temp, folder, keep)
+        except OSError as error:  # reported by the next `wait`
+            self._error = error
 
     def _write(self, folder: str, arrays: list, keep: list) -> None:
         try:

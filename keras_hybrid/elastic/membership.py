@@ -4,9 +4,11 @@ Under `keras-hybrid-run --min-np/--max-np` the cluster lists `--max-np`
 tasks from the start and only the active members run collectives: their
 group size and group key are `tf.Variable`s read by every collective, so a
 traced step runs unchanged over a new membership. Each membership is a
-generation `g` with group key `GROUP_KEY_BASE + g`; TF's collective leader,
-task 0, never leaves. A worker's rank is its task's index in the sorted
-member list, which is also the order of its slice of each global batch.
+generation `g` with group key `GROUP_KEY_BASE + g`; TF's collective leader
+(task 0, or the survivor a recovery named) never leaves in a planned
+shrink. A worker's rank is its task's index in the sorted member list,
+which is also the order of its slice of each global batch; rank 0 (the
+lowest member) is the chief.
 
 The launcher and the workers exchange plans (`contract.elastic_board`) on a
 board: files, or the launcher's TCP server (`contract.plan_channel`).
@@ -22,6 +24,7 @@ import time
 import tensorflow as tf
 
 from keras_hybrid.contract.commit_server import commit_files_from_env
+from keras_hybrid.contract.elastic_board import BUDDY_COPIES_ENV
 from keras_hybrid.contract.elastic_board import COMMIT_INTERVAL_ENV
 from keras_hybrid.contract.elastic_board import DEFAULT_COMMIT_INTERVAL
 from keras_hybrid.contract.elastic_board import DIR_ENV
@@ -50,10 +53,12 @@ class ElasticMembership:
         commit_interval: Int. Global steps between two in-memory commits
             (`ElasticCommit`). Defaults to `DEFAULT_COMMIT_INTERVAL`.
         commit_files: Optional. Where commits of partitioned tables go
-            (`elastic_store`): a shared directory
+            (`file_store`): a shared directory
             (`contract.commit_files.CommitFiles`) or the launcher's server
-            (`contract.commit_server.CommitClient`); None: a buddy copy
-            (`elastic_buddy`).
+            (`contract.commit_server.CommitClient`); None: buddy copies
+            (`buddy_store`).
+        buddy_copies: Int. How many next members keep a buddy copy of
+            each member's rows (without `commit_files`). Defaults to `1`.
     """
 
     def __init__(
@@ -66,8 +71,10 @@ class ElasticMembership:
         seed: int,
         commit_interval: int = DEFAULT_COMMIT_INTERVAL,
         commit_files=None,
+        buddy_copies: int = 1,
     ) -> None:
         self.task = task
+        self.buddy_copies = buddy_copies
         self.commit_interval = commit_interval
         self.commit_files = commit_files
         self.directory = directory
@@ -117,6 +124,7 @@ class ElasticMembership:
             int(os.environ.get(SEED_ENV, "0")),
             int(os.environ.get(COMMIT_INTERVAL_ENV, DEFAULT_COMMIT_INTERVAL)),
             commit_files_from_env(),
+            int(os.environ.get(BUDDY_COPIES_ENV, "1")),
         )
         membership.channel = channel_from_env(directory)
         return membership
@@ -175,10 +183,11 @@ class ElasticMembership:
 
     @contextlib.contextmanager
     def state_group(self, tasks: list[int], communicator):
-        """Within this context, collectives run over `tasks` only (task 0
-        and the joiners of this generation, which receive the state), and
-        `communicator` shows their rank and size."""
-        tasks = sorted(tasks)
+        """Within this context, collectives run over `tasks` only (the
+        member that sends the state, first, then the joiners of this
+        generation, which receive it), and `communicator` shows their rank
+        (index in `tasks`: the sender is rank 0) and size."""
+        tasks = list(tasks)
         saved = (communicator.rank, communicator.size)
         self._group_key.assign(STATE_GROUP_KEY_BASE + self.generation)
         self._group_size.assign(len(tasks))

@@ -5,10 +5,11 @@ launcher's plan before it gives up and re-raises. The launcher plans
 within moments of a lost worker, except when fewer than `--min-np` are
 left: then it first waits up to `--elastic-timeout` for discovery to
 report enough slots (`launch/elastic/lost_workers.py`), and the launcher passes
-that time on (`DISCOVERY_WAIT_ENV`). Survivors used to wait 15 s, so a
-job short of workers failed when discovery took longer; and a read in a
-callback that the call fence explained with a `RuntimeError` was not
-waited for at all.
+that time on (`DISCOVERY_WAIT_ENV`). A survivor waits that time as well,
+so that a job short of workers outlasts a slow discovery instead of
+failing after a fixed wait; a read in a callback that the call fence
+explains with a `RuntimeError` (caused by a lost peer's error) waits
+alike.
 """
 
 import os

@@ -5,28 +5,34 @@ on a host that the members' cluster lacks needs them to serve on a new
 cluster; they commit at a step boundary and go through steps 1 to 4
 below with nobody lost, so no step is replayed.
 
-When a member dies, the launcher writes `recover-<g>.json`: the survivors
-and new addresses for every task. A thread of each survivor watches the
+When members die (any of them, task 0 too), the launcher writes
+`recover-<g>.json`: the survivors, new addresses for every task and the
+survivor that leads the new cluster's collectives (TensorFlow's leader
+resolves every group; a context cannot change it, so a lost leader is
+replaced in the new context). A thread of each survivor watches the
 elastic directory and, on that plan, aborts this process's collectives,
 so that the step (or the per-step broadcast) waiting for the dead peer
-fails at once. `fit` (see `elastic_patches`) catches the error and calls
-`recover`, which:
+fails at once. `fit` (see `patches.elastic_training`) catches the error
+and calls `recover`, which:
 
 1. replaces the eager context by one serving collectives on the new ports
-   (`_compat.tf.reset_collectives`; TF 2.21 fails every later collective
-   of a context that saw a peer die);
-2. makes the survivors the group of every collective (generation g);
+   with the plan's leader (`_compat.tf.reset_collectives`; TF 2.21 fails
+   every later collective of a context that saw a peer die);
+2. makes the survivors the group of every collective (generation g); the
+   lowest survivor is rank 0 (it reads the launcher's plans, writes the
+   chief's files and sends the state to joiners);
 3. agrees with the other survivors on the last commit they all hold
-   (`ElasticCommit`), or receives it from rank 0 if this worker lacks it
+   (`ElasticCommit`), or receives it from the lowest rank that holds it
+   if this worker lacks it
    (a joiner admitted after it; of partitioned tables, only their layout
-   at the commit: see `elastic_layout`), and gives every Keras variable new
+   at the commit: see `commit_layout`), and gives every Keras variable new
    storage holding it (on TF 2.21 `assign` to a variable made before the
    reset does nothing); partitioned tables and their slots take their
-   rows from the commit's own rows and buddy copies (`elastic_buddy`) and
+   rows from the commit's own rows and buddy copies (`buddy_store`) and
    are re-balanced over the survivors;
 4. drops every traced function; `fit` then runs again from the commit's
    epoch, and draws without training the batches of that epoch before
-   the commit's batch (`elastic_replay`), so the lost steps are replayed
+   the commit's batch (`elastic.replay`), so the lost steps are replayed
    on the same global batches.
 
 No private hook is touched here.
@@ -179,7 +185,9 @@ class ElasticRecovery:
         if watchdog is not None:
             cluster.stop_watchdog()
             watchdog.join(_WATCHDOG_JOIN_SECONDS)
-        tf_compat.reset_collectives(spec, _JOB, membership.task, "grpc")
+        tf_compat.reset_collectives(
+            spec, _JOB, membership.task, "grpc", plan["leader"]
+        )
         membership.rebuild_variables()
         membership.switch(plan["generation"], plan["members"])
         comm.rank, comm.size = membership.rank, membership.size
@@ -188,6 +196,7 @@ class ElasticRecovery:
                 rank=membership.task,
                 size=len(plan["cluster"]),
                 cluster_spec=spec,
+                leader=plan["leader"],
             )
             cluster.start_watchdog(info, watchdog.timeout_seconds).set_peers(
                 [t for t in plan["members"] if t != membership.task]
@@ -228,7 +237,7 @@ class ElasticRecovery:
             "last_good_step_end": last_good_step_end,
             "normal_step_seconds": self._commit.normal_step_seconds(),
         }
-        if membership.task == 0:
+        if membership.rank == 0:
             membership.channel.put(
                 elastic_board.recovered_name(plan["generation"]),
                 json.dumps({"generation": plan["generation"]}),
@@ -260,7 +269,7 @@ class ElasticRecovery:
     def _rebuild(self, commit: dict, survivors: list) -> dict:
         """Gives every Keras variable of the model a new `tf.Variable` in
         the new context, holding `commit`'s value (metrics keep theirs);
-        partitioned tables and slots get theirs from `elastic_buddy` and
+        partitioned tables and slots get theirs from `buddy_store` and
         are re-balanced over `survivors`. Returns the byte counts of that
         re-balance (`resharding.reshard_members`).
 
@@ -332,12 +341,12 @@ class ElasticRecovery:
 
     def _agree(self, survivors) -> tuple:
         """The last commit every survivor holds whose tables can be
-        restored (received from rank 0 by survivors that lack it), and the
-        bytes rank 0 sent."""
+        restored (received from the lowest rank holding it by survivors
+        that lack it), and the bytes that rank sent."""
         comm = self._strategy.communicator
         latest = self._commit.latest_step(survivors)
         # Max of negatives: the smallest latest commit of the survivors;
-        # a worker without commits (-1) takes rank 0's.
+        # a worker without commits (-1) takes the others'.
         agreed = comm.all_reduce(
             [tf.constant([-latest if latest >= 0 else -(2**62)], tf.int64)],
             op="max",
@@ -350,25 +359,39 @@ class ElasticRecovery:
             op="sum",
             path="control",
         )[0]
-        moved = 0
-        if int(np.asarray(lacking)[0]):
-            commit = self._receive_from_rank0(commit, step)
-            replicated = [
-                v for v in state_variables(self._model) if not is_partitioned(v)
-            ]
-            moved = variables_bytes(replicated) * int(np.asarray(lacking)[0])
-        return commit, moved
+        lacking = int(np.asarray(lacking)[0])
+        if not lacking:
+            return commit, 0
+        # Rank 0 may lack it: a joiner admitted after it, lower in task
+        # order than every other survivor (the first task was lost).
+        lowest = comm.all_reduce(
+            [
+                tf.constant(
+                    [-comm.rank if commit is not None else -comm.size],
+                    tf.int64,
+                )
+            ],
+            op="max",
+            path="control",
+        )[0]
+        root = -int(np.asarray(lowest)[0])
+        commit = self._receive(commit, step, root)
+        replicated = [
+            v for v in state_variables(self._model) if not is_partitioned(v)
+        ]
+        return commit, variables_bytes(replicated) * lacking
 
-    def _receive_from_rank0(self, commit: dict | None, step: int) -> dict:
-        """Rank 0 broadcasts its commit of `step` (position and values,
-        and the layout of partitioned tables: see `elastic_layout`)."""
+    def _receive(self, commit: dict | None, step: int, root: int) -> dict:
+        """Rank `root` broadcasts its commit of `step` (position and
+        values, and the layout of partitioned tables: see
+        `commit_layout`)."""
         comm = self._strategy.communicator
         variables = state_variables(self._model)
-        if comm.rank == 0:
+        if comm.rank == root:
             if commit is None:
                 raise RuntimeError(
-                    f"Rank 0 holds no commit of global step {step}; the "
-                    "survivors cannot agree on a state to resume from."
+                    f"No survivor holds the commit of global step {step}; "
+                    "the survivors cannot agree on a state to resume from."
                 )
             header = [commit["epoch"], commit["batch"], commit["fenced"]]
             values = commit["values"]
@@ -380,13 +403,13 @@ class ElasticRecovery:
                 else np.zeros(v.shape, tf.as_dtype(v.dtype).as_numpy_dtype)
                 for v in variables
             ]
-        header = comm.broadcast(tf.constant(header, tf.int64), root=0)
+        header = comm.broadcast(tf.constant(header, tf.int64), root=root)
         # Partitioned tables have no value in a commit (None): their rows
         # are in its `tables`, restored from the store.
         replicated = [
             i for i, v in enumerate(variables) if not is_partitioned(v)
         ]
-        sent = broadcast_values(comm, [values[i] for i in replicated])
+        sent = broadcast_values(comm, [values[i] for i in replicated], root)
         received = list(values)
         for i, value in zip(replicated, sent, strict=True):
             received[i] = np.asarray(value)
@@ -397,13 +420,14 @@ class ElasticRecovery:
                 comm,
                 commit["tables"] if commit is not None else None,
                 self._membership.commit_files,
+                root,
             )
         return {
             "global_step": step,
             "epoch": epoch,
             "batch": batch,
             "fenced": fenced,
-            "values": values if comm.rank == 0 else received,
+            "values": values if comm.rank == root else received,
             "tables": tables,
             # Not a generation of this worker: the next commit follows the
             # first step of the survivors' group, as on the others.
@@ -451,7 +475,7 @@ def _check_tables(model, commit: dict, survivors, error) -> None:
     of `commit` cannot be restored over `survivors`.
 
     A survivor admitted after `commit` (a loss within a step of a grow)
-    holds its layout only (`elastic_layout`): it needs no rows of it.
+    holds its layout only (`commit_layout`): it needs no rows of it.
     """
     if not any(is_partitioned(v) for v in state_variables(model)):
         return

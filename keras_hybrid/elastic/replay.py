@@ -1,6 +1,6 @@
 """The callback that resumes an elastic `fit` at a commit's batch.
 
-After a recovery (`elastic_recovery`), `fit` restarts from the commit's
+After a recovery (`elastic.recovery`), `fit` restarts from the commit's
 epoch; this callback draws, without training, that epoch's batches before
 the commit's batch, so that the replayed steps train on the same global
 batches, and completes the recovery's record after the first replayed

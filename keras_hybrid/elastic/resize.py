@@ -128,7 +128,7 @@ class ElasticResize(keras.callbacks.Callback):
     def _maybe_resize(self) -> None:
         membership = self._membership
         proposal = np.zeros([3 + membership.max_np], np.int64)
-        if membership.task == 0:
+        if membership.rank == 0:
             plan = membership.read_plan(membership.generation + 1)
             if plan is not None:
                 proposal[0] = plan["generation"]
@@ -168,10 +168,10 @@ class ElasticResize(keras.callbacks.Callback):
             )
         moved = 0
         if joiners:
-            # Only the joiners need the state: rank 0 sends it to them.
+            # Only the joiners need the state: the old rank 0 sends it.
             moved = _state_bytes(self.model) * len(joiners)
-            if membership.task == 0:
-                with membership.state_group([0, *joiners], self._comm):
+            if membership.task == old[0]:
+                with membership.state_group([old[0], *joiners], self._comm):
                     self._send_state()
             tables = self._move_tables(old, members)
         if self._retrace(len(old), len(members)):
@@ -192,7 +192,9 @@ class ElasticResize(keras.callbacks.Callback):
             "table_seconds": tables["seconds"],
             "switch_seconds": time.perf_counter() - start,
         }
-        if membership.task == 0:
+        # The lowest member that stays reports (the old rank 0, unless it
+        # retired, or a joiner below it became rank 0).
+        if membership.task == min(t for t in old if t in members):
             membership.report_applied(self._pending)
 
     def _retire(self, generation: int, reason: str, old: int, new: int) -> None:
@@ -267,7 +269,8 @@ class ElasticResize(keras.callbacks.Callback):
 
     def cut_short(self) -> None:
         """Records the pending resize without a stall: a lost worker ended
-        `fit` before the resize's first step did (`elastic_patches`)."""
+        `fit` before the resize's first step did
+        (`patches.elastic_training`)."""
         if self._pending is None:
             return
         event = self._record(
@@ -367,11 +370,14 @@ class ElasticResize(keras.callbacks.Callback):
         start = time.perf_counter()
         self._adopt(plan["generation"], plan["members"])
         comm = self._comm
-        with membership.state_group([0, *plan["joiners"]], comm):
+        sender = min(t for t in plan["members"] if t not in plan["joiners"])
+        with membership.state_group([sender, *plan["joiners"]], comm):
             header = comm.broadcast(
                 tf.zeros([_HEADER], tf.int64), root=0, path="control"
             )
             epoch, batch, global_step, fenced = (int(v) for v in header)
+            # The job's position from here on, as the members see it.
+            membership.global_step = global_step
             _broadcast_variables(comm, _state_variables(self.model))
         old = [t for t in plan["members"] if t not in plan["joiners"]]
         self._move_tables(old, plan["members"])
@@ -383,12 +389,16 @@ class ElasticResize(keras.callbacks.Callback):
         fence = active_fence()
         if fence is not None:
             fence.count = fenced
-        self._membership.global_step = global_step
         self._skip_until = (epoch, batch)
         # Keras reads metric results at the end of each skipped epoch; the
         # members made those (collective) reads before this joiner came.
         self._local_reads = global_read_variable.local_reads()
         self._local_reads.__enter__()
+        # At an epoch's end Keras reads the epoch's metrics only if the
+        # last step's logs have their keys (`_get_metrics_result_or_logs`),
+        # as the members' steps do: a join point there must give them too
+        # (read locally here; Keras' read at the join point is global).
+        self._last_logs = dict(self.model.get_metrics_result())
         logging.info(
             "keras-hybrid elastic: task %d joined as rank %d of %d at "
             "global step %d (epoch %d, batch %d) in %.3f s",

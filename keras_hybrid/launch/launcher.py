@@ -10,11 +10,15 @@ from keras_hybrid.launch.ssh import forwarded_env
 from keras_hybrid.launch.ssh import is_local_host
 from keras_hybrid.launch.ssh import ssh_client
 from keras_hybrid.launch.ssh import ssh_command
+from keras_hybrid.launch.topology import check_ports_free
 from keras_hybrid.launch.topology import free_ports
 from keras_hybrid.launch.topology import host_specs
 from keras_hybrid.launch.topology import local_specs
 from keras_hybrid.launch.worker_command import WorkerCommand
+from keras_hybrid.launch.worker_defaults import interpreter_path
+from keras_hybrid.launch.worker_defaults import python_command
 from keras_hybrid.launch.worker_group import WorkerGroup
+from keras_hybrid.launch.worker_streams import OutputSettings
 
 DEFAULT_PORT = 29400
 DEFAULT_GRACE_SECONDS = 10.0
@@ -25,7 +29,7 @@ def plan_workers(
     num_processes: int | None = None,
     *,
     hosts: str | None = None,
-    port: int = DEFAULT_PORT,
+    port: int | None = None,
     threads: int | None = None,
     env: dict[str, str] | None = None,
     grace_seconds: float = DEFAULT_GRACE_SECONDS,
@@ -33,15 +37,18 @@ def plan_workers(
     """Validates the job and returns one `WorkerCommand` per rank.
 
     Nothing is started. Without `hosts`, workers listen on `127.0.0.1` on
-    free ports; with `hosts`, on `port + local_rank` of each host, and
-    workers on hosts other than `localhost`/`127.0.0.1` start through ssh.
+    free ports, or on `port + rank` if `port` is given; with `hosts`, on
+    `port + local_rank` of each host, and workers on hosts other than
+    `localhost`/`127.0.0.1` start through ssh. Ports on this machine are
+    checked to be free. Local workers find the launcher's Python first on
+    `PATH`, and a command that is a `.py` file runs under it.
 
     Args:
         command: List of strings. Program and arguments for every worker.
         num_processes: Int or `None`. Number of workers (`-np`).
         hosts: String or `None`. `"h1:2,h2:2"`, hosts with their slots.
-        port: Int. First port per host when `hosts` is given. Defaults to
-            `29400`.
+        port: Int or `None`. First port per host. Defaults to free ports
+            without `hosts`, `29400` with them.
         threads: Int or `None`. Threads per worker. Defaults to
             `max(1, os.cpu_count() // local_size)`.
         env: Dict or `None`. Extra variables for every worker.
@@ -54,15 +61,22 @@ def plan_workers(
     Raises:
         ValueError: For any invalid argument; see `validation`.
     """
-    command = validation.check_command(command)
+    command = python_command(validation.check_command(command))
     validation.check_threads(threads)
     host_list = None if hosts is None else validation.parse_hosts(hosts)
     size = validation.resolve_num_processes(num_processes, host_list)
-    if host_list is None:
+    if host_list is None and port is None:
         specs = local_specs(free_ports(size))
+    elif host_list is None:
+        validation.check_port(port, size)
+        specs = local_specs([port + rank for rank in range(size)])
     else:
+        port = DEFAULT_PORT if port is None else port
         validation.check_port(port, max(slots for _, slots in host_list))
         specs = host_specs(host_list, port)
+    if port is not None:
+        local = [s for s in specs if is_local_host(s.host)]
+        check_ports_free([s.port for s in local], [s.host for s in local])
     cluster = [spec.address for spec in specs]
     parent_devices = os.environ.get("CUDA_VISIBLE_DEVICES")
     gpu_count = devices.detect_gpu_count() if parent_devices is None else 0
@@ -89,7 +103,8 @@ def _worker_command(
     grace_seconds: float,
 ) -> WorkerCommand:
     if is_local_host(spec.host):
-        return WorkerCommand(spec.rank, command, {**os.environ, **contract})
+        env = {**os.environ, "PATH": interpreter_path(os.environ)}
+        return WorkerCommand(spec.rank, command, {**env, **contract})
     # ssh itself keeps the launcher's environment (agent socket etc.); the
     # worker gets the forwarded variables and the contract on the remote
     # side.
@@ -110,11 +125,12 @@ def launch(
     num_processes: int | None = None,
     *,
     hosts: str | None = None,
-    port: int = DEFAULT_PORT,
+    port: int | None = None,
     threads: int | None = None,
     env: dict[str, str] | None = None,
     timeout: float | None = None,
     grace_seconds: float = DEFAULT_GRACE_SECONDS,
+    output: OutputSettings | None = None,
 ) -> int:
     """Runs `command` as a multi-worker job and returns its exit code.
 
@@ -126,7 +142,8 @@ def launch(
         command: List of strings. Program and arguments for every worker.
         num_processes: Int or `None`. Number of workers.
         hosts: String or `None`. `"h1:2,h2:2"`, hosts with their slots.
-        port: Int. First port per host with `hosts`. Defaults to `29400`.
+        port: Int or `None`. First port per host. Defaults to free ports
+            without `hosts`, `29400` with them.
         threads: Int or `None`. Threads per worker. Defaults to
             `max(1, os.cpu_count() // local_size)`.
         env: Dict or `None`. Extra variables for every worker.
@@ -134,6 +151,9 @@ def launch(
             for no limit.
         grace_seconds: Float. Seconds between SIGTERM and SIGKILL when
             stopping workers. Defaults to `10.0`.
+        output: `OutputSettings` or `None`. Which ranks the console shows
+            whole and where per-rank log files go. Defaults to every
+            rank's whole output.
 
     Returns:
         Int. `0` on success, else the first failed worker's exit code
@@ -161,5 +181,5 @@ def launch(
         env=env,
         grace_seconds=grace_seconds,
     )
-    group = WorkerGroup(commands, grace_seconds=grace_seconds)
+    group = WorkerGroup(commands, grace_seconds=grace_seconds, output=output)
     return group.run(timeout=timeout)

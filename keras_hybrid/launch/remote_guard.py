@@ -16,9 +16,10 @@ guard closes that gap:
   process group: that is how SIGINT and SIGTERM are forwarded;
 - end of file on standard input (the launcher stopped or died, the ssh
   connection broke, sshd's keep-alive gave up on a dead client) stops the
-  worker: SIGTERM, then SIGKILL after `--grace_seconds` (at once if a
-  signal was already forwarded, since the launcher has then waited its
-  grace period already);
+  worker: SIGTERM, then SIGKILL after `--grace_seconds`, at most
+  `ORPHAN_GRACE_SECONDS` (the launcher is gone: nothing waits for the
+  worker's end), or at once if a signal was already forwarded (the
+  launcher has then waited its grace period already);
 - the guard exits with the worker's exit code (`128 + k` after signal
   `k`), which ssh hands back to the launcher.
 
@@ -35,6 +36,9 @@ import threading
 from keras_hybrid.launch import console
 
 _POLL_SECONDS = 0.1
+# The longest a worker whose launcher is gone may take after SIGTERM: the
+# job cannot go on, and nobody waits for its end.
+ORPHAN_GRACE_SECONDS = 3.0
 
 
 def _signal_group(pid: int, signum: int) -> None:
@@ -59,7 +63,7 @@ def _watch_stdin(proc: subprocess.Popen, grace_seconds: float) -> None:
     if not forwarded:
         _signal_group(proc.pid, signal.SIGTERM)
         try:
-            proc.wait(grace_seconds)
+            proc.wait(min(grace_seconds, ORPHAN_GRACE_SECONDS))
         except subprocess.TimeoutExpired:
             pass
     _signal_group(proc.pid, signal.SIGKILL)

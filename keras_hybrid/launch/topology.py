@@ -75,3 +75,33 @@ def host_specs(hosts: list[tuple[str, int]], port: int) -> list[WorkerSpec]:
                 )
             )
     return specs
+
+
+def check_ports_free(ports: list[int], hosts: list[str]) -> None:
+    """Checks that this machine can listen on every port, before any
+    worker starts.
+
+    A worker's TensorFlow server listens on all interfaces, so a port
+    counts as in use when binding it on all interfaces fails (a port only
+    in TIME_WAIT does not count).
+
+    Args:
+        ports: List of ints. The local workers' ports, in rank order.
+        hosts: List of strings. The host of each, for the message.
+
+    Raises:
+        ValueError: Naming the first port in use and `--port`.
+    """
+    for rank, (port, host) in enumerate(zip(ports, hosts, strict=True)):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind(("", port))
+            except OSError as error:
+                raise ValueError(
+                    f"Port {port} (rank {rank} on {host}) is in use "
+                    f"({error.strerror}). Received: --port {ports[0]}, which "
+                    f"gives local rank r port {ports[0]} + r. Pick another "
+                    "first port with `--port`, or leave `--port` out with "
+                    "-np to use free ports."
+                ) from None

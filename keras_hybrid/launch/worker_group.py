@@ -12,14 +12,20 @@ from collections.abc import Iterator
 from typing import TextIO
 
 from keras_hybrid.launch import exit_codes
-from keras_hybrid.launch.output_forwarder import OutputForwarder
+from keras_hybrid.launch.lifeline import exit_with_launcher
+from keras_hybrid.launch.root_cause import root_cause_lines
 from keras_hybrid.launch.ssh import SSH_FAILURE_EXIT_CODE
 from keras_hybrid.launch.worker_command import WorkerCommand
+from keras_hybrid.launch.worker_streams import OutputSettings
+from keras_hybrid.launch.worker_streams import WorkerStreams
 
 logger = logging.getLogger(__name__)
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _POLL_SECONDS = 0.05
+# After Ctrl-C, how long workers get before SIGKILL: a worker blocked in
+# a TensorFlow op (a collective) runs no Python signal handler.
+INTERRUPT_GRACE_SECONDS = 0.5
 # How long to wait for the last output once every worker has exited.
 _DRAIN_SECONDS = 5.0
 
@@ -31,7 +37,10 @@ class WorkerGroup:
     signals reach the worker's own children too. The group stops every
     worker as soon as one fails, the launcher gets SIGINT/SIGTERM, or the
     timeout expires: first the triggering signal (SIGTERM for a failure or
-    timeout), then SIGKILL after `grace_seconds`.
+    timeout), then SIGKILL after `grace_seconds` (after at most
+    `INTERRUPT_GRACE_SECONDS` for SIGINT, Ctrl-C). When a worker failed,
+    the last lines name the exception that started the failure and mark
+    the other workers' errors as its consequences (`root_cause`).
 
     A remote worker (`WorkerCommand.host` set) is an ssh client whose stdin
     stays open: the signal goes to the remote worker as a line on that
@@ -47,6 +56,9 @@ class WorkerGroup:
             `sys.stdout` at the time `run()` is called.
         stderr: Text file or `None`. Where worker stderr goes. Defaults to
             `sys.stderr` at the time `run()` is called.
+        output: `OutputSettings` or `None`. Which ranks the console shows
+            whole, and the directory of per-rank log files. Defaults to
+            every rank's whole output on the console.
 
     Example:
 
@@ -63,15 +75,18 @@ class WorkerGroup:
         grace_seconds: float = 10.0,
         stdout: TextIO | None = None,
         stderr: TextIO | None = None,
+        output: OutputSettings | None = None,
     ) -> None:
         self._commands = list(commands)
         self._grace_seconds = grace_seconds
         self._stdout = stdout
         self._stderr = stderr
+        self._output = output or OutputSettings(console_ranks=None)
+        self._streams: WorkerStreams | None = None
         self._procs: list[subprocess.Popen] = []
         self._remote = [command.host is not None for command in commands]
-        self._forwarders: list[OutputForwarder] = []
         self._signals: list[int] = []
+        self._failed = False
 
     def run(self, timeout: float | None = None) -> int:
         """Starts all workers and waits for the job to end.
@@ -85,11 +100,20 @@ class WorkerGroup:
             code (`128 + k` for signal `k`); `128 + k` if the launcher got
             signal `k`; `124` on timeout; `127` if a worker could not start.
         """
+        self._streams = WorkerStreams(
+            self._output,
+            self._stdout or sys.stdout,
+            self._stderr or sys.stderr,
+        )
         with self._signals_caught():
             code = self._start_all()
             if code is None:
                 code = self._supervise(timeout)
         self._drain()
+        self._streams.close()
+        if self._failed:
+            for line in root_cause_lines(self._streams.exceptions()):
+                logger.error("%s", line)
         return code
 
     @contextlib.contextmanager
@@ -114,9 +138,6 @@ class WorkerGroup:
         self._signals.append(signum)
 
     def _start_all(self) -> int | None:
-        stdout = self._stdout or sys.stdout
-        stderr = self._stderr or sys.stderr
-        locks = (threading.Lock(), threading.Lock())
         for command in self._commands:
             try:
                 # A remote worker's guard reads signals from this pipe and
@@ -129,6 +150,8 @@ class WorkerGroup:
                     stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE,
                     start_new_session=True,
+                    # A local worker dies with us (SIGKILL included).
+                    preexec_fn=None if command.host else exit_with_launcher(),
                 )
             except OSError as error:
                 logger.error(
@@ -141,14 +164,13 @@ class WorkerGroup:
                 self._stop(signal.SIGTERM)
                 return exit_codes.NOT_STARTED_EXIT_CODE
             self._procs.append(proc)
-            prefix = f"[{command.rank}] "
-            for pipe, sink, lock in (
-                (proc.stdout, stdout, locks[0]),
-                (proc.stderr, stderr, locks[1]),
-            ):
-                forwarder = OutputForwarder(pipe, sink, prefix, lock)
-                forwarder.start()
-                self._forwarders.append(forwarder)
+            rank = command.rank
+            self._streams.attach(
+                proc,
+                lambda rank=rank: rank,
+                lambda rank=rank: str(rank),
+                f"rank.{rank}.log",
+            )
         return None
 
     def _supervise(self, timeout: float | None) -> int:
@@ -185,6 +207,7 @@ class WorkerGroup:
             self._remote_hint(rank),
             _stopping(len(self._running()), "the other"),
         )
+        self._failed = True
         self._stop(signal.SIGTERM)
         return exit_codes.exit_code_for(returncode)
 
@@ -208,7 +231,10 @@ class WorkerGroup:
             exit_codes.signal_name(signum),
             len(self._running()),
         )
-        self._stop(signum)
+        grace = self._grace_seconds
+        if signum == signal.SIGINT:
+            grace = min(grace, INTERRUPT_GRACE_SECONDS)
+        self._stop(signum, grace)
         return 128 + signum
 
     def _on_timeout(self, timeout: float) -> int:
@@ -220,8 +246,9 @@ class WorkerGroup:
         self._stop(signal.SIGTERM)
         return exit_codes.TIMEOUT_EXIT_CODE
 
-    def _stop(self, signum: int) -> None:
+    def _stop(self, signum: int, grace: float | None = None) -> None:
         """Sends `signum`, waits up to the grace period, then SIGKILLs."""
+        grace = self._grace_seconds if grace is None else grace
         signals_seen = len(self._signals)
         # Fewer procs than commands when a start failed.
         for remote, proc in zip(self._remote, self._procs):  # noqa: B905
@@ -231,7 +258,7 @@ class WorkerGroup:
                 _send_line(proc, signum)
             else:
                 _signal_group(proc, signum)
-        deadline = time.monotonic() + self._grace_seconds
+        deadline = time.monotonic() + grace
         while self._running() and time.monotonic() < deadline:
             if len(self._signals) > signals_seen:
                 logger.warning("received another signal; killing workers.")
@@ -242,7 +269,7 @@ class WorkerGroup:
             logger.warning(
                 "%d worker(s) still running after %gs; sending SIGKILL.",
                 len(survivors),
-                self._grace_seconds,
+                grace,
             )
         for proc in self._procs:
             # Also reaches children left behind by workers already gone.
@@ -256,7 +283,7 @@ class WorkerGroup:
         for proc in self._procs:
             _close_stdin(proc)
         deadline = time.monotonic() + _DRAIN_SECONDS
-        for forwarder in self._forwarders:
+        for forwarder in self._streams.forwarders:
             if not forwarder.join(max(0.0, deadline - time.monotonic())):
                 logger.warning(
                     "worker output is still open after the workers exited, "

@@ -172,7 +172,7 @@ class HybridOptimizer(keras.optimizers.Optimizer):
         )
 
     def _accumulate(self, grads, accumulators):
-        with sharded_table.local_reads():
+        with sharded_table.shard_view():
             for grad, acc in zip(grads, accumulators, strict=True):
                 acc.value.assign_add(tf.convert_to_tensor(grad))
 
@@ -183,7 +183,7 @@ class HybridOptimizer(keras.optimizers.Optimizer):
         inner = self.inner_optimizer
         steps = inner.gradient_accumulation_steps
         mean_grads = []
-        with sharded_table.local_reads():
+        with sharded_table.shard_view():
             for grad, var, acc in zip(
                 grads, variables, accumulators, strict=True
             ):
@@ -195,7 +195,7 @@ class HybridOptimizer(keras.optimizers.Optimizer):
         for var in variables:
             if var.constraint is not None:
                 var.assign(var.constraint(var))
-        with sharded_table.local_reads():
+        with sharded_table.shard_view():
             for acc in accumulators:
                 acc.value.assign(tf.zeros_like(acc.value))
 

@@ -15,41 +15,49 @@ While a multi-worker strategy is open, the build is given the dataset's
 element spec (`tf.TensorSpec`s: shapes and dtypes, all that Keras reads
 of the batch) and draws nothing. Where the spec cannot be read, Keras'
 own build runs.
-"""
 
-import threading
+Keras' symbolic build also turns every input into a dense symbolic
+tensor, so under any `tf.distribute` strategy a model that takes a ragged
+input (`keras.Input(ragged=True)`, a layer calling `x.to_tensor()`)
+failed with "Unable to automatically build the model". For a dataset
+with ragged parts the symbolic build is skipped: the traced step builds
+what is left (metrics, loss, optimizer), as in one process.
+"""
 
 import tensorflow as tf
 
 from keras_hybrid._compat import keras as keras_compat
-
-_SITE = "TensorFlowTrainer._maybe_symbolic_build"
-_lock = threading.Lock()
-_original = {}
-
-
-def install() -> None:
-    """Replaces Keras' `_maybe_symbolic_build` (idempotent)."""
-    with _lock:
-        if _original:
-            return
-        original = keras_compat.current(_SITE)
-        _original["build"] = original
-
-        def build(self, iterator=None, data_batch=None):
-            if iterator is not None and data_batch is None:
-                spec = keras_compat.epoch_dataset_spec(iterator)
-                if spec is not None and all(
-                    isinstance(s, tf.TensorSpec) for s in tf.nest.flatten(spec)
-                ):
-                    return original(self, data_batch=spec)
-            return original(self, iterator=iterator, data_batch=data_batch)
-
-        keras_compat.replace(_SITE, build)
+from keras_hybrid.patches.patch_set import PRIVATE_KERAS
+from keras_hybrid.patches.patch_set import Patch
+from keras_hybrid.patches.patch_set import PatchSet
 
 
-def uninstall() -> None:
-    """Restores Keras' `_maybe_symbolic_build`."""
-    with _lock:
-        if _original:
-            keras_compat.replace(_SITE, _original.pop("build"))
+def _build_of(original):
+    def build(self, iterator=None, data_batch=None):
+        if iterator is not None and data_batch is None:
+            spec = keras_compat.epoch_dataset_spec(iterator)
+            if spec is not None and any(
+                isinstance(s, tf.RaggedTensorSpec)
+                for s in tf.nest.flatten(spec)
+            ):
+                # Keras' symbolic build makes every input dense, so a
+                # model that takes a ragged tensor fails in it; such a
+                # model is built by its traced step, as in one process.
+                return None
+            if spec is not None and all(
+                isinstance(s, tf.TensorSpec) for s in tf.nest.flatten(spec)
+            ):
+                return original(self, data_batch=spec)
+        return original(self, iterator=iterator, data_batch=data_batch)
+
+    return build
+
+
+PATCHES = PatchSet(
+    "build_from_spec",
+    (
+        Patch(
+            PRIVATE_KERAS, "TensorFlowTrainer._maybe_symbolic_build", _build_of
+        ),
+    ),
+)

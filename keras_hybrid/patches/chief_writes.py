@@ -11,7 +11,9 @@ redirects the other ranks' writes, like Keras 2 did for
 - `saving_api.save_model` / `save_weights` on other ranks write to a
   private scratch directory, removed right after; every rank then waits
   for all (a barrier that also carries failures), so the file is complete
-  when `save` returns anywhere.
+  when `save` returns anywhere. The chief writes a `.keras` or `.h5` file
+  under a hidden name beside it and renames it once all succeeded: a
+  worker killed in the save never leaves a file cut short at the path.
 - `model.export` (SavedModel for serving) gathers the weights on every
   rank; the chief exports a single-device copy of the model built outside
   the strategy, so the SavedModel holds whole tables and no collectives.
@@ -28,8 +30,8 @@ redirects the other ranks' writes, like Keras 2 did for
 The replaced functions and `file_utils` are `_compat.keras` patch sites
 (`save_model`, `save_weights`, `export_saved_model` and four callback
 modules' `file_utils`, all looked up by Keras at call time); tables are
-written to `.h5` files by `h5_streaming`. `install` is idempotent;
-`uninstall` restores them.
+written to `.h5` files by `h5_streaming`, TensorBoard's summaries kept to
+the chief by `chief_summaries`.
 """
 
 import atexit
@@ -41,59 +43,23 @@ import threading
 
 from absl import logging
 
-from keras_hybrid._compat import keras as keras_compat
 from keras_hybrid.checkpoint.participants import World
 from keras_hybrid.comm import call_fence
-from keras_hybrid.patches import chief_summaries
-from keras_hybrid.patches import h5_streaming
+from keras_hybrid.patches.patch_set import PRIVATE_KERAS
+from keras_hybrid.patches.patch_set import Patch
+from keras_hybrid.patches.patch_set import PatchSet
 
 _lock = threading.Lock()
-_originals: dict = {}
-_active = {"strategy": None}
+_serving = {"strategy": None}
 
 
-def install(strategy) -> None:
-    """Routes Keras' file writes through `strategy`'s rank (idempotent)."""
-    with _lock:
-        _active["strategy"] = strategy
-        if _originals:
-            return
-        proxy = _ChiefFileUtils(
-            keras_compat.current("backup_and_restore.file_utils")
-        )
-        patches = {
-            "save_model": _save_model,
-            "save_weights": _save_weights,
-            "export_saved_model": _export_saved_model,
-            "backup_and_restore.file_utils": proxy,
-            "model_checkpoint.file_utils": proxy,
-            "csv_logger.file_utils": proxy,
-            "tensorboard.file_utils": proxy,
-        }
-        for site, replacement in patches.items():
-            _originals[site] = keras_compat.replace(site, replacement)
-        h5_streaming.install(lambda: _active["strategy"].is_chief)
-        chief_summaries.install(_redirect)
-
-
-def uninstall() -> None:
-    """Restores Keras' functions (for tests and `strategy` teardown)."""
-    with _lock:
-        for site, original in _originals.items():
-            keras_compat.replace(site, original)
-        _originals.clear()
-        h5_streaming.uninstall()
-        chief_summaries.uninstall()
-        _active["strategy"] = None
-
-
-def _original(name: str):
-    return _originals[name]
+def _follow(strategy) -> None:
+    _serving["strategy"] = strategy
 
 
 def _strategy():
-    """The active multi-worker strategy, or None (then nothing changes)."""
-    strategy = _active["strategy"]
+    """The multi-worker strategy served, or None (then nothing changes)."""
+    strategy = _serving["strategy"]
     if strategy is None or strategy.size == 1:
         return None
     return strategy
@@ -135,10 +101,12 @@ def _scratch_dir():
         shutil.rmtree(path, ignore_errors=True)
 
 
-def _all_ranks_write(filepath, write) -> object:
+def _all_ranks_write(filepath, write, whole: bool = False) -> object:
     """Runs `write(path)` with the user's path on the chief and a scratch
     path elsewhere, then waits for every rank; a failure anywhere fails
-    every rank."""
+    every rank. With `whole` (a file: `.keras`, `.h5`), the chief writes
+    a hidden sibling and renames it once every rank succeeded, so that
+    the path never holds a file cut short (a worker killed in the save)."""
     strategy = _strategy()
     if strategy is None:
         return write(filepath)
@@ -147,50 +115,81 @@ def _all_ranks_write(filepath, write) -> object:
         path = filepath
         if not strategy.is_chief:
             path = os.path.join(scratch, os.path.basename(str(filepath)))
+        elif whole and _is_local_file(filepath):
+            path = _sibling(filepath)
         try:
             result = write(path)
         except Exception as e:  # re-raised by `agree`, on every rank
             error = e
         world = World(strategy.rank, strategy.size, strategy.communicator)
-        world.agree(error, f"Saving {str(filepath)!r}")
+        try:
+            world.agree(error, f"Saving {str(filepath)!r}")
+            if path != filepath and strategy.is_chief:
+                os.replace(path, filepath)
+        finally:
+            if path != filepath and strategy.is_chief:
+                with contextlib.suppress(OSError):
+                    os.remove(path)
     return result
 
 
-@call_fence.fences("model.save")
-def _save_model(model, filepath, *args, **kwargs):
-    original = _original("save_model")
-    return _all_ranks_write(
-        filepath, lambda path: original(model, path, *args, **kwargs)
-    )
+def _is_local_file(filepath) -> bool:
+    name = str(filepath)
+    return "://" not in name and name.endswith((".keras", ".h5"))
 
 
-@call_fence.fences("model.save_weights")
-def _save_weights(model, filepath, *args, **kwargs):
-    original = _original("save_weights")
-    return _all_ranks_write(
-        filepath, lambda path: original(model, path, *args, **kwargs)
-    )
+def _sibling(filepath) -> str:
+    """A hidden name beside `filepath` that keeps its suffix (Keras
+    checks it)."""
+    folder, name = os.path.split(str(filepath))
+    return os.path.join(folder, f".keras_hybrid_{os.getpid()}_{name}")
 
 
-@call_fence.fences("model.export")
-def _export_saved_model(model, filepath, *args, **kwargs):
-    original = _original("export_saved_model")
-    strategy = _active["strategy"]
-    if strategy is None:
-        return original(model, filepath, *args, **kwargs)
-    from keras_hybrid.checkpoint import single_device
+def _save_model_of(original):
+    @call_fence.fences("model.save")
+    def save_model(model, filepath, *args, **kwargs):
+        return _all_ranks_write(
+            filepath,
+            lambda path: original(model, path, *args, **kwargs),
+            whole=True,
+        )
 
-    # Every rank gathers the weights (a collective); only the chief builds
-    # the copy it exports.
-    copy = single_device.copy_model(model, build_copy=strategy.is_chief)
+    return save_model
 
-    def write(path):
-        if strategy.is_chief:
-            return original(copy, path, *args, **kwargs)
-        logging.info("keras-hybrid: the chief exports %s.", filepath)
-        return None
 
-    return _all_ranks_write(filepath, write)
+def _save_weights_of(original):
+    @call_fence.fences("model.save_weights")
+    def save_weights(model, filepath, *args, **kwargs):
+        return _all_ranks_write(
+            filepath,
+            lambda path: original(model, path, *args, **kwargs),
+            whole=True,
+        )
+
+    return save_weights
+
+
+def _export_of(original):
+    @call_fence.fences("model.export")
+    def export_saved_model(model, filepath, *args, **kwargs):
+        strategy = _serving["strategy"]
+        if strategy is None:
+            return original(model, filepath, *args, **kwargs)
+        from keras_hybrid.checkpoint import single_device
+
+        # Every rank gathers the weights (a collective); only the chief
+        # builds the copy it exports.
+        copy = single_device.copy_model(model, build_copy=strategy.is_chief)
+
+        def write(path):
+            if strategy.is_chief:
+                return original(copy, path, *args, **kwargs)
+            logging.info("keras-hybrid: the chief exports %s.", filepath)
+            return None
+
+        return _all_ranks_write(filepath, write)
+
+    return export_saved_model
 
 
 # -- file_utils of the callbacks
@@ -255,3 +254,21 @@ class _RemovedOnClose:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+_FILE_UTILS = (
+    "backup_and_restore.file_utils",
+    "model_checkpoint.file_utils",
+    "csv_logger.file_utils",
+    "tensorboard.file_utils",
+)
+PATCHES = PatchSet(
+    "chief_writes",
+    (
+        Patch(PRIVATE_KERAS, "save_model", _save_model_of),
+        Patch(PRIVATE_KERAS, "save_weights", _save_weights_of),
+        Patch(PRIVATE_KERAS, "export_saved_model", _export_of),
+        *(Patch(PRIVATE_KERAS, site, _ChiefFileUtils) for site in _FILE_UTILS),
+    ),
+    follow=_follow,
+)

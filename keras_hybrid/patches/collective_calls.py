@@ -16,17 +16,17 @@ Each model call first turns off a `jit_compile=True` (`xla_off`).
 Public methods patched (Keras 3.15): `keras.Model.fit`, `evaluate`,
 `predict`, `predict_on_batch`, `train_on_batch`, `test_on_batch` (set on
 `keras.Model`, which inherits them from the backend trainer) and
-`keras.layers.Layer.get_weights`. `install` is idempotent; `uninstall`
-restores the classes as they were.
+`keras.layers.Layer.get_weights`.
 """
 
 import functools
-import threading
 
 import keras
 
 from keras_hybrid.comm import call_fence
 from keras_hybrid.comm.call_fence import CallFence
+from keras_hybrid.patches.patch_set import Patch
+from keras_hybrid.patches.patch_set import PatchSet
 from keras_hybrid.sparse.sharded_table import ShardedTable
 from keras_hybrid.strategy import cluster
 from keras_hybrid.strategy import global_predictions
@@ -42,45 +42,21 @@ _MODEL_CALLS = (
     "test_on_batch",
 )
 _GATHERED = ("predict", "predict_on_batch")
-_MISSING = object()  # the class inherited the method
-
-_lock = threading.Lock()
-_originals: dict = {}
 
 
-def install(strategy) -> None:
-    """Fences collective calls with `strategy`'s communicator (idempotent;
-    the last strategy's communicator is used)."""
-    with _lock:
-        call_fence.install(
-            CallFence(
-                strategy.communicator,
-                strategy.communicator.timeout_seconds,
-                cluster.watchdog() if strategy.engine == "tf" else None,
-            )
-        )
-        if _originals:
-            return
-        for name in _MODEL_CALLS:
-            _patch(keras.Model, name, _fenced_model_call(name))
-        _patch(keras.layers.Layer, "get_weights", _fenced_get_weights())
-
-
-def uninstall() -> None:
-    """Restores Keras' methods and turns the fence off."""
-    with _lock:
-        for (cls, name), original in _originals.items():
-            if original is _MISSING:
-                delattr(cls, name)
-            else:
-                setattr(cls, name, original)
-        _originals.clear()
+def _follow(strategy) -> None:
+    """Fences collective calls with `strategy`'s communicator; `None`
+    turns the fence off."""
+    if strategy is None:
         call_fence.uninstall()
-
-
-def _patch(cls, name: str, make) -> None:
-    _originals[(cls, name)] = cls.__dict__.get(name, _MISSING)
-    setattr(cls, name, make(getattr(cls, name)))
+        return
+    call_fence.install(
+        CallFence(
+            strategy.communicator,
+            strategy.communicator.timeout_seconds,
+            cluster.watchdog() if strategy.engine == "tf" else None,
+        )
+    )
 
 
 def _fenced_model_call(name: str):
@@ -106,19 +82,16 @@ def _fenced_model_call(name: str):
     return make
 
 
-def _fenced_get_weights():
-    def make(original):
-        @functools.wraps(original)
-        def wrapper(self):
-            if not _holds_table(self):
-                return original(self)
-            kind = "model" if isinstance(self, keras.Model) else "layer"
-            with call_fence.fenced(f"{kind}.get_weights"):
-                return original(self)
+def _fenced_get_weights(original):
+    @functools.wraps(original)
+    def wrapper(self):
+        if not _holds_table(self):
+            return original(self)
+        kind = "model" if isinstance(self, keras.Model) else "layer"
+        with call_fence.fenced(f"{kind}.get_weights"):
+            return original(self)
 
-        return wrapper
-
-    return make
+    return wrapper
 
 
 def _local_batch(model, args, kwargs):
@@ -149,3 +122,16 @@ def _holds_table(layer) -> bool:
         isinstance(getattr(v, "value", None), ShardedTable)
         for v in layer.weights
     )
+
+
+PATCHES = PatchSet(
+    "collective_calls",
+    (
+        *(
+            Patch(keras.Model, name, _fenced_model_call(name))
+            for name in _MODEL_CALLS
+        ),
+        Patch(keras.layers.Layer, "get_weights", _fenced_get_weights),
+    ),
+    follow=_follow,
+)

@@ -1,66 +1,27 @@
 """Keras changes in force while an elastic `HybridStrategy` is open.
 
-- Keras scales each loss by `1 / num_replicas_in_sync`, a number fixed
-  when the step is traced. Under an elastic strategy the scale reads the
-  current group size, so the traced step stays right after a resize.
+- Losses are scaled by each worker's share of the global batch
+  (`patches/loss_scaling.py`, `strategy/batch_share.py`), read when the
+  step runs, so the traced step stays right after a resize.
 - `keras.Model.fit` gets an `ElasticResize` and an `ElasticCommit`
   callback (the user's script stays unchanged) and checks, before
-  training, that the global batch splits evenly over every allowed worker
-  count. When a lost worker stops `fit`, the survivors recover
+  training, that every global batch has at least as many rows as the
+  job can have workers. When a lost worker stops `fit`, the survivors recover
   (`ElasticRecovery`) and `fit` runs again from the last commit; the call
   returns the `History` of that last run.
-
-Private hooks touched: Keras' loss scaling functions (the
-`_compat.keras` patch sites `scale_loss_for_distribution` and
-`unscale_loss_for_distribution`).
 """
 
 import functools
 import inspect
 import math
-import threading
 
 import keras
-import numpy as np
 import tensorflow as tf
 
-from keras_hybrid._compat import keras as keras_compat
-from keras_hybrid.patches import loss_scaling
+from keras_hybrid.patches.patch_set import Patch
+from keras_hybrid.patches.patch_set import PatchSet
 
-_lock = threading.Lock()
-_saved: dict = {}
 _KERAS_DEFAULT_BATCH = 32
-_LOSS_SITES = (
-    ("scale_loss_for_distribution", False),
-    ("unscale_loss_for_distribution", True),
-)
-
-
-def install() -> None:
-    """Installs the patches (idempotent)."""
-    with _lock:
-        if _saved:
-            return
-        for site, inverse in _LOSS_SITES:
-            original = keras_compat.current(site)
-            _saved[site] = original
-            keras_compat.replace(site, _dynamic(original, inverse))
-        _saved["fit"] = keras.Model.__dict__.get("fit")
-        keras.Model.fit = _elastic_fit(keras.Model.fit)
-
-
-def uninstall() -> None:
-    """Restores Keras (idempotent)."""
-    with _lock:
-        if not _saved:
-            return
-        for site, _ in _LOSS_SITES:
-            keras_compat.replace(site, _saved.pop(site))
-        fit = _saved.pop("fit")
-        if fit is None:
-            del keras.Model.fit
-        else:
-            keras.Model.fit = fit
 
 
 def membership_of(strategy):
@@ -69,23 +30,6 @@ def membership_of(strategy):
     extended = getattr(strategy, "extended", None)
     communicator = getattr(extended, "communicator", None)
     return getattr(communicator, "membership", None)
-
-
-def _dynamic(original, inverse: bool):
-    @functools.wraps(original)
-    def scale(value):
-        membership = membership_of(tf.distribute.get_strategy())
-        if membership is None:
-            return original(value)
-        if not inverse:
-            loss_scaling.note_scaled()
-        value = tf.convert_to_tensor(value)
-        _, size = membership.rank_and_size()
-        size = tf.cast(size, tf.float64)
-        factor = size if inverse else 1.0 / size
-        return value * tf.cast(factor, value.dtype)
-
-    return scale
 
 
 def _elastic_fit(original):
@@ -149,8 +93,9 @@ def _recover(recovery, error):
 
 def _callbacks(strategy, membership, user, commit, recovery, resume) -> tuple:
     """`fit`'s callbacks: the user's, then `ElasticResize` and
-    `ElasticCommit`, gated while a joiner or a resumed run skips batches;
-    and the `ElasticResize`."""
+    `ElasticCommit`, gated while a joiner or a resumed run skips batches
+    (a resumed run does not begin the user's again); and the
+    `ElasticResize`."""
     from keras_hybrid.elastic.gated_callback import GatedCallback
     from keras_hybrid.elastic.replay import replay_callback
     from keras_hybrid.elastic.resize import ElasticResize
@@ -161,10 +106,10 @@ def _callbacks(strategy, membership, user, commit, recovery, resume) -> tuple:
         replay = replay_callback(
             recovery, strategy, resume["batch"], [resize, commit]
         )
-        gated = [*user, resize, commit]
         return [
             replay,
-            *(GatedCallback(c, replay.trains) for c in gated),
+            *(GatedCallback(c, replay.trains, begins=False) for c in user),
+            *(GatedCallback(c, replay.trains) for c in (resize, commit)),
         ], resize
     if membership.joining:
         gated = [GatedCallback(c, resize.trains) for c in user]
@@ -175,31 +120,24 @@ def _callbacks(strategy, membership, user, commit, recovery, resume) -> tuple:
 def check_global_batch(
     x, batch_size, min_np: int, max_np: int, validation_split: float = 0.0
 ) -> None:
-    """Raises `ValueError` if a global batch of `fit` does not split evenly
-    over some worker count in `[min_np, max_np]`.
+    """Raises `ValueError` if a global batch of `fit` has fewer rows than
+    the job can have workers (a worker would get none).
 
-    Each worker's loss is the mean over its rows, scaled by 1 / N: equal
-    slices are what makes N workers compute the global batch's mean. Only
-    training batches count: `validation_split` keeps its last rows out
-    (as Keras splits arrays), and validation's metrics are sums over
-    workers, exact for any split.
+    Any larger batch is exact: each worker's loss counts by its share of
+    the global batch (`strategy/batch_share.py`). Only training batches
+    count: `validation_split` keeps its last rows out (as Keras splits
+    arrays), and validation's metrics are sums over workers.
     """
-    batches = _global_batches(x, batch_size, validation_split)
-    if not batches:
-        return
-    counts = range(min_np, max_np + 1)
-    for rows in batches:
-        bad = [n for n in counts if rows % n]
-        if bad:
+    del min_np
+    for rows in _global_batches(x, batch_size, validation_split):
+        if rows < max_np:
             raise ValueError(
-                "Under elastic training every global batch must split "
-                f"evenly over each allowed worker count {min_np}..{max_np}. "
-                f"Received: a global batch of {rows} rows, which does not "
-                f"split over {bad} workers. Use a batch size divisible by "
-                f"{int(np.lcm.reduce(list(counts)))}, drop the last partial "
-                "batch (trim the arrays to a multiple of the batch size, or "
-                "batch a tf.data dataset with drop_remainder=True), or "
-                "narrow --min-np/--max-np."
+                "Under elastic training every global batch needs at least "
+                f"one row per worker, up to --max-np {max_np}. Received: a "
+                f"global batch of {rows} rows. Use a batch size of at least "
+                f"{max_np}, drop the last partial batch (trim the arrays to "
+                "a multiple of the batch size, or batch a tf.data dataset "
+                "with drop_remainder=True), or lower --max-np."
             )
 
 
@@ -224,3 +162,10 @@ def _global_batches(x, batch_size, validation_split=0.0) -> list[int]:
     if samples > batch and samples % batch:
         sizes.append(samples % batch)
     return sizes
+
+
+PATCHES = PatchSet(
+    "elastic_training",
+    (Patch(keras.Model, "fit", _elastic_fit),),
+    elastic=True,
+)

@@ -18,37 +18,15 @@ overflows). Outside a multi-worker `HybridStrategy` the check is Keras'.
 
 Private hook touched (Keras 3.15 / TF 2.21): the method
 `LossScaleOptimizer.check_finite`, called by `LossScaleOptimizer.apply` on
-both its merge-call and its no-merge-call paths. `install` is idempotent;
-`uninstall` restores it.
+both its merge-call and its no-merge-call paths.
 """
-
-import threading
 
 import keras
 import tensorflow as tf
 
+from keras_hybrid.patches.patch_set import Patch
+from keras_hybrid.patches.patch_set import PatchSet
 from keras_hybrid.strategy.hybrid_extended import HybridExtended
-
-_lock = threading.Lock()
-_originals: dict = {}
-
-
-def install() -> None:
-    """Makes `LossScaleOptimizer.check_finite` agree across workers."""
-    with _lock:
-        if _originals:
-            return
-        cls = keras.optimizers.LossScaleOptimizer
-        _originals["check_finite"] = cls.check_finite
-        cls.check_finite = _check_finite
-
-
-def uninstall() -> None:
-    """Restores Keras' `check_finite` (for tests)."""
-    with _lock:
-        original = _originals.pop("check_finite", None)
-        if original is not None:
-            keras.optimizers.LossScaleOptimizer.check_finite = original
 
 
 def all_workers_finite(finite: tf.Tensor, communicator) -> tf.Tensor:
@@ -63,9 +41,24 @@ def all_workers_finite(finite: tf.Tensor, communicator) -> tf.Tensor:
     return tf.equal(count, 0.0)
 
 
-def _check_finite(optimizer, grads):
-    finite = _originals["check_finite"](optimizer, grads)
-    extended = tf.distribute.get_strategy().extended
-    if not isinstance(extended, HybridExtended):
-        return finite
-    return all_workers_finite(finite, extended.communicator)
+def _check_finite_of(original):
+    def check_finite(optimizer, grads):
+        finite = original(optimizer, grads)
+        extended = tf.distribute.get_strategy().extended
+        if not isinstance(extended, HybridExtended):
+            return finite
+        return all_workers_finite(finite, extended.communicator)
+
+    return check_finite
+
+
+PATCHES = PatchSet(
+    "finite_check",
+    (
+        Patch(
+            keras.optimizers.LossScaleOptimizer,
+            "check_finite",
+            _check_finite_of,
+        ),
+    ),
+)

@@ -9,39 +9,39 @@ chief holds about one block, whatever the table's size. Other ranks take
 part in the gathers and write nothing (their file is a scratch file).
 
 Keras' store is reached through `_compat.keras`: the patch site
-`H5IOStore.__setitem__` and `h5_dataset`.
+`H5IOStore.__setitem__`, and `h5_dataset`.
 """
 
 from keras_hybrid._compat import keras as keras_compat
+from keras_hybrid.patches.patch_set import PRIVATE_KERAS
+from keras_hybrid.patches.patch_set import Patch
+from keras_hybrid.patches.patch_set import PatchSet
 from keras_hybrid.sparse.sharded_table import ShardedTable
 
-_original = {}
+_serving = {"strategy": None}
 
 
-def install(is_chief) -> None:
-    """Streams tables in `H5IOStore.__setitem__` (idempotent).
+def _follow(strategy) -> None:
+    _serving["strategy"] = strategy
 
-    Args:
-        is_chief: Callable returning whether this process writes files.
-    """
-    if _original:
-        return
-    original = keras_compat.current("H5IOStore.__setitem__")
-    _original["setitem"] = original
 
+def _setitem_of(original):
     def setitem(entry, key, value):
         table = getattr(value, "value", None)
         if not isinstance(table, ShardedTable) or entry.mode not in "wa":
             return original(entry, key, value)
-        _write_table(entry, key, table, is_chief())
+        strategy = _serving["strategy"]
+        _write_table(entry, key, table, strategy is None or strategy.is_chief)
         return None
 
-    keras_compat.replace("H5IOStore.__setitem__", setitem)
+    return setitem
 
 
-def uninstall() -> None:
-    if _original:
-        keras_compat.replace("H5IOStore.__setitem__", _original.pop("setitem"))
+PATCHES = PatchSet(
+    "h5_streaming",
+    (Patch(PRIVATE_KERAS, "H5IOStore.__setitem__", _setitem_of),),
+    follow=_follow,
+)
 
 
 def _write_table(entry, key, table: ShardedTable, write: bool) -> None:

@@ -1,4 +1,4 @@
-"""A `compute_loss` that averages over its own rows trains as on one process.
+"""Losses the workers' summed gradients need scaled are scaled once.
 
 Under any `tf.distribute` strategy Keras expects a step's loss divided by
 the number of workers: its loss reductions do that
@@ -16,58 +16,91 @@ made none, no part of its loss was scaled, so the whole loss is scaled
 here, once, and a line says so. One that scaled some of it (a Keras loss
 with the default reduction, `super().compute_loss`) is left as it is.
 
-Private hooks touched: Keras' `Trainer._compute_loss` and
-`scale_loss_for_distribution` (`_compat.keras` patch sites).
+A `train_step` that computes its own gradients (keras-io's VAE, GAN,
+contrastive and distillation examples: `tape.gradient(loss)`, then
+`optimizer.apply_gradients`) is held to one rule, per gradient tape:
+- a loss scaled for distribution while the tape recorded (a Keras loss
+  with a reducing reduction, `scale_loss_for_distribution`,
+  `tf.nn.compute_average_loss`, as a step written for `MirroredStrategy`
+  does) keeps its gradients summed over the workers;
+- a loss that is a sum (a target that is not a scalar, which
+  `tape.gradient` sums, or a scalar made by a `Sum`, such as a Keras loss
+  with `reduction="sum"`) keeps them summed too: the workers' sum is the
+  global batch's;
+- any other loss (a scalar the step averaged over its own rows) gets the
+  gradients of its variables averaged over the workers, each weighted by
+  its rows (the tape's upstream gradient is this worker's share of the
+  global batch, `strategy.batch_share`: `1/N` for even batches), and a
+  line says so once. Gradients of
+  tensors (a gradient penalty's) are never summed over workers and stay
+  as they are.
+Two tapes in one step (a GAN's two optimizers) each follow the rule.
+
+Keras' own `scale_loss_for_distribution` (its `1/N`) and
+`unscale_loss_for_distribution` (the loss tracker's inverse) use the same
+share, so a global batch that does not split evenly trains and logs as
+on one process.
+
+Private hooks touched: Keras' `Trainer._compute_loss`,
+`scale_loss_for_distribution` and `unscale_loss_for_distribution`
+(`_compat.keras` patch sites). Public ones:
+`tf.GradientTape.__enter__`, `__exit__` and `gradient`, and
+`tf.nn.compute_average_loss`.
 """
 
 import functools
 import threading
+import weakref
 
 import keras
+import tensorflow as tf
 from absl import logging
 
 from keras_hybrid._compat import keras as keras_compat
+from keras_hybrid.patches.patch_set import PRIVATE_KERAS
+from keras_hybrid.patches.patch_set import Patch
+from keras_hybrid.patches.patch_set import PatchSet
+from keras_hybrid.strategy import batch_share
+from keras_hybrid.strategy import hybrid_extended
 
 _COMPUTE = "Trainer._compute_loss"
 _SCALE = "scale_loss_for_distribution"
-_lock = threading.Lock()
-_saved: dict = {}
 _local = threading.local()
 _told: set = set()
+# Per gradient tape: [how many losses were scaled while it recorded].
+_scalings: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+# Ops a loss passes through unchanged on its way to `tape.gradient`.
+_PASS_THROUGH = ("Identity", "Cast", "StopGradient", "Squeeze")
 
 
 def note_scaled() -> None:
-    """Counts one scaling of a loss (for `compute_loss` being checked)."""
+    """Counts one scaling of a loss, for the `compute_loss` being checked
+    and for every gradient tape recording now."""
     if getattr(_local, "count", None) is not None:
         _local.count += 1
+    for frame in getattr(_local, "tapes", ()):
+        frame[0] += 1
 
 
-def install() -> None:
-    """Installs the check (idempotent)."""
-    with _lock:
-        if _saved:
-            return
-        _saved[_SCALE] = keras_compat.current(_SCALE)
-        _saved[_COMPUTE] = keras_compat.current(_COMPUTE)
-        keras_compat.replace(_SCALE, _counted(_saved[_SCALE]))
-        keras_compat.replace(_COMPUTE, _checked(_saved[_COMPUTE]))
+def _by_share(scale, inverse: bool = False):
+    """Keras' scaling by `1 / N`, or its inverse, replaced by this worker's
+    share of the global batch (`strategy.batch_share`): exact for batches
+    that do not split evenly, and following an elastic group's size."""
 
-
-def uninstall() -> None:
-    """Restores Keras (idempotent)."""
-    with _lock:
-        for site in (_COMPUTE, _SCALE):
-            if site in _saved:
-                keras_compat.replace(site, _saved.pop(site))
-
-
-def _counted(scale):
     @functools.wraps(scale)
-    def counted(value):
-        note_scaled()
-        return scale(value)
+    def scaled(value):
+        strategy = tf.distribute.get_strategy()
+        if not hybrid_extended.is_hybrid(strategy):
+            return scale(value)
+        if not inverse:
+            note_scaled()
+        value = tf.convert_to_tensor(value)
+        factor = batch_share.factor(strategy.extended.communicator)
+        if inverse:
+            factor = 1.0 / factor
+        return value * tf.cast(factor, value.dtype)
 
-    return counted
+    return scaled
 
 
 def _checked(compute):
@@ -98,3 +131,133 @@ def _checked(compute):
         return keras_compat.current(_SCALE)(loss)
 
     return checked
+
+
+def _enter_of(enter):
+    @functools.wraps(enter)
+    def __enter__(self):
+        frame = _scalings.setdefault(self, [0])
+        _local.__dict__.setdefault("tapes", []).append(frame)
+        return enter(self)
+
+    return __enter__
+
+
+def _exit_of(exit_):
+    @functools.wraps(exit_)
+    def __exit__(self, *exc_info):
+        tapes = getattr(_local, "tapes", [])
+        frame = _scalings.get(self)
+        if any(f is frame for f in tapes):
+            del tapes[max(i for i, f in enumerate(tapes) if f is frame)]
+        return exit_(self, *exc_info)
+
+    return __exit__
+
+
+def _gradient_of(gradient):
+    @functools.wraps(gradient)
+    def tape_gradient(
+        self, target, sources, output_gradients=None, *args, **kwargs
+    ):
+        factor = _averaged_over(self, target, sources)
+        if factor is not None:
+            output_gradients = _upstream(target, output_gradients, factor)
+        return gradient(
+            self, target, sources, output_gradients, *args, **kwargs
+        )
+
+    return tape_gradient
+
+
+def _averaged_over(tape, target, sources):
+    """This worker's share of the global batch (a tensor) if the gradients
+    of `target` must be averaged over the workers, else None (see the
+    module docstring). Only
+    gradients of variables are summed over workers; gradients of tensors
+    (a gradient penalty, the strategy's own row-wise regularizers) stay
+    as they are."""
+    context = tf.distribute.get_replica_context()
+    strategy = getattr(context, "strategy", None)
+    frame = _scalings.get(tape)
+    if (
+        frame is None
+        or frame[0]
+        or not hybrid_extended.is_hybrid(strategy)
+        or strategy.size < 2
+        or not all(_is_variable(s) for s in tf.nest.flatten(sources))
+    ):
+        return None
+    targets = tf.nest.flatten(target)
+    if not targets or any(_is_sum(t) for t in targets):
+        return None
+    if "train_step" not in _told:
+        _told.add("train_step")
+        logging.info(
+            "keras-hybrid: a step differentiates a loss that no Keras loss "
+            "reduction scaled for %d workers (it averages over its own "
+            "rows): its gradients are averaged over the workers, as one "
+            "process computes them on the global batch. A loss scaled "
+            "with `scale_loss_for_distribution` or "
+            "`tf.nn.compute_average_loss` keeps them summed "
+            "(docs/strategy.md).",
+            strategy.size,
+        )
+    return batch_share.factor(strategy.communicator)
+
+
+def _is_variable(source) -> bool:
+    return isinstance(source, (tf.Variable, keras.Variable))
+
+
+def _is_sum(tensor) -> bool:
+    """Whether `tensor` is a sum: not a scalar (`tape.gradient` sums it),
+    or made by a `Sum` op (seen in traced steps only)."""
+    if not tf.is_tensor(tensor):
+        return False
+    if tensor.shape.rank != 0:
+        return True
+    if tf.executing_eagerly() or not hasattr(tensor, "op"):
+        return False
+    op = tensor.op
+    while op.type in _PASS_THROUGH and op.inputs:
+        op = op.inputs[0].op
+    return op.type == "Sum"
+
+
+def _upstream(target, output_gradients, factor):
+    """`output_gradients` (ones if None) times `factor`."""
+    targets = tf.nest.flatten(target)
+    if output_gradients is None:
+        given = [tf.ones_like(t) for t in targets]
+    else:
+        given = tf.nest.flatten(output_gradients)
+    scaled = [g * tf.cast(factor, g.dtype) for g in given]
+    return tf.nest.pack_sequence_as(target, scaled)
+
+
+def _average_loss_of(compute_average_loss):
+    @functools.wraps(compute_average_loss)
+    def counted(*args, **kwargs):
+        note_scaled()
+        return compute_average_loss(*args, **kwargs)
+
+    return counted
+
+
+PATCHES = PatchSet(
+    "loss_scaling",
+    (
+        Patch(PRIVATE_KERAS, _SCALE, _by_share),
+        Patch(
+            PRIVATE_KERAS,
+            "unscale_loss_for_distribution",
+            lambda unscale: _by_share(unscale, inverse=True),
+        ),
+        Patch(PRIVATE_KERAS, _COMPUTE, _checked),
+        Patch(tf.GradientTape, "__enter__", _enter_of),
+        Patch(tf.GradientTape, "__exit__", _exit_of),
+        Patch(tf.GradientTape, "gradient", _gradient_of),
+        Patch(tf.nn, "compute_average_loss", _average_loss_of),
+    ),
+)

@@ -1,67 +1,94 @@
-"""Keras is patched only while a multi-worker `HybridStrategy` is open.
+"""The one registry of runtime patches: in while a strategy is in use,
+out in exactly the reverse order.
 
-A multi-worker strategy changes Keras for the whole process: one writer
-per path (`chief_writes`, with `h5_streaming` and `chief_summaries`), one
-finite-gradient verdict (`finite_check`), fenced collective calls
-(`fenced_calls`), a random stream per worker (`worker_seeds`),
-state a step assigns averaged over workers (`worker_state`), a model
-built from its dataset's spec, not a drawn batch (`spec_build`), and a
-`compute_loss` that averages by itself scaled as Keras' losses are
-(`loss_scaling`).
-`acquire` puts these in when a strategy opens; `release` takes them out,
-in reverse order, when the last open strategy closes, and then stops the
-process's `PeerWatchdog`, so plain Keras (or a later strategy) starts
-from stock behaviour.
+A multi-worker `HybridStrategy` changes Keras for the whole process from
+its first `scope()`: one writer per path (`chief_summaries`,
+`h5_streaming`, `chief_writes`), one finite-gradient verdict
+(`finite_check`), fenced collective calls (`collective_calls`), a random
+stream per worker (`worker_random`), state a step assigns averaged over
+workers (`state_averaging`), a model built from its dataset's spec
+(`build_from_spec`), losses scaled by each worker's share of the batch
+(`loss_scaling`), a progress bar that draws in place only on a terminal
+(`progress_bar`); an elastic strategy also scales losses by the current
+group size and resizes and recovers inside `fit` (`elastic_training`).
 
-Open strategies are held weakly: one that was garbage-collected without
-being closed no longer counts. While several are open the patches follow
-the newest one, as they always did.
+`acquire(strategy, elastic)` puts in, under one lock, every set that the
+open strategies need, in the order of `SETS`, patch by patch; `release`
+takes out what no open strategy needs any more, popping the stack of
+installed patches, so each attribute gets back exactly what it held
+before it was patched, even where two sets patch the same attribute.
+When the last open strategy is released, Keras is stock again and the
+process's `PeerWatchdog` stops. Open strategies are held weakly: one that
+was collected without being closed no longer counts. While several are
+open the patches serve the newest (`PatchSet.follow`).
 
-No private hook is touched here; the modules above list theirs.
+Private Keras sites are read and written only through `_compat.keras`
+(`current`, `replace`); public classes and modules directly.
 """
 
+import contextlib
 import threading
 import weakref
 
+from keras_hybrid._compat import keras as keras_compat
 from keras_hybrid.patches import build_from_spec
+from keras_hybrid.patches import chief_summaries
 from keras_hybrid.patches import chief_writes
 from keras_hybrid.patches import collective_calls
+from keras_hybrid.patches import elastic_training
 from keras_hybrid.patches import finite_check
+from keras_hybrid.patches import h5_streaming
 from keras_hybrid.patches import loss_scaling
+from keras_hybrid.patches import progress_bar
+from keras_hybrid.patches import state_averaging
 from keras_hybrid.patches import worker_random
-from keras_hybrid.strategy import averaged_state
+from keras_hybrid.patches.patch_set import PRIVATE_KERAS
+from keras_hybrid.patches.patch_set import PatchSet
 from keras_hybrid.strategy import cluster
+
+# Installation order; removal is the reverse.
+SETS = (
+    chief_summaries.PATCHES,
+    h5_streaming.PATCHES,
+    chief_writes.PATCHES,
+    finite_check.PATCHES,
+    collective_calls.PATCHES,
+    worker_random.PATCHES,
+    state_averaging.PATCHES,
+    build_from_spec.PATCHES,
+    loss_scaling.PATCHES,
+    progress_bar.PATCHES,
+    elastic_training.PATCHES,
+)
+# An attribute a class inherits: restoring it means deleting the override.
+_INHERITED = object()
 
 # Re-entrant: a strategy may be closed from an `atexit` hook while another
 # thread's `acquire` is running.
 _lock = threading.RLock()
-_open: list[weakref.ref] = []
-_current = {"ref": None}  # the strategy the patches follow
+_holders: list = []  # [(weakref to a strategy, elastic)], oldest first
+# The stack of installed sets: [(PatchSet, [(Patch, what it replaced)])].
+_installed: list = []
+_serving = {"ref": None}  # the strategy the installed sets follow
 
 
-def acquire(strategy) -> None:
-    """Installs the patches for `strategy` (first holder) or points them at
-    it (later holders). Calling it twice for one strategy counts once."""
+def acquire(strategy, elastic: bool = False) -> None:
+    """Puts in the patches `strategy` needs, or points them at it if they
+    are in already. Calling it twice for one strategy counts once."""
     with _lock:
-        live = _live()
-        if not any(s is strategy for s in live):
-            _open.append(weakref.ref(strategy))
-        _install(strategy)
+        if not any(s is strategy for s, _ in _live()):
+            _holders.append((weakref.ref(strategy), bool(elastic)))
+        _settle()
 
 
 def release(strategy) -> None:
-    """Forgets `strategy`; uninstalls the patches if no open strategy is
-    left, else points them at the newest one still open (idempotent)."""
+    """Forgets `strategy`; takes out what no open strategy needs, in
+    reverse order of installation (idempotent)."""
     with _lock:
-        live = [s for s in _live() if s is not strategy]
-        _open[:] = [weakref.ref(s) for s in live]
-        if not live:
-            if _current["ref"] is not None:
-                _uninstall()
-            return
-        current = _current["ref"]() if _current["ref"] else None
-        if current is not live[-1]:
-            _install(live[-1])
+        _holders[:] = [
+            (weakref.ref(s), e) for s, e in _live() if s is not strategy
+        ]
+        _settle()
 
 
 def open_count() -> int:
@@ -70,30 +97,125 @@ def open_count() -> int:
         return len(_live())
 
 
+def installed() -> list[str]:
+    """Names of the installed sets, in installation order."""
+    with _lock:
+        return [patch_set.name for patch_set, _ in _installed]
+
+
+def sites(elastic: bool = True) -> list[str]:
+    """Names of every attribute the sets replace (with `elastic`, those of
+    elastic strategies too), each once, in installation order."""
+    names = []
+    for patch_set in SETS:
+        if patch_set.elastic and not elastic:
+            continue
+        for patch in patch_set.patches:
+            if patch.name not in names:
+                names.append(patch.name)
+    return names
+
+
+@contextlib.contextmanager
+def installing(strategy, *patch_sets: PatchSet):
+    """Puts in `patch_sets`, in order, serving `strategy`, for the block,
+    and takes them out in reverse order after it (tests of some sets
+    alone; no strategy may hold the registry meanwhile).
+
+    Raises:
+        RuntimeError: If an open strategy holds patches now.
+    """
+    with _lock:
+        if _installed:
+            raise RuntimeError(
+                f"Cannot install {[s.name for s in patch_sets]} alone: the "
+                f"registry holds {installed()} for an open strategy."
+            )
+        for patch_set in patch_sets:
+            _put_in(patch_set)
+            _follow(patch_set, strategy)
+    try:
+        yield
+    finally:
+        with _lock:
+            for _ in patch_sets:
+                _take_out_last()
+
+
 def _live() -> list:
-    return [s for s in (ref() for ref in _open) if s is not None]
+    live = [(ref(), elastic) for ref, elastic in _holders]
+    return [(s, elastic) for s, elastic in live if s is not None]
 
 
-def _install(strategy) -> None:
-    chief_writes.install(strategy)
-    finite_check.install()
-    collective_calls.install(strategy)
-    worker_random.install()
-    averaged_state.install()
-    build_from_spec.install()
-    loss_scaling.install()
-    _current["ref"] = weakref.ref(strategy)
+def _settle() -> None:
+    """Makes the installed stack the sets the open strategies need, and
+    points them at the newest open strategy."""
+    live = _live()
+    elastic = any(e for _, e in live)
+    wanted = [s for s in SETS if live and (elastic or not s.elastic)]
+    while _installed and not _starts(wanted, [s for s, _ in _installed]):
+        _take_out_last()
+    added = wanted[len(_installed) :]
+    for patch_set in added:
+        _put_in(patch_set)
+    serving = live[-1][0] if live else None
+    served = _serving["ref"]() if _serving["ref"] is not None else None
+    for patch_set, _ in _installed:
+        if serving is not served or patch_set in added:
+            _follow(patch_set, serving)
+    _serving["ref"] = weakref.ref(serving) if serving is not None else None
+    if not live:
+        # The watchdog aborts this process's collectives when a peer goes
+        # away; with no strategy open, peers may finish and exit at will.
+        cluster.stop_watchdog()
 
 
-def _uninstall() -> None:
-    loss_scaling.uninstall()
-    build_from_spec.uninstall()
-    averaged_state.uninstall()
-    worker_random.uninstall()
-    collective_calls.uninstall()
-    finite_check.uninstall()
-    chief_writes.uninstall()
-    # The watchdog aborts this process's collectives when a peer goes away;
-    # with no strategy open, peers may finish and exit at will.
-    cluster.stop_watchdog()
-    _current["ref"] = None
+def _starts(sets: list, prefix: list) -> bool:
+    return sets[: len(prefix)] == prefix
+
+
+def _put_in(patch_set: PatchSet) -> None:
+    replaced = []
+    for patch in patch_set.patches:
+        stored, found = _read(patch)
+        _write(patch, patch.replacement(found))
+        replaced.append((patch, stored))
+    _installed.append((patch_set, replaced))
+
+
+def _take_out_last() -> None:
+    patch_set, replaced = _installed.pop()
+    for patch, stored in reversed(replaced):
+        _restore(patch, stored)
+    _follow(patch_set, None)
+
+
+def _follow(patch_set: PatchSet, strategy) -> None:
+    if patch_set.follow is not None:
+        patch_set.follow(strategy)
+
+
+def _read(patch) -> tuple:
+    """What the attribute holds as stored, and as Python finds it."""
+    if patch.target is PRIVATE_KERAS:
+        value = keras_compat.current(patch.attribute)
+        return value, value
+    if isinstance(patch.target, type):
+        stored = patch.target.__dict__.get(patch.attribute, _INHERITED)
+        return stored, getattr(patch.target, patch.attribute)
+    value = getattr(patch.target, patch.attribute)
+    return value, value
+
+
+def _write(patch, value) -> None:
+    if patch.target is PRIVATE_KERAS:
+        keras_compat.replace(patch.attribute, value)
+    else:
+        setattr(patch.target, patch.attribute, value)
+
+
+def _restore(patch, stored) -> None:
+    if stored is _INHERITED:
+        delattr(patch.target, patch.attribute)
+    else:
+        _write(patch, stored)

@@ -21,42 +21,31 @@ The rank is read when the step runs, so an elastic job's re-numbered
 workers fold their new rank without tracing again.
 """
 
-import threading
-
 import keras
 import tensorflow as tf
 
+from keras_hybrid.patches.patch_set import Patch
+from keras_hybrid.patches.patch_set import PatchSet
 from keras_hybrid.strategy import hybrid_extended
 
-_lock = threading.Lock()
-_original = {}
+
+def _next_of(original):
+    def next(self, ordered=True):  # noqa: A001 (Keras' name)
+        seed = original(self, ordered)
+        rank = _step_rank()
+        if rank is None:
+            return seed
+        rank = tf.cast(rank, seed.dtype)
+        folded = tf.random.experimental.stateless_fold_in(seed, rank)
+        return tf.where(rank > 0, folded, seed)
+
+    return next
 
 
-def install() -> None:
-    """Wraps `keras.random.SeedGenerator.next` (idempotent)."""
-    with _lock:
-        if _original:
-            return
-        original = keras.random.SeedGenerator.next
-        _original["next"] = original
-
-        def next(self, ordered=True):  # noqa: A001 (Keras' name)
-            seed = original(self, ordered)
-            rank = _step_rank()
-            if rank is None:
-                return seed
-            rank = tf.cast(rank, seed.dtype)
-            folded = tf.random.experimental.stateless_fold_in(seed, rank)
-            return tf.where(rank > 0, folded, seed)
-
-        keras.random.SeedGenerator.next = next
-
-
-def uninstall() -> None:
-    """Restores `keras.random.SeedGenerator.next`."""
-    with _lock:
-        if _original:
-            keras.random.SeedGenerator.next = _original.pop("next")
+PATCHES = PatchSet(
+    "worker_random",
+    (Patch(keras.random.SeedGenerator, "next", _next_of),),
+)
 
 
 def _step_rank():

@@ -45,6 +45,11 @@ SYNCS = ("allreduce", "allgather_unique")
 # A replica of a table this big, with its optimizer state, costs more
 # memory per worker than any traffic saving is worth: it is partitioned.
 REPLICA_BYTES_LIMIT = 64 * 2**20
+# Predicted times this close (partitioned at most this fraction slower
+# than replicated) are a tie: a tie goes to partitioning if it sends no
+# more bytes, since a shard also holds 1/N of the table and its optimizer
+# state. Placement then does not flip on a model's rounding.
+TIE_MARGIN = 0.05
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,6 +124,7 @@ class TableCost:
         dense_seconds: Float.
         dense_sync: String, one of `SYNCS`: how a replicated copy syncs.
         table_bytes: Int. Size of the whole table.
+        workers: Int. The workers the choice is weighed for.
     """
 
     lookups: int
@@ -129,26 +135,51 @@ class TableCost:
     dense_seconds: float
     dense_sync: str
     table_bytes: int = 0
+    workers: int = 0
+
+    @property
+    def margin(self) -> float:
+        """Float. How much slower partitioned is than replicated, as a
+        fraction of replicated's time (negative: faster)."""
+        return self.sparse_seconds / max(self.dense_seconds, 1e-12) - 1.0
+
+    @property
+    def tie(self) -> bool:
+        """Whether the times are within `TIE_MARGIN` of each other."""
+        return abs(self.margin) <= TIE_MARGIN
 
     @property
     def partition(self) -> bool:
         if self.table_bytes >= REPLICA_BYTES_LIMIT:
             return True
+        if self.tie and self.sparse_bytes <= self.dense_bytes:
+            return True
         return self.sparse_seconds < self.dense_seconds
 
     def summary(self) -> str:
-        sparse = f"{self.sparse_bytes / 1e3:.1f} kB"
-        dense = f"{self.dense_bytes / 1e3:.1f} kB ({self.dense_sync})"
-        sign = "<" if self.sparse_seconds < self.dense_seconds else ">="
-        too_big = ""
+        """The figures that decided, in words (the plan's reason): the
+        chosen way's time and bytes first, then the other's."""
         if self.table_bytes >= REPLICA_BYTES_LIMIT:
-            too_big = (
-                f"; {self.table_bytes / 2**20:.0f} MiB is too big to replicate"
-            )
-        return (
-            f"partitioned {sparse} {self.sparse_seconds * 1e3:.3f} ms {sign} "
-            f"replicated {dense} {self.dense_seconds * 1e3:.3f} ms{too_big}"
+            return f"{self.table_bytes / 2**20:.0f} MiB is too big to replicate"
+        mine = ("partitioned", self.sparse_seconds, self.sparse_bytes)
+        other = ("replicated", self.dense_seconds, self.dense_bytes)
+        if not self.partition:
+            mine, other = other, mine
+        times = (
+            f"{mine[1] * 1e3:.3f} vs {other[1] * 1e3:.3f} ms/step "
+            f"{other[0]} ({mine[1] / max(other[1], 1e-12) - 1:+.1%})"
         )
+        sent = f"{_kb(mine[2])} vs {_kb(other[2])} kB/step"
+        if self.partition and self.tie and self.margin >= 0:
+            return (
+                f"a tie, {times}: no more bytes ({sent}) and "
+                f"1/{self.workers} of the memory"
+            )
+        return f"{times}; {sent}"
+
+
+def _kb(nbytes: float) -> str:
+    return f"{nbytes / 1e3:.1f}"
 
 
 def expected_unique(rows: int, lookups: int) -> float:
@@ -231,7 +262,13 @@ def _table_cost(rows, row_bytes, lookups, workers, link, unique):
     else:
         dense = (gather_bytes, gather_seconds, "allgather_unique")
     return TableCost(
-        lookups, unique, sparse_bytes, sparse_seconds, *dense, table_bytes
+        lookups,
+        unique,
+        sparse_bytes,
+        sparse_seconds,
+        *dense,
+        table_bytes,
+        workers,
     )
 
 

@@ -6,6 +6,7 @@ result, and the strategy places variables as it says.
 """
 
 import dataclasses
+import textwrap
 
 from keras_hybrid.plan import cost_rule
 from keras_hybrid.plan import kind_overrides
@@ -24,6 +25,9 @@ SOURCES = (
     "too few rows",  # fewer rows than shards
     "not a table",  # scalar, or never looked up
 )
+# How `str(RoutingPlan)` is laid out: every line fits in `WIDTH` columns.
+WIDTH = 100
+_CHOICE = {"sparse": "partitioned", "dense": "replicated"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,7 +41,8 @@ class VariablePlan:
         shape: Tuple of ints. Full shape.
         bytes: Int. Full size in bytes.
         source: String, one of `SOURCES`.
-        reason: String. The decision in words, with the figures.
+        reason: String. The choice, the figure that decided it and what
+            the variable is, in words.
         partition: `RowPartition` for sparse variables, else `None`.
         cost: `cost_rule.TableCost` where both choices were costed.
     """
@@ -87,31 +92,41 @@ class RoutingPlan:
         return tuple(v for v in self.variables if v.kind == kind)
 
     def __str__(self) -> str:
-        width = max([8] + [len(v.path) for v in self.variables])
-        header = (
-            f"{'variable':{width}} {'kind':6} {'shape':>14} {'MB/worker':>9} "
-            f"{'sparse kB/step':>14} {'dense kB/step':>13}  reason"
-        )
-        lines = [header, "-" * len(header)]
+        header = f"{'kind':6} {'shape':>13} {'MB/worker':>9}  variable"
+        lines = [header, "-" * WIDTH]
+        room = WIDTH - len(header) + len("variable")
         for v in self.variables:
-            shape = "x".join(str(d) for d in v.shape)
-            sparse = dense = "-"
-            if v.cost is not None:
-                sparse = f"{v.cost.sparse_bytes / 1e3:.1f}"
-                dense = f"{v.cost.dense_bytes / 1e3:.1f}"
+            shape = "x".join(str(d) for d in v.shape) or "()"
             lines.append(
-                f"{v.path:{width}} {v.kind:6} {shape:>14} "
-                f"{v.bytes_per_worker() / 2**20:9.2f} {sparse:>14} "
-                f"{dense:>13}  {v.source}: {v.reason}"
+                f"{v.kind:6} {shape:>13} {v.bytes_per_worker() / 2**20:9.2f}"
+                f"  {_elided(v.path, room)}"
             )
-        for v in self.variables:
+            lines += textwrap.wrap(
+                v.reason,
+                WIDTH,
+                initial_indent=" " * 4,
+                subsequent_indent=" " * 6,
+            )
             if v.partition is not None:
-                rows = " ".join(str(r) for r in v.rows_per_worker())
-                lines.append(
-                    f"{v.path}: rows per worker {rows} "
-                    f"({v.partition.num_virtual} virtual shards)"
-                )
+                lines.append(f"    rows per worker {_rows(v)}")
         return "\n".join(lines)
+
+
+def _elided(text: str, width: int) -> str:
+    """`text`, with its middle elided to fit `width` columns."""
+    if len(text) <= width:
+        return text
+    keep = width - 1
+    return text[: keep // 2] + "…" + text[len(text) - (keep - keep // 2) :]
+
+
+def _rows(entry: VariablePlan) -> str:
+    """Rows per worker of a table, listed for up to 8 workers."""
+    rows = entry.rows_per_worker()
+    virtual = f"({entry.partition.num_virtual} virtual shards)"
+    if len(rows) <= 8:
+        return " ".join(str(r) for r in rows) + f" {virtual}"
+    return f"{min(rows)} to {max(rows)} on {len(rows)} workers {virtual}"
 
 
 def make_plan(
@@ -121,6 +136,7 @@ def make_plan(
     link: cost_rule.Link | None = None,
     min_rows: int | None = None,
     workers: int | None = None,
+    traced: bool = False,
 ) -> RoutingPlan:
     """Decides the kind of each variable and lays out sparse ones.
 
@@ -139,6 +155,9 @@ def make_plan(
             kind for. Defaults to `num_shards`. An elastic job passes
             `--max-np`, so that every process, a joiner counted as one
             worker until admitted included, decides the same kinds.
+        traced: Bool. Whether a step was traced (and placement decided):
+            a table still provisional then is one no step reads, and its
+            reason says so.
 
     Returns:
         A `RoutingPlan`.
@@ -153,12 +172,12 @@ def make_plan(
     workers = workers or num_shards
     entries = []
     for facts in variables:
-        kind, source, reason, cost = _decide(facts, workers, link, min_rows)
+        kind, source, figure, cost = _decide(facts, workers, link, min_rows)
         forced = kind_overrides.override_for(facts.path, overrides)
         if forced is None and facts.keras_path:
             forced = kind_overrides.override_for(facts.keras_path, overrides)
         if forced is not None:
-            kind, source, reason = forced, "override", "variable_kinds"
+            kind, source, figure = forced, "override", "set by variable_kinds"
         partition = None
         if kind == "sparse":
             if not facts.shape:
@@ -168,9 +187,10 @@ def make_plan(
                 )
             if facts.shape[0] < min_rows:
                 kind, source = "dense", "too few rows"
-                reason = _too_few(facts.shape[0], num_shards, min_rows)
+                figure = _too_few(facts.shape[0], num_shards, min_rows)
             else:
                 partition = RowPartition.create(facts.shape[0], num_shards)
+        reason = _reason(kind, source, figure, facts, traced)
         entries.append(
             VariablePlan(
                 facts.path,
@@ -186,43 +206,57 @@ def make_plan(
     return RoutingPlan(tuple(entries), num_shards)
 
 
+def _reason(kind, source, figure, facts, traced) -> str:
+    """The plan's reason: the choice, the figure that decided it and what
+    the variable is."""
+    if source == "provisional":
+        choice = "unused" if traced else "provisional"
+    else:
+        choice = _CHOICE[kind]
+    return f"{choice}: {figure} ({facts.describe()})"
+
+
 def _too_few(rows: int, num_shards: int, min_rows: int) -> str:
-    """The reason of a table kept dense for having fewer than `min_rows`."""
+    """Why a table is kept dense for having fewer than `min_rows`."""
     if min_rows == num_shards:
-        return f"{rows} rows for {num_shards} shards"
-    return f"{rows} rows for up to {min_rows} shards (elastic --max-np)"
+        return f"{rows} rows for {num_shards} workers"
+    return f"{rows} rows for up to {min_rows} workers (elastic --max-np)"
 
 
 def _decide(facts: VariableFacts, num_shards: int, link, min_rows: int):
-    """`(kind, source, reason, cost)` of one variable, overrides aside,
+    """`(kind, source, figure, cost)` of one variable, overrides aside,
     weighed for `num_shards` workers."""
+    size = _size(facts.bytes)
     if not facts.shape:
-        return "dense", "not a table", "a scalar", None
+        return "dense", "not a table", size, None
     if facts.shape[0] < min_rows:
-        reason = _too_few(facts.shape[0], num_shards, min_rows)
-        return "dense", "too few rows", reason, None
+        figure = _too_few(facts.shape[0], num_shards, min_rows)
+        return "dense", "too few rows", figure, None
     if facts.blocker:
         return "dense", "blocked", facts.blocker, None
     if facts.use == "whole":
-        return "dense", "read whole", facts.whole_reader, None
+        return "dense", "read whole", f"{size}, {facts.whole_reader}", None
     if facts.use == "unseen":
         if facts.candidate:
-            return (
-                "sparse",
-                "provisional",
-                "decided when a step is traced",
-                None,
-            )
+            figure = "no step reads it yet, placed when one does"
+            return "sparse", "provisional", figure, None
         if not cost_rule.may_pay(
             facts.shape[0], facts.row_bytes, num_shards, link
         ):
-            size = f"{facts.bytes / 1e3:.1f} kB"
-            why = f"{size}: partitioning cannot pay on {num_shards} workers"
+            why = f"{size}, partitioning cannot pay on {num_shards} workers"
             return "dense", "small", why, None
-        return "dense", "not a table", "never looked up by id", None
+        return "dense", "not a table", f"{size}, gathered nowhere", None
     cost = cost_rule.table_cost(
         facts.shape[0], facts.row_bytes, facts.lookups, num_shards, link
     )
     source = "gathered" if cost.partition else "cost"
     kind = "sparse" if cost.partition else "dense"
     return kind, source, cost.summary(), cost
+
+
+def _size(nbytes: int) -> str:
+    if nbytes >= 1e6:
+        return f"{nbytes / 1e6:.1f} MB"
+    if nbytes >= 1e3:
+        return f"{nbytes / 1e3:.1f} kB"
+    return f"{nbytes} B"

@@ -35,7 +35,7 @@ class TableUse:
         for tensor in self.whole_reads:
             users = _real_users(tensor)
             if users:
-                return f"op {users[0].name!r} ({users[0].type}) reads it whole"
+                return f"read whole by {users[0].type}"
         return ""
 
 

@@ -45,3 +45,32 @@ class VariableFacts:
     @property
     def row_bytes(self) -> int:
         return self.bytes // max(1, self.shape[0]) if self.shape else 0
+
+    def describe(self) -> str:
+        """What the variable is, in words a Keras user knows: "a table read
+        by gathers", "a Dense kernel", "a bias"."""
+        if self.use == "gathered":
+            return "a table read by gathers"
+        name = self.path.split("#")[0].rsplit("/", 1)[-1]
+        rank = len(self.shape)
+        if name == "kernel":
+            return _KERNELS.get(min(rank, 4), "a kernel")
+        if name in _NAMES:
+            return _NAMES[name]
+        return f"a {rank}-d weight" if rank else "a scalar weight"
+
+
+_NAMES = {
+    "embeddings": "an embedding table",
+    "bias": "a bias",
+    "recurrent_kernel": "a recurrent kernel",
+    "depthwise_kernel": "a convolution kernel",
+    "pointwise_kernel": "a convolution kernel",
+    "gamma": "a normalization scale",
+    "beta": "a normalization offset",
+}
+_KERNELS = {
+    2: "a Dense kernel",
+    3: "an EinsumDense kernel",
+    4: "a convolution kernel",
+}

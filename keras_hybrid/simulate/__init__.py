@@ -3,27 +3,31 @@
 `profile_model` measures a model in one process; `predict` and `sweep`
 turn the profile and a `ClusterSpec` into bytes and seconds per step for
 the hybrid, PS-only, all-reduce and all-gather modes; a `Design` switches
-the hybrid's exchange between the options of issue 15 (items 1 to 4,
-all built; 3 and 4 as options). The command line is
+the hybrid's exchange between its options (padding, the fused
+exchange, the hierarchical exchange and hot rows). The command line is
 `python -m keras_hybrid.simulate` (see docs/simulator.md).
 """
 
-from keras_hybrid.costs.cluster_spec import ClusterSpec
-from keras_hybrid.costs.cost_model import Prediction
-from keras_hybrid.costs.cost_model import predict
-from keras_hybrid.costs.cost_model import sweep
-from keras_hybrid.costs.design import Design
-from keras_hybrid.costs.profile import Profile
-from keras_hybrid.costs.profile import VariableStats
-from keras_hybrid.simulate.profiler import profile_model
+import importlib
 
-__all__ = [
-    "ClusterSpec",
-    "Design",
-    "Prediction",
-    "Profile",
-    "VariableStats",
-    "predict",
-    "profile_model",
-    "sweep",
-]
+# Where each public name lives. They are imported on first use: the cost
+# library imports TensorFlow, and `python -m keras_hybrid.simulate --help`
+# (which imports this package first) must not print its banners.
+_SOURCES = {
+    "ClusterSpec": "keras_hybrid.costs.cluster_spec",
+    "Prediction": "keras_hybrid.costs.cost_model",
+    "predict": "keras_hybrid.costs.cost_model",
+    "sweep": "keras_hybrid.costs.cost_model",
+    "Design": "keras_hybrid.costs.design",
+    "Profile": "keras_hybrid.costs.profile",
+    "VariableStats": "keras_hybrid.costs.profile",
+    "profile_model": "keras_hybrid.simulate.profiler",
+}
+
+__all__ = sorted(_SOURCES)
+
+
+def __getattr__(name: str):
+    if name not in _SOURCES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_SOURCES[name]), name)

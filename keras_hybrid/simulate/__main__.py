@@ -21,9 +21,12 @@ profile's tables (or `--resize_tables=100000x128,...`) with
 `--resize_slots` optimizer slots each (Adam: 2), on the `--bandwidth`
 link:
 
-    python -m keras_hybrid.simulate --resize=3:4 \
+    python -m keras_hybrid.simulate --resize=3:4 \\
         --resize_tables=100000x128 --resize_slots=2 --bandwidth=10gbit
 """
+
+# First: keeps TensorFlow's banners off `--help`.
+from keras_hybrid.utils import help_first  # isort: skip
 
 import json
 import os
@@ -47,6 +50,7 @@ from keras_hybrid.simulate import validate
 
 FLAGS = flags.FLAGS
 config_flags.define_flags()
+flags.adopt_module_key_flags(config_flags)
 flags.DEFINE_string(
     "profile",
     None,
@@ -97,33 +101,34 @@ flags.DEFINE_enum(
     "padding",
     "per_pair",
     list(design_lib.PADDINGS),
-    "Issue 15 item 1. per_pair (today): each all-to-all block padded to "
+    "How all-to-all blocks are padded. per_pair (default): each block to "
     "its own ladder step; max_pair: every block to the largest pair's "
-    "(before item 1; elastic jobs and the benchmark's hybrid_padded); "
-    "exact: no padding (not built).",
+    "(the padded all-to-all, one AllToAllV2: elastic jobs and the "
+    "benchmark's hybrid_padded); exact: no padding (not built).",
 )
 flags.DEFINE_boolean(
     "fused",
     True,
-    "Issue 15 item 2 (built): one count, id, pull and push exchange per "
-    "step for all tables and lookup calls; --nofused: per table and call "
+    "The fused exchange: one count, id, pull and push exchange per step "
+    "for all tables and lookup calls; --nofused: per table and call "
     "(elastic jobs and the benchmark's hybrid_per_call).",
 )
 flags.DEFINE_boolean(
     "hierarchical",
     False,
-    "Issue 15 item 3 (HybridStrategy(hierarchical=)): ids deduped per "
-    "host, hosts crossed once per host pair and local rank, pushes summed "
-    "per host; two-level dense all-reduce (in every mode).",
+    "The hierarchical exchange (HybridStrategy(hierarchical=)): ids "
+    "deduped per host, hosts crossed once per host pair and local rank, "
+    "pushes summed per host; two-level dense all-reduce (in every mode).",
 )
-# --hot_rows (issue 15 item 4, built) comes with the workload flags
-# (`benchmark.config_flags`), shared with the benchmark's hybrid_hot mode.
+# --hot_rows comes with the workload flags (`benchmark.config_flags`):
+# the benchmark's hybrid_hot mode shares it.
 flags.DEFINE_boolean(
     "ablation",
     False,
-    "Print, per worker count, the exchange before item 1 (max_pair), "
-    "today's (item 1 with --padding), then items 2 and 3 added one by "
-    "one, and item 4 if --hot_rows > 0.",
+    "Print, per worker count, the max_pair unfused exchange, then "
+    "--padding (per_pair unless set), the fused exchange and the "
+    "hierarchical exchange added one by one, and hot rows if "
+    "--hot_rows > 0.",
 )
 flags.DEFINE_integer(
     "shard_load",
@@ -258,8 +263,7 @@ def main(argv) -> None:
     _out(report.cost_table(predictions))
     if FLAGS.ablation:
         _out(
-            "\nAblation (issue 15 items added one by one, all built; 3 "
-            "and 4 as options; ratios = communication "
+            "\nAblation (options added one by one; ratios = communication "
             "ms of all-gather or all-reduce over the hybrid's, each under "
             "the same options):"
         )
@@ -282,20 +286,21 @@ def _design() -> design_lib.Design:
 
 
 def _ablation_designs() -> list:
-    """The exchange before items 1 and 2, then items 1 to 4 one by one
-    (today's is after item 2)."""
-    # Item 1 as built (pairwise sends, each block padded to its own
+    """The max_pair unfused exchange, then padding, the fused exchange,
+    the hierarchical exchange and hot rows added one by one (the default
+    exchange is the one after the fused exchange)."""
+    # Padding as built (pairwise sends, each block padded to its own
     # ladder step), unless --padding says otherwise.
     padding = "per_pair" if FLAGS.padding == "max_pair" else FLAGS.padding
     steps = [
         ("max_pair", design_lib.Design("max_pair", False, zipf=FLAGS.zipf)),
-        (f"+1 {padding}", design_lib.Design(padding, False, zipf=FLAGS.zipf)),
+        (f"+{padding}", design_lib.Design(padding, False, zipf=FLAGS.zipf)),
     ]
-    label = "+2 fused (today)" if padding == "per_pair" else "+2 fused"
+    label = "+fused (default)" if padding == "per_pair" else "+fused"
     steps.append((label, design_lib.Design(padding, True, zipf=FLAGS.zipf)))
     steps.append(
         (
-            "+3 hierarchical",
+            "+hierarchical",
             design_lib.Design(padding, True, True, zipf=FLAGS.zipf),
         )
     )
@@ -303,14 +308,15 @@ def _ablation_designs() -> list:
         hot = FLAGS.hot_rows
         steps.append(
             (
-                f"+4 hot {hot}",
+                f"+hot {hot}",
                 design_lib.Design(padding, True, True, hot, FLAGS.zipf),
             )
         )
-        # Item 3 only where it pays: the same without it.
+        # The hierarchical exchange runs only where it pays: the same
+        # with the flat exchange.
         steps.append(
             (
-                f"1,2,4 hot {hot}",
+                f"flat, hot {hot}",
                 design_lib.Design(padding, True, False, hot, FLAGS.zipf),
             )
         )
@@ -337,7 +343,8 @@ def _ablation(profile, specs, batch) -> list:
 
 
 def _shard_load(profile, batch) -> str:
-    """Busiest shard's rows served over the mean, per table (item 4)."""
+    """Busiest shard's rows served over the mean, per table, without and
+    with hot rows."""
     n = FLAGS.shard_load
     lines = [
         f"\nRows served per step by the busiest of {n} shards over the mean "
@@ -496,4 +503,4 @@ def _write(profile, predictions, checks) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    help_first.run(main)

@@ -13,7 +13,7 @@ these profiles are communication only.
 LM (`examples/lm1b`: `language_model.py`, `lm1b_distributed_driver.py`,
 `language_model_graph.py`): vocabulary 793 470, embedding 512, an LSTM of
 2048 cells projected to 512 (the 2048/512 model of Jozefowicz et al.
-that the example cites; the code in the repository now has 128 cells,
+that the example cites; the code in the repository has 128 cells,
 which gives 0.6 M dense parameters where the paper's 9.4 M needs 2048),
 128 sequences of 20 tokens per GPU, sampled softmax with batch x steps =
 2 560 negatives, Adagrad. Tables: the input embedding, the softmax

@@ -69,8 +69,8 @@ def _error(predicted: float, measured: float):
 
 # Benchmark modes the simulator models with a fixed exchange option:
 # `hybrid_padded` is the hybrid with every all-to-all block padded to the
-# largest pair (the exchange before issue 15), `hybrid_per_call` the
-# hybrid with one exchange per table and lookup call (before item 2).
+# largest pair (one `AllToAllV2`), `hybrid_per_call` the hybrid with one
+# exchange per table and lookup call (no fused exchange).
 _FIXED_OPTIONS = {
     "hybrid_padded": ("hybrid", {"padding": "max_pair"}),
     "hybrid_per_call": ("hybrid", {"fused": False}),

@@ -19,7 +19,7 @@ lookup:
    the owner splits into each table's gradient (`table_gradients.make`).
 
 Steps 2 to 4 are `owner_exchange.rows_of`. With several workers per host
-and `Communicator.hierarchical` on, `host_exchange.rows_of` runs them in
+and `Communicator.hierarchical` on, `hierarchical_exchange.rows_of` runs them in
 host first and across hosts once per host instead.
 
 Each lookup then takes its rows by `(table, call index)`, after a run-time

@@ -1,6 +1,6 @@
 """The hierarchical fused exchange: ids cross hosts once per host.
 
-With several workers per host (issue 15, item 3; the simulator's
+With several workers per host (the simulator's
 `Design.hierarchical` and `traffic._hierarchical_stages` model the same
 design), worker (h, r) of host h and local rank r moves a step's rows in
 three stages instead of one all-to-all over all workers:

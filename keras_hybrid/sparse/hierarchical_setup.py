@@ -63,7 +63,7 @@ def configure(comm, info, engine: str, elastic: bool, hierarchical) -> None:
 
 
 def decide(comm, calls: list, ids: list, link) -> None:
-    """Sets `comm.hierarchical` from the cost model (`hierarchy_choice`)
+    """Sets `comm.hierarchical` from the cost model (`hierarchical_choice`)
     at the first fused exchange of a job that left it to the model.
 
     `calls` are the step's prefetched lookup calls (with `.table`) and

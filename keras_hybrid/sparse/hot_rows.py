@@ -34,7 +34,7 @@ import tensorflow as tf
 
 from keras_hybrid._compat import tf as tf_compat
 from keras_hybrid.sparse import table_gradients
-from keras_hybrid.sparse.shard_view import local_reads
+from keras_hybrid.sparse.shard_view import shard_view
 
 
 class HotRows:
@@ -189,7 +189,7 @@ def values_of(tables: list) -> list:
 
         return totals, grad
 
-    with local_reads():
+    with shard_view():
         return list(gathered(*[local for _, local in owned]))
 
 

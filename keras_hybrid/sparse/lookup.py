@@ -18,7 +18,7 @@ import tensorflow as tf
 
 from keras_hybrid.sparse import hot_rows
 from keras_hybrid.sparse import table_gradients
-from keras_hybrid.sparse.shard_view import local_reads
+from keras_hybrid.sparse.shard_view import shard_view
 
 
 def pull(table, ids) -> tf.Tensor:
@@ -107,7 +107,7 @@ def read_rows(table, local_ids):
 
     # `custom_gradient` passes the variables it saw through an IdentityN;
     # they must read as the local rows, not as a whole-table stand-in.
-    with local_reads():
+    with shard_view():
         return read(local_ids)
 
 

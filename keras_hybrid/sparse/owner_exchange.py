@@ -10,7 +10,7 @@ one push all-to-all per dtype returns the gradients (`lookup.send_back`).
 
 The destination is each id's owner (`rows_of`), or, in a hierarchical
 exchange, a worker of the same host that relays for the owner
-(`host_exchange`): both pack with `Sent` and answer with `Asked`.
+(`hierarchical_exchange`): both pack with `Sent` and answer with `Asked`.
 """
 
 import math

@@ -14,24 +14,55 @@ variable a `sparse_read` that gathers from its storage (`ResourceGather`):
 the same rows and the same `IndexedSlices` gradient, without the copy. A
 table also read whole (a tied output projection) is left alone: there a
 gather would put the variable in copy-on-read mode for the whole reads.
+
+Each read checks its ids first, as a partitioned table's lookup does: an
+id outside the table stops the step with a message naming the table, the
+id, the worker and the valid range (TensorFlow's own `indices[53,0] =
+50005 is not in [0, 50000)` names none of them, and a GPU gather returns
+zeros instead).
 """
 
 import weakref
 
+import tensorflow as tf
+
 from keras_hybrid._compat import keras as keras_compat
 
 
-def install(keras_var) -> None:
-    """Makes gathers of Keras variable `keras_var` read rows only."""
+def install(keras_var, path: str = "", communicator=None) -> None:
+    """Makes gathers of Keras variable `keras_var` read rows only.
+
+    Args:
+        keras_var: `keras.Variable`. A table the plan keeps replicated.
+        path: String. Its path, for the bad-id message.
+        communicator: Optional `Communicator`. Its rank names the worker
+            in the bad-id message.
+    """
     ref = weakref.ref(keras_var)
 
     def sparse_read(indices, name=None):
         variable = ref()
         storage = keras_compat.variable_storage(variable)
-        rows = storage.sparse_read(indices, name=name)
+        rank = 0 if communicator is None else communicator.rank
+        with tf.control_dependencies([check_ids(path, storage, rank, indices)]):
+            rows = storage.sparse_read(indices, name=name)
         return keras_compat.autocast_read(variable, rows)
 
     keras_var.sparse_read = sparse_read
+
+
+def check_ids(path: str, storage, rank: int, indices):
+    """An assertion that every id is a row of `storage`."""
+    num_rows = storage.shape[0]
+    flat = tf.reshape(tf.cast(indices, tf.int64), [-1])
+    bad = tf.logical_or(flat < 0, flat >= num_rows)
+    first = tf.gather(flat, tf.argmax(tf.cast(bad, tf.int32)))
+    message = tf.strings.format(
+        f"Table {path!r} (replicated) was looked up with id {{}} on worker "
+        f"{rank}; valid ids are [0, {num_rows}).",
+        first,
+    )
+    return tf.debugging.Assert(tf.logical_not(tf.reduce_any(bad)), [message])
 
 
 def uninstall(keras_var) -> None:

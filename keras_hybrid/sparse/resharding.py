@@ -76,7 +76,8 @@ def reshard_members(tables, communicator, old_members, new_members) -> dict:
     worker's rank is its task's index in the sorted member list. A
     collective over the larger of the two groups (the new one for a grow,
     the old one for a shrink), which `communicator` must span. For a grow,
-    joiners first take rank 0's assignments (`adopt_partitions`) and the
+    joiners first take the assignments of the lowest old member (a joiner
+    with a lower task may be rank 0 now: `adopt_partitions`) and the
     old members' shards are renumbered to their new ranks; then each
     table takes the balanced assignment onto the new members that moves
     the fewest virtual shards (`ShardAssignment.resized`, with the old
@@ -124,7 +125,7 @@ def reshard_members(tables, communicator, old_members, new_members) -> dict:
     if grow:
         rebind_members(tables, communicator, old, new)
         if len(new) > len(old):
-            adopt_partitions(tables, communicator, root=0)
+            adopt_partitions(tables, communicator, root=new.index(old[0]))
     targets = [member_target(t.partition, group, new) for t in tables]
     return _move_all(tables, targets, communicator)
 

@@ -49,7 +49,7 @@ class RowRegularizer:
     def __call__(self, value):
         del value  # the Keras variable: its rows live on the shards
         if use_discovery.active() or keras_compat.in_symbolic_scope():
-            with sharded_table.local_reads():
+            with sharded_table.shard_view():
                 return self.regularizer(tf.convert_to_tensor(self.table))
         return _shard_penalty(self.table, self.regularizer, self.communicator)
 
@@ -60,7 +60,7 @@ class RowRegularizer:
 def _shard_penalty(table, regularizer, comm):
     @tf.custom_gradient
     def penalty(anchor):
-        with sharded_table.local_reads():
+        with sharded_table.shard_view():
             rows = tf.convert_to_tensor(table)
         with tf.GradientTape() as tape:
             tape.watch(rows)
@@ -80,7 +80,7 @@ def _shard_penalty(table, regularizer, comm):
 
     # `custom_gradient` passes the variables it saw through an IdentityN;
     # they must read as the local rows, not as a whole-table stand-in.
-    with sharded_table.local_reads():
+    with sharded_table.shard_view():
         return penalty(tf.constant(0.0))
 
 

@@ -6,7 +6,7 @@ who reads:
 
 - a gather (`tf.gather`, `ops.take`, `tf.nn.embedding_lookup`) calls
   `sparse_read`, which pulls the rows of any ids from their owners;
-- the optimizer, inside `extended.update` (see `local_reads`), sees the
+- the optimizer, inside `extended.update` (see `shard_view`), sees the
   local rows: it updates only what this shard owns;
 - anything else gets an empty `[0, ...]` stand-in, which `ops.take` uses
   only for its shape. `check_whole_reads` turns any other use, found at
@@ -40,8 +40,8 @@ from keras_hybrid.sparse import fused_exchange
 from keras_hybrid.sparse import lookup
 from keras_hybrid.sparse import prefetch
 from keras_hybrid.sparse.partition_lookup import PartitionLookup
-from keras_hybrid.sparse.shard_view import in_local_reads
-from keras_hybrid.sparse.shard_view import local_reads
+from keras_hybrid.sparse.shard_view import in_shard_view
+from keras_hybrid.sparse.shard_view import shard_view
 
 ROLES = ("table", "slot")
 BLOCK_BYTES = 16 * 2**20  # rows gathered per collective when saving
@@ -49,7 +49,7 @@ _SHAPE_OPS = ("Shape", "ShapeN")
 # graph -> [(stand-in tensor, table)] of whole reads made while tracing.
 _whole_reads: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
-__all__ = ["ShardedTable", "check_whole_reads", "local_reads"]
+__all__ = ["ShardedTable", "check_whole_reads", "shard_view"]
 
 
 class ShardedTable(tf_compat.ConvertibleVariable):
@@ -180,10 +180,14 @@ class ShardedTable(tf_compat.ConvertibleVariable):
             stand_in = self._local_stand_in(indices)
             prefetch.record(self, tf.convert_to_tensor(indices), stand_in)
             return stand_in
-        rows = fused_exchange.take(self, indices)
-        if rows is not None:
-            return rows
-        return lookup.pull(self, indices)
+        try:
+            rows = fused_exchange.take(self, indices)
+            if rows is None:
+                rows = lookup.pull(self, indices)
+        except Exception as error:
+            _name_the_exchange(error, self)
+            raise
+        return rows
 
     def _local_stand_in(self, indices):
         """Local rows shaped like a lookup of `indices`, for graphs that
@@ -197,7 +201,7 @@ class ShardedTable(tf_compat.ConvertibleVariable):
         return super().sparse_read(local_indices)
 
     def to_tensor(self, dtype=None, name=None, as_ref=False):
-        if self.role == "slot" or in_local_reads() or as_ref:
+        if self.role == "slot" or in_shard_view() or as_ref:
             return self.stored_tensor(dtype=dtype, name=name, as_ref=as_ref)
         if use_discovery.active() or keras_compat.in_symbolic_scope():
             full = tf.zeros(self.full_shape, dtype or self.dtype)
@@ -319,10 +323,10 @@ class ShardedTable(tf_compat.ConvertibleVariable):
     # -- writes
 
     def assign(self, value, use_locking=None, name=None, read_value=True):
-        """Inside `local_reads` assigns this shard's rows; otherwise takes
+        """Inside `shard_view` assigns this shard's rows; otherwise takes
         the rows this shard owns from a full-table `value` (`set_weights`).
         """
-        if not in_local_reads():
+        if not in_shard_view():
             value = tf.convert_to_tensor(value, dtype=self.dtype)
             if value.shape[0] != self.full_shape[0]:
                 raise ValueError(
@@ -363,3 +367,21 @@ def check_whole_reads(graph) -> None:
                 "variable dense: `HybridStrategy(variable_kinds="
                 f"{{{table.path!r}: 'dense'}})`."
             )
+
+
+def _name_the_exchange(error: Exception, table: "ShardedTable") -> None:
+    """Says in `error`'s message that it rose in the strategy's exchange of
+    `table`: Keras re-raises an error of a layer call with the layer's name
+    and a new message made from the first argument, so the words go there
+    (a note otherwise)."""
+    comm = table.communicator
+    where = (
+        f"\n(keras-hybrid: raised in HybridStrategy's exchange of the rows "
+        f"of partitioned table {table.path!r}, {table.full_shape[0]} rows "
+        f"over {comm.size} workers, on worker {comm.rank}.)"
+    )
+    if error.args and isinstance(error.args[0], str):
+        if "keras-hybrid: raised in HybridStrategy" not in error.args[0]:
+            error.args = (error.args[0] + where, *error.args[1:])
+    else:
+        error.add_note(where.strip())

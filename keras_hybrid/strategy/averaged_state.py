@@ -3,9 +3,9 @@
 `BatchNormalization` (unsynchronized, Keras' default) updates its moving
 mean and variance from the batch it sees. With several workers each sees
 its own slice of the global batch, so the workers' copies of these
-non-trainable variables drifted apart: rank 0 saved its own statistics,
-an elastic resize broadcast rank 0's, and `evaluate` normalized each
-worker's rows with different ones.
+non-trainable variables would differ: rank 0 would save its own
+statistics, an elastic resize broadcast rank 0's, and `evaluate`
+normalize each worker's rows with different ones.
 
 After each train or test step of a multi-worker `HybridStrategy`, the
 floating-point non-trainable variables of the model that the step
@@ -20,8 +20,9 @@ to rounding).
 
 Which variables a step assigns is recorded while it is built:
 `keras.Variable.assign` (which `assign_add` and `assign_sub` call) is
-wrapped while a multi-worker strategy is open and notes the variables
-assigned inside `recording()`. Trainable weights (updated from all-reduced
+wrapped while a multi-worker strategy is open
+(`patches/state_averaging.py`) and notes the variables assigned inside
+`recording()`. Trainable weights (updated from all-reduced
 gradients), optimizer and metric state (handled elsewhere), integer state
 (seed generators, counters) and partitioned tables are never averaged.
 Variables assigned directly through their TF variable are not seen.
@@ -30,47 +31,20 @@ Variables assigned directly through their TF variable are not seen.
 import contextlib
 import threading
 
-import keras
 import tensorflow as tf
 
 from keras_hybrid.sparse.sharded_table import ShardedTable
 from keras_hybrid.strategy.global_read_variable import GlobalReadVariable
 
-_lock = threading.Lock()
-_original = {}
 _record = threading.local()
 
 
-def install() -> None:
-    """Wraps `keras.Variable.assign` (idempotent)."""
-    with _lock:
-        if _original:
-            return
-        original = keras.Variable.assign
-        # `keras.Variable` inherits `assign`; uninstall removes the wrapper
-        # rather than leave a copy of the inherited method behind.
-        _original["own"] = keras.Variable.__dict__.get("assign")
-        _original["assign"] = original
-
-        def assign(self, value):
-            assigned = getattr(_record, "ids", None)
-            if assigned is not None:
-                assigned.add(id(self))
-            return original(self, value)
-
-        keras.Variable.assign = assign
-
-
-def uninstall() -> None:
-    """Restores `keras.Variable.assign`."""
-    with _lock:
-        if _original:
-            own = _original.pop("own")
-            _original.pop("assign")
-            if own is None:
-                del keras.Variable.assign
-            else:
-                keras.Variable.assign = own
+def note_assigned(variable) -> None:
+    """Notes that Keras variable `variable` was assigned, inside
+    `recording()` (called by the patched `keras.Variable.assign`)."""
+    assigned = getattr(_record, "ids", None)
+    if assigned is not None:
+        assigned.add(id(variable))
 
 
 @contextlib.contextmanager

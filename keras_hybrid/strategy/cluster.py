@@ -13,6 +13,7 @@ import tensorflow as tf
 from absl import logging
 
 from keras_hybrid._compat import tf as tf_compat
+from keras_hybrid.contract.elastic_board import LEADER_ENV
 
 _JOB = "worker"
 
@@ -28,6 +29,9 @@ class ClusterInfo:
         rpc_layer: String. Protocol of the cluster channel.
         local_rank: Int. Index of this worker on its host (set by the
             Horovod engine; the TF engine's launcher picks devices itself).
+        leader: Int. The task that resolves TensorFlow's collective
+            groups: task 0, or the one an elastic launcher names
+            (`LEADER_ENV`) after the first task was lost.
     """
 
     rank: int
@@ -35,6 +39,7 @@ class ClusterInfo:
     cluster_spec: tf.train.ClusterSpec | None
     rpc_layer: str = "grpc"
     local_rank: int = 0
+    leader: int = 0
 
     @property
     def device(self) -> str:
@@ -87,7 +92,26 @@ def resolve(cluster_resolver=None) -> ClusterInfo:
         size=size,
         cluster_spec=spec,
         rpc_layer=cluster_resolver.rpc_layer or "grpc",
+        leader=_leader(size),
     )
+
+
+def _leader(size: int) -> int:
+    """The collective leader an elastic launcher names, else task 0.
+
+    Raises:
+        ValueError: If the named task is not in the cluster.
+    """
+    text = os.environ.get(LEADER_ENV, "").strip()
+    if not text:
+        return 0
+    if not text.isdigit() or not 0 <= int(text) < size:
+        raise ValueError(
+            f"{LEADER_ENV} must name a task of the cluster, in [0, {size})."
+            f" Received: {LEADER_ENV}={text!r}. It is set by "
+            "keras-hybrid-run; unset it to let task 0 lead."
+        )
+    return int(text)
 
 
 def resolve_horovod(cluster_resolver) -> ClusterInfo:
@@ -162,7 +186,7 @@ def start_server(info: ClusterInfo) -> None:
             "cluster, or start a new process."
         )
     tf_compat.enable_collectives(
-        info.cluster_spec, _JOB, info.rank, info.rpc_layer
+        info.cluster_spec, _JOB, info.rank, info.rpc_layer, info.leader
     )
     _joined = info
     logging.info(

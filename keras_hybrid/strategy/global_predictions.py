@@ -6,11 +6,11 @@ worker's slice of each global batch. Worker r holds rows
 (`input_sharding`), so all-gathering each step's outputs in rank order
 rebuilds the global batch in input order. The gather is traced into the
 predict function, after the step, while `gathering()` is on: the patched
-`Model.predict` and `predict_on_batch` (`fenced_calls`) turn it on, so a
-user's `predict_step` override is gathered too. `predict_on_batch` feeds
-its batch to the predict function undistributed, so each worker first
-keeps its slice (`local_slice`): the function Keras caches for both
-calls then always gathers.
+`Model.predict` and `predict_on_batch` (`patches.collective_calls`) turn
+it on, so a user's `predict_step` override is gathered too.
+`predict_on_batch` feeds its batch to the predict function undistributed,
+so each worker first keeps its slice (`local_slice`): the function Keras
+caches for both calls then always gathers.
 """
 
 import tensorflow as tf

@@ -2,10 +2,10 @@
 
 Keras shuffles a `keras.utils.PyDataset`'s batches with Python's `random`
 (`random.shuffle` at each epoch). Without a seed, or with any draw that
-differs between processes, each worker shuffled differently: a "global
-batch" was then N slices of N different batches, silently. A strategy
-already gives every worker rank 0's TF global seed (Keras shuffles arrays
-with TF ops); when it starts, it now also copies rank 0's Python `random`
+differs between processes, each worker would shuffle differently: a
+"global batch" would be N slices of N different batches, silently. A
+strategy gives every worker rank 0's TF global seed (Keras shuffles arrays
+with TF ops); when it starts, it also copies rank 0's Python `random`
 state and NumPy's global state to the other workers, so code that draws
 from them alike on every rank (Keras, a `PyDataset` that augments with
 `np.random`) draws alike. Rank 0's own states are unchanged, so a seeded

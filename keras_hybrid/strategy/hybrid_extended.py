@@ -31,6 +31,7 @@ from keras_hybrid.sparse import prefetch
 from keras_hybrid.sparse import sharded_table
 from keras_hybrid.sparse import table_gradients
 from keras_hybrid.strategy import averaged_state
+from keras_hybrid.strategy import batch_share
 from keras_hybrid.strategy import global_metrics
 from keras_hybrid.strategy import global_predictions
 from keras_hybrid.strategy import global_read_variable
@@ -86,6 +87,13 @@ class HybridExtended(OneProcessExtended):
         elastic resize must trace it again."""
         return self._warned_indexed_slices
 
+    def _elastic_rows(self, args):
+        """The global batch's rows, which an elastic worker sees whole;
+        None in a fixed job (`batch_share` sums the slices)."""
+        if getattr(self._communicator, "membership", None) is None:
+            return None
+        return batch_share.rows_of(args)
+
     def _elastic_slice(self, args):
         """This worker's slice of each global batch in `args`, under an
         elastic job (the slice follows the current members)."""
@@ -111,8 +119,10 @@ class HybridExtended(OneProcessExtended):
             if model is not None and model.optimizer is not None:
                 _check_optimizer(model.optimizer, model.trainable_variables)
             self.router.warn_unused_overrides()
+            global_rows = self._elastic_rows(args)
             args = self._elastic_slice(args)
             with (
+                batch_share.step(args, self._communicator, global_rows),
                 global_read_variable.local_reads(),
                 self._fused_lookups(fn, args, kwargs),
                 averaged_state.recording() as assigned,
@@ -312,7 +322,7 @@ class HybridExtended(OneProcessExtended):
         if args:
             self.router.observe_gradient(var, args[0])
         # The optimizer sees (and writes) the rows this shard owns.
-        with sharded_table.local_reads():
+        with sharded_table.shard_view():
             result = self.stock_update(var, fn, args, kwargs, group)
             constraint = getattr(var, "row_constraint", None)
             if constraint is not None and args:

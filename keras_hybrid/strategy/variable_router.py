@@ -74,6 +74,9 @@ class VariableRouter:
         self._paths: dict[int, str] = {}  # id(storage) -> path
         self._warned_paths: set[str] = set()
         self._overrides_checked = False
+        # Whether a step was traced, so that placement was decided: a
+        # table still provisional afterwards is one no step reads.
+        self._traced = False
         # Rows of each partitioned table served to all workers at once
         # (`sparse.hot_rows`); 0 turns them off. Set by `HybridStrategy`.
         self.hot_rows = 0
@@ -88,6 +91,7 @@ class VariableRouter:
             self._link,
             min_rows=self._comm.width,
             workers=self._comm.width,
+            traced=self._traced,
         )
         entries = []
         for entry in plan.variables:
@@ -167,6 +171,10 @@ class VariableRouter:
                 storage.hot = HotRows(storage, self.hot_rows)
         else:
             storage = make_dense()
+            if entry[0].source == "override" and len(facts.shape) == 2:
+                # A table kept dense by `variable_kinds`: its gathers read
+                # rows and check their ids, as a partitioned table's do.
+                replicated_gathers.install(variable, facts.path, self._comm)
         self._placed[facts.path] = _Placed(weakref.ref(variable), storage)
         self._paths[id(storage)] = facts.path
         return storage
@@ -240,6 +248,7 @@ class VariableRouter:
 
     def decide(self, uses: dict) -> None:
         """Records the uses a discovery trace saw, and re-places."""
+        self._traced = True
         for path in self.undecided():
             use = uses.get(path)
             if use is None:
@@ -262,7 +271,7 @@ class VariableRouter:
             table = self._placed[path].storage
             table.on_whole_read = None
             if entry.kind == "dense":
-                self._make_dense(path, f"{entry.source}: {entry.reason}")
+                self._make_dense(path, entry.reason)
             else:
                 logging.info("keras-hybrid: %s stays partitioned.", path)
 
@@ -297,7 +306,7 @@ class VariableRouter:
                 if old is placed.storage:
                     replicated_gathers.uninstall(keras_var)
                     if self._facts[path].use == "gathered":
-                        replicated_gathers.install(keras_var)
+                        replicated_gathers.install(keras_var, path, self._comm)
                     placed.storage = new
                     self._paths[id(new)] = path
             placed.slots = []
@@ -349,8 +358,8 @@ class VariableRouter:
             return
         self._warned_paths.add(path)
         logging.info(
-            "keras-hybrid: %s is replicated and gets IndexedSlices "
-            "gradients (%s in the plan). To partition it by rows, pass "
+            "keras-hybrid: %s gets IndexedSlices gradients; the plan says "
+            "%s. To partition it by rows, pass "
             "HybridStrategy(variable_kinds={%r: 'sparse'}).",
             path,
             self._plan_reason(path),
@@ -362,4 +371,4 @@ class VariableRouter:
             entry = self.plan()[path]
         except KeyError:
             return "not in the plan"
-        return f"{entry.source}: {entry.reason}"
+        return entry.reason

@@ -105,7 +105,13 @@ def run_workers(
             f"`engine` must be one of {LAUNCHERS}. Received: engine={engine!r}"
         )
     worker = [sys.executable, script, f"--out_dir={out_dir}", *args]
-    full_env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})}
+    # Tests read every rank's lines: the console shows them all.
+    full_env = {
+        **os.environ,
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+        "KERAS_HYBRID_CONSOLE_RANKS": "all",
+        **(env or {}),
+    }
     if engine == "tf":
         command = [
             *(sys.executable, "-m", "keras_hybrid.run"),

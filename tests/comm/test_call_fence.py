@@ -16,6 +16,7 @@ from keras_hybrid.comm.call_fence import CALLS
 from keras_hybrid.comm.call_fence import CallFence
 from keras_hybrid.patches import chief_summaries
 from keras_hybrid.patches import collective_calls
+from keras_hybrid.patches import registry
 from keras_hybrid.testing import TestCase
 
 _MAGIC = call_fence._MAGIC
@@ -168,7 +169,7 @@ class CallFenceTest(TestCase):
 
 
 class _Strategy:
-    """What `fenced_calls.install` reads of a strategy."""
+    """What the `collective_calls` patches read of a strategy."""
 
     engine = "horovod"  # no watchdog
 
@@ -182,14 +183,12 @@ class FencedCallsTest(TestCase):
         names = ("fit", "evaluate", "predict", "predict_on_batch")
         before = {n: keras.Model.__dict__.get(n) for n in names}
         get_weights = keras.layers.Layer.get_weights
-        collective_calls.install(_Strategy(_FakeCommunicator([])))
-        try:
+        strategy = _Strategy(_FakeCommunicator([]))
+        with registry.installing(strategy, collective_calls.PATCHES):
             self.assertIsNotNone(call_fence.active())
             for n in names:
                 self.assertIsNot(getattr(keras.Model, n), before[n])
             self.assertIsNot(keras.layers.Layer.get_weights, get_weights)
-        finally:
-            collective_calls.uninstall()
         self.assertIsNone(call_fence.active())
         for n in names:
             self.assertIs(keras.Model.__dict__.get(n), before[n])
@@ -197,17 +196,23 @@ class FencedCallsTest(TestCase):
 
     def test_models_outside_a_strategy_are_not_fenced(self):
         comm = _FakeCommunicator([], error=_timeout())
-        collective_calls.install(_Strategy(comm))
-        try:
+        with registry.installing(_Strategy(comm), collective_calls.PATCHES):
             model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
             model.compile(optimizer="sgd", loss="mse")
             x = np.ones((4, 2), "float32")
             model.fit(x, x[:, :1], verbose=0)
             model.predict(x, verbose=0)
             model.get_weights()
-        finally:
-            collective_calls.uninstall()
         self.assertEqual(comm.gathered, 0)
+
+
+class _Rank:
+    """What `chief_summaries` reads of a strategy of 2 workers."""
+
+    size = 2
+
+    def __init__(self, rank):
+        self.is_chief = rank == 0
 
 
 class ChiefSummariesTest(TestCase):
@@ -225,20 +230,14 @@ class ChiefSummariesTest(TestCase):
 
     def test_other_ranks_write_no_event_file(self):
         log_dir = tempfile.mkdtemp(prefix="tb_other_")
-        chief_summaries.install(lambda: True)
-        try:
+        with registry.installing(_Rank(1), chief_summaries.PATCHES):
             self._fit(log_dir)
-        finally:
-            chief_summaries.uninstall()
         self.assertEqual(os.listdir(log_dir), [])
         self._fit(log_dir)  # uninstalled: writes again
         self.assertEqual(os.listdir(log_dir), ["train"])
 
     def test_the_chief_writes_as_before(self):
         log_dir = tempfile.mkdtemp(prefix="tb_chief_")
-        chief_summaries.install(lambda: False)
-        try:
+        with registry.installing(_Rank(0), chief_summaries.PATCHES):
             self._fit(log_dir)
-        finally:
-            chief_summaries.uninstall()
         self.assertEqual(os.listdir(log_dir), ["train"])

@@ -89,6 +89,29 @@ print(json.dumps({
 }))
 """
 
+_LEADER_SCRIPT = """
+import json, sys
+import tensorflow as tf
+from keras_hybrid._compat import tf as tf_compat
+
+task, first, second = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+
+def spec(ports):
+    return tf.train.ClusterSpec(
+        {"worker": [f"127.0.0.1:{p}" for p in ports.split(",")]})
+
+def all_reduce(key):
+    return float(tf_compat.all_reduce(
+        tf.constant([float(task)]), group_size=2, group_key=key,
+        instance_key=1, merge_op="Add", final_op="Id", timeout=60)[0])
+
+# Task 0 never runs: task 1 leads, then (a new context) task 2.
+tf_compat.enable_collectives(spec(first), "worker", task, "grpc", leader=1)
+before = all_reduce(11)
+tf_compat.reset_collectives(spec(second), "worker", task, "grpc", leader=2)
+print(json.dumps({"before": before, "after": all_reduce(12)}))
+"""
+
 
 def _params(fn) -> set:
     return set(inspect.signature(fn).parameters)
@@ -856,6 +879,30 @@ class CompatFunctionsTest(TestCase):
         # assign_add works; assign did nothing (see _RESET_SCRIPT).
         self.assertEqual(result["old_variable"], [2.0, 3.0])
         self.assertEqual(result["seed"], 7)
+
+    def test_a_task_other_than_0_leads_and_a_new_context_changes_it(self):
+        # Tasks 1 and 2 of a 3-task cluster whose task 0 never runs (an
+        # elastic job that lost it): TF's collective leader resolves
+        # every group, so each context must name a running one.
+        from keras_hybrid.launch.topology import free_ports
+
+        ports = [str(p) for p in free_ports(6)]
+        first, second = ",".join(ports[:3]), ",".join(ports[3:])
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", _LEADER_SCRIPT, str(t), first, second],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+            )
+            for t in (1, 2)
+        ]
+        for proc in procs:
+            out, err = proc.communicate(timeout=300)
+            self.assertEqual(proc.returncode, 0, err[-3000:])
+            result = json.loads(out.strip().splitlines()[-1])
+            self.assertEqual(result, {"before": 3.0, "after": 3.0})
 
     def test_run_independently_keeps_an_unused_send(self):
         kwargs = dict(group_size=1, group_key=_GROUP + 1, timeout=0)

@@ -51,7 +51,7 @@ def test_files_without_a_server(tmp_path, monkeypatch):
     monkeypatch.delenv(CHANNEL_ENV, raising=False)
     channel = channel_from_env(str(tmp_path))
     assert isinstance(channel, FileChannel)
-    em.write_recovery(channel, 3, [0, 1], ["a:1", "b:2"], [2])
+    em.write_recovery(channel, 3, [0, 1], ["a:1", "b:2"], [2], leader=0)
     assert (tmp_path / "recover-3.json").exists()
     assert channel.get("recover-4.json") is None
     assert channel.env() == {}

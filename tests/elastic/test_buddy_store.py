@@ -27,7 +27,7 @@ def _commit(task: int):
         path="items/embeddings",
         partition=partition,
         own=rows(task),
-        buddy=rows(prev),
+        buddy={prev: rows(prev)},
     )
     return {"members": MEMBERS, "tables": [copy], "bytes": 0}
 

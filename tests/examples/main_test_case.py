@@ -45,8 +45,10 @@ class ExampleMainTestCase(OneProcessTestCase):
         super().setUpClass()
         before = set(FLAGS)
         script = os.path.join(ROOT, "examples", cls.example, "main.py")
+        # A module of the package, so that it imports its siblings as
+        # `examples.<name>.train` (never another example's `train`).
         spec = importlib.util.spec_from_file_location(
-            f"{cls.example}_main", script
+            f"examples.{cls.example}.main", script
         )
         cls.main_module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(cls.main_module)

@@ -33,7 +33,7 @@ def test_one_round_prints_each_stores_share_and_verdict():
         assert cost["share_windows"]["n"] == 1
     for store in ("directory", "served"):
         assert re.search(
-            rf"^{store} +[+-]\d+\.\d% \[.*<= 10% (holds|does NOT hold)",
+            rf"^{store} +[+-]\d+\.\d% \[.*<= 5% (holds|does NOT hold)",
             out.stdout,
             re.MULTILINE,
         ), out.stdout[-2000:]

@@ -97,15 +97,16 @@ def test_horovod_hybrid_step_has_no_separate_count_exchange(figures):
     calls = figures["hybrid"]["collectives_per_step"]
     # Per step: one id all-to-all that carries the counts and bad-id
     # flags in its blocks' headers (no control all-to-all before it), one
-    # pull, one push, one fused dense all-reduce and one all-reduce of the
-    # metric state. Each timed round (one `fit` of 3 steps) adds 3
+    # pull, one push, one fused dense all-reduce, one all-reduce of the
+    # metric state and one of the global batch's rows (each worker's loss
+    # counts by its share of it). Each timed round (one `fit` of 3 steps) adds 3
     # control calls: the `fit` fence and the epoch-end global reads of
     # the loss metric's `total` and `count`.
     per_round = 3 / 3
     assert calls["ids"] == 1
     assert calls["sparse_pull"] == calls["sparse_push"] == 1
     assert calls["dense"] == 1
-    assert calls["control"] == pytest.approx(1 + per_round)
+    assert calls["control"] == pytest.approx(2 + per_round)
     # The headers are charged to `control` all the same: P part counts
     # and a flag, int64, to the one peer.
     assert figures["hybrid"]["bytes_per_step"]["control"] >= 2 * 8

@@ -10,7 +10,10 @@ import tempfile
 import keras
 import numpy as np
 
+from keras_hybrid.patches import chief_summaries
 from keras_hybrid.patches import chief_writes
+from keras_hybrid.patches import h5_streaming
+from keras_hybrid.patches import registry
 from keras_hybrid.testing import TestCase
 
 
@@ -33,6 +36,16 @@ class _Rank:
         return self.rank == 0
 
 
+def install_chief_writes(strategy):
+    """The sets that keep files to the chief, as a strategy installs them."""
+    return registry.installing(
+        strategy,
+        chief_summaries.PATCHES,
+        h5_streaming.PATCHES,
+        chief_writes.PATCHES,
+    )
+
+
 def small_model():
     model = keras.Sequential(
         [keras.Input((3,)), keras.layers.Dense(2, name="d")]
@@ -43,8 +56,7 @@ def small_model():
 
 class ChiefWritesTest(TestCase):
     def install(self, rank):
-        chief_writes.install(_Rank(rank))
-        self.addCleanup(chief_writes.uninstall)
+        self.enterContext(install_chief_writes(_Rank(rank)))
 
     def test_other_rank_writes_nothing(self):
         self.install(rank=1)
@@ -101,9 +113,8 @@ class ChiefWritesTest(TestCase):
         from keras.src.saving import saving_api
 
         before = (saving_api.save_model, backup_and_restore.file_utils)
-        chief_writes.install(_Rank(1))
-        self.assertIsNot(saving_api.save_model, before[0])
-        chief_writes.uninstall()
+        with install_chief_writes(_Rank(1)):
+            self.assertIsNot(saving_api.save_model, before[0])
         self.assertIs(saving_api.save_model, before[0])
         self.assertIs(backup_and_restore.file_utils, before[1])
 
@@ -116,15 +127,16 @@ class ChiefWritesTest(TestCase):
 import os, sys, keras, numpy as np
 sys.path.insert(0, {os.path.dirname(__file__)!r})
 from test_chief_writes import _Rank, small_model
-from keras_hybrid.patches import chief_writes
+from test_chief_writes import install_chief_writes
 class Leave(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         print(os.listdir({tmp!r}), flush=True)
         raise SystemExit(0)
 
-chief_writes.install(_Rank(1))
-small_model().fit(np.ones((8, 3)), np.ones((8, 2)), verbose=0, callbacks=[
-    keras.callbacks.CSVLogger(os.path.join({folder!r}, "log.csv")), Leave()])
+log = keras.callbacks.CSVLogger(os.path.join({folder!r}, "log.csv"))
+with install_chief_writes(_Rank(1)):
+    small_model().fit(np.ones((8, 3)), np.ones((8, 2)), verbose=0,
+                      callbacks=[log, Leave()])
 """
         done = subprocess.run(
             [sys.executable, "-c", child],

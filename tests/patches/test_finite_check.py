@@ -1,4 +1,5 @@
-"""`finite_check` in one process: the hook's life cycle and the verdict.
+"""`finite_check` in one process: installed by the registry, and the
+verdict.
 
 The multi-worker behaviour (one rank sees an inf, every rank skips) is in
 `tests/sparse/test_mixed_precision_multiprocess.py`.
@@ -9,6 +10,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_hybrid.patches import finite_check
+from keras_hybrid.patches import registry
 from keras_hybrid.testing import TestCase
 
 _KERAS_CHECK = keras.optimizers.LossScaleOptimizer.check_finite
@@ -29,37 +31,23 @@ class _FakeCommunicator:
 
 
 class FiniteCheckTest(TestCase):
-    def setUp(self):
-        super().setUp()
-        # A multi-worker strategy built by another test may have installed
-        # it; start from Keras' method and leave it as found.
-        installed = (
-            keras.optimizers.LossScaleOptimizer.check_finite is not _KERAS_CHECK
-        )
-        finite_check.uninstall()
-        if installed:
-            self.addCleanup(finite_check.install)
-
-    def test_install_is_idempotent_and_uninstall_restores(self):
-        self.addCleanup(finite_check.uninstall)
-        finite_check.install()
-        patched = keras.optimizers.LossScaleOptimizer.check_finite
-        self.assertIsNot(patched, _KERAS_CHECK)
-        finite_check.install()
-        self.assertIs(keras.optimizers.LossScaleOptimizer.check_finite, patched)
-        finite_check.uninstall()
+    def test_installed_and_restored_by_the_registry(self):
+        with registry.installing(None, finite_check.PATCHES):
+            patched = keras.optimizers.LossScaleOptimizer.check_finite
+            self.assertIsNot(patched, _KERAS_CHECK)
         self.assertIs(
             keras.optimizers.LossScaleOptimizer.check_finite, _KERAS_CHECK
         )
+        # Keras defines it on the class itself: restored, not deleted.
+        self.assertIn("check_finite", vars(keras.optimizers.LossScaleOptimizer))
 
     def test_without_hybrid_strategy_the_verdict_is_keras(self):
-        self.addCleanup(finite_check.uninstall)
-        finite_check.install()
-        opt = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD())
-        finite = [tf.constant([1.0, 2.0])]
-        inf = [tf.constant([1.0, np.inf]), None]
-        self.assertTrue(bool(opt.check_finite(finite)))
-        self.assertFalse(bool(opt.check_finite(inf)))
+        with registry.installing(None, finite_check.PATCHES):
+            opt = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD())
+            finite = [tf.constant([1.0, 2.0])]
+            inf = [tf.constant([1.0, np.inf]), None]
+            self.assertTrue(bool(opt.check_finite(finite)))
+            self.assertFalse(bool(opt.check_finite(inf)))
 
     def test_all_workers_finite_is_false_if_any_worker_is_not(self):
         yes, no = tf.constant(True), tf.constant(False)

@@ -155,11 +155,12 @@ class SimulateCliTest(TestCase):
                 "--zipf=1.2",
             )
         self.assertEqual(run.returncode, 0, run.stderr[-2000:])
-        self.assertIn("hierarchical (item 3, HybridStrategy(", run.stdout)
+        self.assertIn("hierarchical exchange (HybridStrategy(", run.stdout)
         self.assertNotIn("padding per_pair", run.stdout)  # not asked for
-        for label in ("max_pair", "today", "+2 fused", "+3 hierarchical"):
+        for label in ("max_pair", "default", "+fused", "+hierarchical"):
             self.assertIn(label, run.stdout)
-        self.assertIn("+4 hot 64", run.stdout)
+        self.assertIn("+hot 64", run.stdout)
+        self.assertIn("flat, hot 64", run.stdout)
         self.assertIn("busiest of 8 shards", run.stdout)
 
     def test_parallax_profiles_need_no_profiling(self):

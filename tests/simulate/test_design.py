@@ -1,4 +1,4 @@
-"""The design options of issue 15 (items 1 to 4) in the simulator, by hand.
+"""The simulator's exchange design options, by hand.
 
 Plain `unittest.TestCase`: nothing here builds Keras objects. Each option
 is checked against figures worked out by hand or against the same step
@@ -54,13 +54,13 @@ def _sparse(prediction):
 
 
 class DesignTest(unittest.TestCase):
-    def test_defaults_are_todays_exchange(self):
-        self.assertTrue(Design().is_today)
-        self.assertTrue(Design(fused=True).is_today)
-        self.assertFalse(Design(fused=False).is_today)
+    def test_defaults_are_the_default_exchange(self):
+        self.assertTrue(Design().is_default)
+        self.assertTrue(Design(fused=True).is_default)
+        self.assertFalse(Design(fused=False).is_default)
         self.assertIn("per lookup", Design(fused=False).describe())
         self.assertIn("as built", Design().describe())
-        self.assertIn("not built", Design.planned().describe())
+        self.assertIn("not built", Design.all_options().describe())
 
     def test_rejects_bad_options(self):
         with self.assertRaisesRegex(ValueError, "padding.*Received"):
@@ -85,7 +85,7 @@ class DesignTest(unittest.TestCase):
 
 
 class PaddingTest(unittest.TestCase):
-    """Item 1, on one count matrix worked out by hand."""
+    """Padding, on one count matrix worked out by hand."""
 
     # C[i, j]: ids worker i asks worker j for. The ladder is exact up to
     # 64 for even counts and gives 68 for 67.
@@ -130,8 +130,8 @@ class PaddingTest(unittest.TestCase):
 
 
 class FusedTest(unittest.TestCase):
-    """Item 2: the same bytes in 4 collectives a step instead of 4 per
-    table and call."""
+    """The fused exchange: the same bytes in 4 collectives a step instead
+    of 4 per table and call."""
 
     def test_same_payload_fewer_exchanges_less_latency(self):
         profile = _profile(_table("a"), _table("b"), _table("c"))
@@ -164,7 +164,7 @@ class FusedTest(unittest.TestCase):
 
 
 class HierarchicalTest(unittest.TestCase):
-    """Item 3."""
+    """The hierarchical exchange."""
 
     def test_shared_ids_cross_hosts_once(self):
         # Heaps' beta = 0: a host's 4 workers look up the same 300 ids,
@@ -239,7 +239,7 @@ class HierarchicalTest(unittest.TestCase):
 
 
 class HotRowsTest(unittest.TestCase):
-    """Item 4."""
+    """Hot rows."""
 
     def test_cold_fraction_by_hand(self):
         # Two rows, p = (2/3, 1/3) for zipf 1; one lookup: E[unique] = 1,
@@ -274,7 +274,7 @@ class HotRowsTest(unittest.TestCase):
         self.assertLess(hot["sparse_pull"], base["sparse_pull"])
 
     def test_shard_load_on_zipf_1_2_at_8_workers(self):
-        # Issue 15 item 4: 8 workers, Zipf(1.2), lm-like batches of 640
+        # Hot rows at 8 workers, Zipf(1.2), lm-like batches of 640
         # lookups over 200 000 rows. Workers dedupe their ids, so a hot id
         # costs its shard one row per worker: the busiest shard stays
         # within 1.25x the mean with or without hot rows, and hot rows

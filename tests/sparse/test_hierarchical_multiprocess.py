@@ -1,5 +1,5 @@
-"""The hierarchical sparse exchange (issue 15, item 3) on 2 emulated hosts
-x 2 workers equals the flat one.
+"""The hierarchical sparse exchange on 2 emulated hosts x 2 workers equals
+the flat one.
 
 `KERAS_HYBRID_HOSTS` places ranks 0 and 2 on host `a`, 1 and 3 on host
 `b` (hosts interleaved, so a rank's relay is not its neighbour). Each

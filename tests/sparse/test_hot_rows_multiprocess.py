@@ -1,4 +1,4 @@
-"""Hot rows on 2 real workers equal one process (issue 15 item 4).
+"""Hot rows on 2 real workers equal one process.
 
 `workers/hot_rows_scenarios.py` trains `sparse_cases` models with 16 hot rows
 per table, re-chosen every 4 of the 20 steps from running counts, on Zipf

@@ -59,6 +59,25 @@ def choose_store(
     return store
 
 
+def check_buddy_copies(copies: int, store: str | None) -> None:
+    """Raises `ValueError` unless `copies` (`--buddy-copies`) is a
+    positive count, and 1 unless the store is `buddy`."""
+    if copies < 1:
+        raise ValueError(
+            "--buddy-copies must be at least 1. Received: --buddy-copies "
+            f"{copies}."
+        )
+    if copies != 1 and store != "buddy":
+        given = store or "unset (directory or served)"
+        raise ValueError(
+            "--buddy-copies is for the buddy store: the directory and "
+            "served stores keep every worker's rows in files, which "
+            "survive any number of lost workers. Received: --buddy-copies "
+            f"{copies} with --commit-store {given}. Add --commit-store "
+            "buddy, or drop --buddy-copies."
+        )
+
+
 def make_commit_dir(
     store: str, commit_dir: str | None, run_dir: str
 ) -> str | None:

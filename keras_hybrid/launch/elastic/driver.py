@@ -4,27 +4,31 @@ The cluster in every worker's `TF_CONFIG` lists `max_np` tasks, each on
 its host (`host_slots`; a task not running is never contacted). The
 driver polls the discovery script; each host gets its slots' tasks
 (`host_slots.plan_hosts`): joiners start on new slots (over ssh on other
-hosts, `elastic_process`), on the next free task ids, and once every
+hosts, `processes`), on the next free task ids, and once every
 joiner reached `fit` (its `ready-<task>` file) the driver writes the next
 membership plan. A host with fewer slots retires its highest tasks
-(task 0, TF's collective leader, never leaves). The workers switch at a
-train-step boundary (`keras_hybrid.elastic.resize`) and rank 0
-writes `applied-<g>.json`; only then is the next change planned. Retired
-workers exit 0. The job ends when task 0 exits.
+(TF's collective leader, task 0 until it is lost, never leaves). The
+workers switch at a train-step boundary (`keras_hybrid.elastic.resize`)
+and a member writes `applied-<g>.json`; only then is the next change
+planned. Retired workers exit 0. The job ends when the leader exits 0.
 
 A joiner on a host that the members' cluster lacks comes after a
 re-address: a `readdress` plan with a cluster that has it, which the
 members carry out at a step boundary through the recovery path
 (`keras_hybrid.elastic.recovery`, new ports, nobody lost).
 
-When a member other than task 0 dies, the driver picks new ports for
-every task and writes `recover-<g>.json` (the survivors and the new
-addresses); the survivors abort their collectives, serve again on the new
-ports and resume from their last commit. Once rank 0 wrote
-`recovered-<g>.json`, the driver writes `plan-<g>.json` for later
-joiners. If fewer than `min_np` survive, the driver waits up to
-`wait_seconds` for discovery to report `min_np` slots, then recovers the
-survivors and grows the job back with joiners; else it stops the job.
+When members die (any of them: the collective leader too, which the
+recovery plan replaces by a survivor; all those seen dead at once in one
+plan), the driver picks new ports for every task and writes
+`recover-<g>.json` (the survivors, the new addresses and the leader); the
+survivors abort their collectives, serve again on the new ports and
+resume from their last commit (`lost_workers`). Once rank 0 of the
+survivors wrote `recovered-<g>.json`, the driver writes `plan-<g>.json`
+for later joiners. A joiner that dies before it was admitted costs the
+members nothing: the change is dropped and tried again. If fewer than
+`min_np` survive, the driver waits up to `wait_seconds` for discovery to
+report `min_np` slots, then recovers the survivors and grows the job back
+with joiners; else it stops the job.
 """
 
 import dataclasses
@@ -35,7 +39,7 @@ import signal
 import tempfile
 import time
 
-from keras_hybrid.contract import elastic_board as em
+from keras_hybrid.contract import elastic_board
 from keras_hybrid.contract.plan_channel import FileChannel
 from keras_hybrid.launch import exit_codes
 from keras_hybrid.launch.elastic import host_slots
@@ -49,6 +53,7 @@ from keras_hybrid.launch.elastic.lost_workers import LostWorkers
 from keras_hybrid.launch.elastic.processes import ElasticProcesses
 from keras_hybrid.launch.elastic.task_env import ElasticSettings
 from keras_hybrid.launch.elastic.task_env import task_envs
+from keras_hybrid.launch.root_cause import root_cause_lines
 from keras_hybrid.launch.ssh import ssh_hostname
 
 logger = logging.getLogger(__name__)
@@ -82,7 +87,7 @@ class ElasticDriver(LostWorkers):
             stopping workers. Defaults to `10.0`.
         commit_interval: Int. Global steps between two in-memory commits
             of the workers' state. Defaults to
-            `elastic_files.DEFAULT_COMMIT_INTERVAL`.
+            `elastic_board.DEFAULT_COMMIT_INTERVAL`.
         commit_store: Optional string. `"directory"`: partitioned tables
             are committed to files in a directory the workers share;
             `"served"`: to files on this host, served over TCP;
@@ -100,6 +105,15 @@ class ElasticDriver(LostWorkers):
             host (its tasks, plan board and commit server) on. Defaults
             to this host's address on the route to the first other host
             discovery names (`ssh.reach_address`).
+        start_np: Optional int. Workers to start with (`-np`); the job
+            waits for discovery to report that many slots. Defaults to
+            every slot discovery reports, up to `max_np`.
+        output: Optional `worker_streams.OutputSettings`. Which ranks the
+            console shows whole, and per-task log files. Defaults to every
+            worker's whole output.
+        buddy_copies: Int. With the buddy store, how many next workers
+            keep a copy of each worker's rows (2 survives any two lost
+            at once). Defaults to `1`.
     """
 
     def __init__(
@@ -114,11 +128,14 @@ class ElasticDriver(LostWorkers):
         poll_seconds: float = 1.0,
         wait_seconds: float = 60.0,
         grace_seconds: float = 10.0,
-        commit_interval: int = em.DEFAULT_COMMIT_INTERVAL,
+        commit_interval: int = elastic_board.DEFAULT_COMMIT_INTERVAL,
         commit_store: str | None = None,
         commit_dir: str | None = None,
         elastic_dir: str | None = None,
         address: str | None = None,
+        start_np: int | None = None,
+        output=None,
+        buddy_copies: int = 1,
     ) -> None:
         check_bounds(min_np, max_np)
         if int(commit_interval) < 1:
@@ -128,6 +145,7 @@ class ElasticDriver(LostWorkers):
             )
         self.command = list(command)
         self.min_np, self.max_np = min_np, max_np
+        self.start_np = start_np
         self.discovery = discovery
         self.poll_seconds = poll_seconds
         self.wait_seconds = wait_seconds
@@ -140,7 +158,7 @@ class ElasticDriver(LostWorkers):
         # Set by `_setup` from discovery's first answer (`_widen` later).
         self.multi_host = elastic_dir is not None
         self.channel = FileChannel(self.directory)
-        self._job = None  # `elastic_setup.JobSetup`
+        self._job = None  # `job_setup.JobSetup`
         self.commit_dir: str | None = None
         self.commit_server = None  # the served store's `CommitServer`
         self._commit = (commit_store, commit_dir)
@@ -155,17 +173,21 @@ class ElasticDriver(LostWorkers):
             env,
             resolve=functools.lru_cache(maxsize=None)(ssh_hostname),
             discovery_wait_seconds=wait_seconds,
+            buddy_copies=int(buddy_copies),
         )
         self._placed: dict[int, str] = {}  # members' (and joiners') hosts
         self._envs, self.cluster = [], []
         self.members: list[int] = []
         self.generation = 0
-        self._workers = ElasticProcesses(command, grace_seconds)
+        self._workers = ElasticProcesses(
+            command, grace_seconds, self.rank_of, output
+        )
         self._procs = self._workers.procs
         self._change: _Change | None = None
         self._signals: list[int] = []
         self._dismissed: set[int] = set()  # joiners stopped at the end
-        self._lost: set[int] = set()  # members that died
+        self._lost: set[int] = set()  # members and joiners that died
+        self._failed_joiners = 0  # joiners that died in a row, unadmitted
         self._short_since: float | None = None  # waiting for slots
         self._short_lost: list[int] = []
         self._recovering: int | None = None  # generation of a recovery
@@ -174,7 +196,7 @@ class ElasticDriver(LostWorkers):
 
     def _setup(self, discovered: list) -> None:
         """Multi-host or not, the plan channel and the commit store
-        (`elastic_setup`), from discovery's first answer."""
+        (`job_setup`), from discovery's first answer."""
         store, commit_dir = self._commit
         self._use(
             setup_job(
@@ -189,7 +211,7 @@ class ElasticDriver(LostWorkers):
 
     def _widen(self, remote: list) -> None:
         """Discovery named other hosts in a one-host job: it becomes
-        multi-host (`elastic_setup.widen_job`); the joiners there start
+        multi-host (`job_setup.widen_job`); the joiners there start
         after the members' re-address (`_plan_change`)."""
         logger.info(
             "host discovery named other hosts %s in a job that ran on this "
@@ -197,6 +219,12 @@ class ElasticDriver(LostWorkers):
             remote,
         )
         self._use(widen_job(self._job, remote, self.address))
+
+    def rank_of(self, task: int) -> int | None:
+        """A member's rank (its index among the sorted members), or None
+        for a task that is not a member."""
+        members = sorted(self.members)
+        return members.index(task) if task in members else None
 
     def _use(self, setup) -> None:
         self._job = setup
@@ -223,15 +251,20 @@ class ElasticDriver(LostWorkers):
         return task_envs(self._placed, self._settings, ports)
 
     def run(self, timeout: float | None = None) -> int:
-        """Runs the job; returns its exit code (0 when task 0 finished and
-        every other member exited 0)."""
+        """Runs the job; returns its exit code (0 when the collective
+        leader finished and every other member exited 0)."""
         previous = {
             s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)
         }
         for sig in previous:
             signal.signal(sig, lambda signum, _: self._signals.append(signum))
         try:
-            return self._run(timeout)
+            code = self._run(timeout)
+            if code not in (0, 128 + signal.SIGINT, 128 + signal.SIGTERM):
+                exceptions = self._workers.streams.exceptions()
+                for line in root_cause_lines(exceptions):
+                    logger.error("%s", line)
+            return code
         except HostPortsError as error:
             # A host that cannot be asked would fail its workers' start
             # over the same ssh: the job stops as for a failed joiner.
@@ -252,11 +285,13 @@ class ElasticDriver(LostWorkers):
 
     def _run(self, timeout: float | None) -> int:
         deadline = time.monotonic() + timeout if timeout else None
-        discovered = self._wait_for_slots(self.min_np)
+        discovered = self._wait_for_slots(self.start_np or self.min_np)
         if discovered is None:
             return 1
         self._setup(discovered)
-        first = host_slots.plan_hosts({}, discovered, 0, self.max_np)
+        first = host_slots.plan_hosts(
+            {}, discovered, 0, self.start_np or self.max_np
+        )
         self._placed = dict(first.start)
         self._envs, self.cluster = self._make_envs()
         self.members = sorted(self._placed)
@@ -298,41 +333,42 @@ class ElasticDriver(LostWorkers):
     def _start(self, task: int, members: list | None) -> None:
         env = dict(self._envs[task])
         if members is not None:
-            env[em.MEMBERS_ENV] = ",".join(str(t) for t in members)
+            env[elastic_board.MEMBERS_ENV] = ",".join(str(t) for t in members)
         proc = self._workers.start(task, self._placed[task], env)
-        self._lost.discard(task)  # a joiner may reuse a lost task's index
+        # A joiner may reuse the index of a task lost or dismissed before.
+        self._lost.discard(task)
+        self._dismissed.discard(task)
         logger.info(
-            "started %s (%s)", proc.where(), "member" if members else "joiner"
+            "started %s (%s)",
+            proc.where(),
+            f"rank {self.rank_of(task)}" if members else "joiner",
         )
 
     def _check_processes(self) -> int | None:
         """Returns the job's exit code once it is over, else None."""
-        for task, proc in sorted(self._procs.items()):
-            code = proc.poll()
-            if code is None or code == 0 or task in self._dismissed:
-                continue
-            if task in self._lost:
-                continue
-            if task != 0 and task in self.members:
-                self._lose(task, code)
-                continue
-            logger.error(
-                "%s exited with %s%s; stopping the job (%s).",
-                self._procs[task].where(),
-                exit_codes.describe_returncode(code),
-                self._procs[task].hint(),
-                "task 0 leads TensorFlow's collectives"
-                if task == 0
-                else "a joiner that was not admitted yet",
-            )
-            return self._stop_all(
-                signal.SIGTERM, exit_codes.exit_code_for(code)
-            )
-        chief = self._procs.get(0)
-        if chief is None or chief.poll() is None:
+        dead = [
+            (task, code)
+            for task, proc in sorted(self._procs.items())
+            if (code := proc.poll()) not in (None, 0)
+            and task not in self._dismissed
+            and task not in self._lost
+        ]
+        change = self._change
+        admitted = set(change.joiners) if change and change.written else set()
+        lost = [t for t, _ in dead if t in self.members or t in admitted]
+        if lost:
+            self._lose(lost, dict(dead))
+        for task, code in dead:
+            if task not in lost:
+                code = self._lose_joiner(task, code)
+                if code is not None:
+                    return code
+        leader = self._procs.get(self._settings.leader)
+        if leader is None or leader.poll() != 0:
             return None
-        # Task 0 finished training: joiners not admitted yet have nothing
-        # to join; members finish the same `fit` on their own.
+        # The leader finished training (it never retires): joiners not
+        # admitted yet have nothing to join; members finish the same
+        # `fit` on their own.
         pending = self._change.joiners if self._change else []
         for task in pending:
             self._dismissed.add(task)
@@ -382,7 +418,12 @@ class ElasticDriver(LostWorkers):
             t for t, p in self._procs.items() if p.poll() is None
         }
         plan = host_slots.plan_hosts(
-            self._placed, discovered, self.min_np, self.max_np, busy
+            self._placed,
+            discovered,
+            self.min_np,
+            self.max_np,
+            busy,
+            self._settings.leader,
         )
         generation = self.generation + 1
         if plan.retire:
@@ -428,7 +469,7 @@ class ElasticDriver(LostWorkers):
                 for t in change.joiners
             ]
             if all(ready):
-                em.write_plan(
+                elastic_board.write_plan(
                     self.channel,
                     change.generation,
                     change.members,
@@ -451,13 +492,13 @@ class ElasticDriver(LostWorkers):
             self.members = list(change.members)
             self.generation = change.generation
             self._change = None
+            self._failed_joiners = 0
 
 
 def check_bounds(min_np: int, max_np: int) -> None:
-    """Raises `ValueError` unless `2 <= min_np <= max_np`."""
-    if not 2 <= min_np <= max_np:
+    """Raises `ValueError` unless `1 <= min_np <= max_np`."""
+    if not 1 <= min_np <= max_np:
         raise ValueError(
-            "Elastic jobs need 2 <= --min-np <= --max-np (task 0 and at "
-            f"least one peer). Received: --min-np {min_np}, --max-np "
-            f"{max_np}."
+            "Elastic jobs need 1 <= --min-np <= --max-np. Received: "
+            f"--min-np {min_np}, --max-np {max_np}."
         )

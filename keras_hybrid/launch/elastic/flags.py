@@ -6,30 +6,35 @@ import os
 
 from keras_hybrid.contract.elastic_board import DEFAULT_COMMIT_INTERVAL
 from keras_hybrid.launch import validation
+from keras_hybrid.launch.cli_parser import add_flag
 from keras_hybrid.launch.elastic.commit_store import STORES
+from keras_hybrid.launch.elastic.commit_store import check_buddy_copies
 from keras_hybrid.launch.elastic.commit_store import choose_store
 from keras_hybrid.launch.elastic.driver import ElasticDriver
 from keras_hybrid.launch.elastic.driver import check_bounds
 from keras_hybrid.launch.elastic.host_discovery import HostDiscovery
+from keras_hybrid.launch.worker_defaults import python_command
 
 
 def add_elastic_flags(parser: argparse.ArgumentParser) -> None:
     """Adds `--min-np`, `--max-np`, `--host-discovery-script`,
     `--discovery-interval`, `--elastic-timeout`, `--commit-interval`,
-    `--commit-store`, `--commit-dir`, `--elastic-dir` and
+    `--commit-store`, `--buddy-copies`, `--commit-dir`, `--elastic-dir` and
     `--elastic-address`."""
     group = parser.add_argument_group("elastic training (docs/elastic.md)")
-    group.add_argument(
+    add_flag(
+        group,
         "--host-discovery-script",
         metavar="SCRIPT",
         help="Executable printing `host:slots` lines; polled to grow and "
         "shrink the job between --min-np and --max-np workers.",
     )
-    group.add_argument(
-        "--min-np", type=int, metavar="N", help="Fewest workers (>= 2)."
+    add_flag(
+        group, "--min-np", type=int, metavar="N", help="Fewest workers (>= 2)."
     )
     group.add_argument("--max-np", type=int, metavar="N", help="Most workers.")
-    group.add_argument(
+    add_flag(
+        group,
         "--discovery-interval",
         type=float,
         default=1.0,
@@ -37,7 +42,8 @@ def add_elastic_flags(parser: argparse.ArgumentParser) -> None:
         help="Seconds between runs of the discovery script. Default: "
         "%(default)s.",
     )
-    group.add_argument(
+    add_flag(
+        group,
         "--elastic-timeout",
         type=float,
         default=60.0,
@@ -46,7 +52,8 @@ def add_elastic_flags(parser: argparse.ArgumentParser) -> None:
         "(at the start, and after lost workers left fewer) before failing. "
         "Default: %(default)s.",
     )
-    group.add_argument(
+    add_flag(
+        group,
         "--commit-interval",
         type=int,
         default=DEFAULT_COMMIT_INTERVAL,
@@ -55,7 +62,8 @@ def add_elastic_flags(parser: argparse.ArgumentParser) -> None:
         "state; after a lost worker the survivors replay the steps since "
         "the last one. Default: %(default)s.",
     )
-    group.add_argument(
+    add_flag(
+        group,
         "--commit-store",
         choices=STORES,
         default=None,
@@ -67,7 +75,19 @@ def add_elastic_flags(parser: argparse.ArgumentParser) -> None:
         "at the commit). Default: `directory` on one host or with "
         "--commit-dir, else `served`.",
     )
-    group.add_argument(
+    add_flag(
+        group,
+        "--buddy-copies",
+        type=int,
+        default=1,
+        metavar="N",
+        help="With --commit-store buddy: how many next workers keep a copy "
+        "of each worker's rows. 1 survives one lost worker at a time (or "
+        "several that are not neighbours in task order), 2 any two at "
+        "once, at twice the traffic. Default: %(default)s.",
+    )
+    add_flag(
+        group,
         "--commit-dir",
         metavar="DIR",
         help="Directory shared by every worker for the directory store; "
@@ -75,7 +95,8 @@ def add_elastic_flags(parser: argparse.ArgumentParser) -> None:
         "/dev/shm (else under the elastic run directory) on one host; "
         "on several hosts, the served store unless this is given.",
     )
-    group.add_argument(
+    add_flag(
+        group,
         "--elastic-dir",
         metavar="DIR",
         help="Directory every host sees at the same path (e.g. on NFS), "
@@ -84,7 +105,8 @@ def add_elastic_flags(parser: argparse.ArgumentParser) -> None:
         "over TCP from the launcher once discovery names other hosts "
         "(their workers start over ssh).",
     )
-    group.add_argument(
+    add_flag(
+        group,
         "--elastic-address",
         metavar="ADDRESS",
         help="The address or name other hosts reach this host on: its "
@@ -102,25 +124,41 @@ def is_elastic(args: argparse.Namespace) -> bool:
     )
 
 
-def run_elastic(args, command: list[str], extra_env: dict) -> int:
+def run_elastic(args, command: list[str], extra_env: dict, output=None) -> int:
     """Runs the elastic job the flags describe; returns its exit code.
 
     Raises:
-        ValueError: If the flags are incomplete or inconsistent.
+        ValueError: If the flags are incomplete or inconsistent, or the
+            discovery script is missing or not executable.
     """
-    if not args.host_discovery_script or args.min_np is None:
+    start_np = args.num_processes
+    if not args.host_discovery_script or (
+        args.min_np is None and start_np is None
+    ):
         raise ValueError(
-            "Elastic jobs need --host-discovery-script and --min-np (and "
-            f"--max-np). Received: --host-discovery-script "
-            f"{args.host_discovery_script!r}, --min-np {args.min_np}."
+            "Elastic jobs need --host-discovery-script and -np (the workers "
+            "to start with) or --min-np. Received: --host-discovery-script "
+            f"{args.host_discovery_script!r}, -np {start_np}, --min-np "
+            f"{args.min_np}."
         )
-    if args.num_processes is not None or args.hosts or args.slurm:
+    check_script(args.host_discovery_script)
+    if args.hosts or args.slurm:
         raise ValueError(
-            "-np, --hosts and --slurm fix the workers; the elastic flags "
-            "take them from --host-discovery-script. Give one or the other."
+            "--hosts, --hostfile and --slurm fix the workers; the elastic "
+            "flags take them from --host-discovery-script. Give one or the "
+            "other."
         )
-    max_np = args.max_np if args.max_np is not None else args.min_np
-    check_bounds(args.min_np, max_np)
+    min_np = args.min_np if args.min_np is not None else start_np
+    max_np = args.max_np
+    if max_np is None:
+        max_np = max(min_np, start_np or 0)
+    check_bounds(min_np, max_np)
+    if start_np is not None and not min_np <= start_np <= max_np:
+        raise ValueError(
+            "In an elastic job -np is the number of workers to start with, "
+            "between --min-np and --max-np. Received: -np "
+            f"{start_np}, --min-np {min_np}, --max-np {max_np}."
+        )
     validation.check_threads(args.threads)
     validation.check_seconds("--discovery-interval", args.discovery_interval)
     validation.check_seconds("--elastic-timeout", args.elastic_timeout)
@@ -132,16 +170,19 @@ def run_elastic(args, command: list[str], extra_env: dict) -> int:
     # Before any worker starts; whether the hosts need a shared
     # --commit-dir is checked once discovery named them.
     choose_store(args.commit_store, args.commit_dir, single_host=True)
+    check_buddy_copies(args.buddy_copies, args.commit_store)
     if args.elastic_dir is not None and not os.path.isdir(args.elastic_dir):
         raise ValueError(
             "--elastic-dir must be an existing directory that every host "
             f"sees at the same path. Received: {args.elastic_dir!r}."
         )
     driver = ElasticDriver(
-        command,
-        args.min_np,
+        python_command(command),
+        min_np,
         max_np,
         HostDiscovery(args.host_discovery_script),
+        start_np=start_np,
+        output=output,
         threads=args.threads,
         env=extra_env,
         poll_seconds=args.discovery_interval,
@@ -152,5 +193,21 @@ def run_elastic(args, command: list[str], extra_env: dict) -> int:
         commit_dir=args.commit_dir,
         elastic_dir=args.elastic_dir,
         address=args.elastic_address,
+        buddy_copies=args.buddy_copies,
     )
     return driver.run(timeout=args.timeout)
+
+
+def check_script(script: str) -> None:
+    """Raises `ValueError` unless `script` is an executable file."""
+    if not os.path.isfile(script):
+        problem = "does not exist"
+    elif not os.access(script, os.X_OK):
+        problem = "is not executable (chmod +x)"
+    else:
+        return
+    raise ValueError(
+        f"`--host-discovery-script` {problem}. Received: "
+        f"--host-discovery-script {script!r}. It must be an executable "
+        "that prints `host:slots` lines."
+    )

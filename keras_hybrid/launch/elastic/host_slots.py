@@ -51,12 +51,13 @@ def plan_hosts(
     min_np: int,
     max_np: int,
     busy: set | frozenset = frozenset(),
+    leader: int = 0,
 ) -> HostPlan:
     """Which tasks to retire or start so that each host runs its slots.
 
-    A host with fewer slots than tasks retires its highest tasks (task 0,
-    TensorFlow's collective leader, never), but the job keeps `min_np`
-    tasks. Otherwise each host with free slots gets joiners, in
+    A host with fewer slots than tasks retires its highest tasks (the
+    `leader` of TensorFlow's collectives, never), but the job keeps
+    `min_np` tasks. Otherwise each host with free slots gets joiners, in
     discovery's order, on the lowest free task ids, up to `max_np` tasks.
 
     Args:
@@ -65,6 +66,8 @@ def plan_hosts(
         min_np: Int. Fewest tasks.
         max_np: Int. Most tasks (task ids are `0 .. max_np - 1`).
         busy: Set of ints. Task ids not free (processes still running).
+        leader: Int. The task that leads the collectives (task 0 until a
+            recovery lost it). Defaults to `0`.
 
     Returns:
         `HostPlan`.
@@ -79,7 +82,9 @@ def plan_hosts(
     slots = merge_slots(discovered)
     retire = []
     for host in sorted(set(placed.values())):
-        tasks = sorted(t for t, h in placed.items() if h == host and t != 0)
+        tasks = sorted(
+            t for t, h in placed.items() if h == host and t != leader
+        )
         extra = sum(h == host for h in placed.values()) - slots.get(host, 0)
         if extra > 0:
             retire += tasks[len(tasks) - min(extra, len(tasks)) :]

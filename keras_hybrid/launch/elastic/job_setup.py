@@ -49,12 +49,13 @@ class JobSetup:
 
     def commit_env(self, local: bool = True) -> dict[str, str]:
         """The variables that name the commit store (none for buddy
-        copies) to the workers on this host (`local`) or on others: a
-        directory store's folder under /dev/shm is served to the others
-        once the job widened (`widen_job`)."""
-        if self.commit_server is not None and (
-            self.commit_store == "served" or not local
-        ):
+        copies) to the workers on this host (`local`) or on others. The
+        commit server is for other hosts (the served store's, or a
+        directory store's folder under /dev/shm served once the job
+        widened, `widen_job`): this host's workers write its folder
+        directly, since uploading to their own host would only copy the
+        rows twice more."""
+        if self.commit_server is not None and not local:
             return self.commit_server.env()
         if self.commit_dir:
             return {COMMIT_DIR_ENV: self.commit_dir}

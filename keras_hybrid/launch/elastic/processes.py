@@ -3,20 +3,23 @@
 A remote worker runs under `remote_guard` through `ssh_command`, as the
 workers of a fixed `--hosts` job do: the ssh client's stdin stays open,
 signals travel as lines on it, and closing it (SIGKILL to the client, the
-launcher's death, a broken link) stops the remote worker.
+launcher's death, a broken link) stops the remote worker. A local worker
+gets SIGKILL when the launcher dies (`lifeline`).
 """
 
 import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 
-from keras_hybrid.launch.output_forwarder import OutputForwarder
+from keras_hybrid.launch.lifeline import exit_with_launcher
 from keras_hybrid.launch.ssh import failure_hint
 from keras_hybrid.launch.ssh import forwarded_env
 from keras_hybrid.launch.ssh import ssh_command
+from keras_hybrid.launch.worker_defaults import interpreter_path
+from keras_hybrid.launch.worker_streams import OutputSettings
+from keras_hybrid.launch.worker_streams import WorkerStreams
 
 LOCAL = "localhost"
 _TICK = 0.05
@@ -55,7 +58,9 @@ class ElasticProcess:
             )
             env = dict(os.environ)
         else:
-            argv, env = list(command), {**os.environ, **contract}
+            path = interpreter_path(os.environ)
+            argv = list(command)
+            env = {**os.environ, "PATH": path, **contract}
         self.proc = subprocess.Popen(
             argv,
             env=env,
@@ -63,6 +68,9 @@ class ElasticProcess:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
+            # A local worker dies with the launcher (SIGKILL included);
+            # a remote one's guard sees its ssh client's stdin close.
+            preexec_fn=None if self.remote else exit_with_launcher(),
         )
 
     @property
@@ -127,30 +135,49 @@ class ElasticProcesses:
         command: List of strings. Program and arguments of every worker.
         grace_seconds: Float. Seconds between the polite signal and
             SIGKILL in `stop_all` (and a remote guard's own grace).
+        rank_of: Callable. A task's rank now, or `None` while it is not a
+            member (a joiner not admitted yet). Defaults to the task.
+        output: Optional `OutputSettings`. Defaults to every worker's whole
+            output on the console.
     """
 
-    def __init__(self, command: list[str], grace_seconds: float) -> None:
+    def __init__(
+        self,
+        command: list[str],
+        grace_seconds: float,
+        rank_of=None,
+        output: OutputSettings | None = None,
+    ) -> None:
         self.command = list(command)
         self.grace_seconds = grace_seconds
         self.procs: dict[int, ElasticProcess] = {}
-        self._forwarders: list[OutputForwarder] = []
-        self._locks = (threading.Lock(), threading.Lock())
+        self._rank_of = rank_of or (lambda task: task)
+        self.streams = WorkerStreams(
+            output or OutputSettings(console_ranks=None),
+            sys.stdout,
+            sys.stderr,
+        )
+
+    def label(self, task: int) -> str:
+        """String. `"2"` for the member at rank 2, `"task 3"` for a task
+        that is not a member."""
+        rank = self._rank_of(task)
+        return f"task {task}" if rank is None else str(rank)
 
     def start(self, task: int, host: str, contract: dict) -> ElasticProcess:
         """Starts `task` on `host` (over ssh unless `"localhost"`) with
-        the launcher's `contract` variables; its output lines get a
-        `[task]` prefix."""
+        the launcher's `contract` variables; its output lines get its
+        rank as prefix (`label`), and its log file is `task.<t>.log`."""
         proc = ElasticProcess(
             task, host, self.command, contract, self.grace_seconds
         )
         self.procs[task] = proc
-        for pipe, sink, lock in (
-            (proc.stdout, sys.stdout, self._locks[0]),
-            (proc.stderr, sys.stderr, self._locks[1]),
-        ):
-            forwarder = OutputForwarder(pipe, sink, f"[{task}] ", lock)
-            forwarder.start()
-            self._forwarders.append(forwarder)
+        self.streams.attach(
+            proc.proc,
+            lambda: self._rank_of(task),
+            lambda: self.label(task),
+            f"task.{task}.log",
+        )
         return proc
 
     def signal(self, task: int, sig: int) -> None:
@@ -170,5 +197,6 @@ class ElasticProcesses:
             time.sleep(_TICK)
         for proc in self.procs.values():
             proc.close()
-        for forwarder in self._forwarders:
+        for forwarder in self.streams.forwarders:
             forwarder.join(timeout=5.0)
+        self.streams.close()

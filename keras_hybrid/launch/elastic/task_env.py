@@ -1,11 +1,11 @@
 """The variables the elastic launcher gives each task: `TF_CONFIG` on
 the cluster of every task's host, and the elastic contract
-(`elastic_files`)."""
+(`elastic_board`)."""
 
 import dataclasses
 from collections.abc import Callable
 
-from keras_hybrid.contract import elastic_board as em
+from keras_hybrid.contract import elastic_board
 from keras_hybrid.contract.worker_env import worker_env
 from keras_hybrid.contract.worker_spec import WorkerSpec
 from keras_hybrid.launch.elastic import host_slots
@@ -23,7 +23,7 @@ class ElasticSettings:
         seed: String. The job's TF seed.
         commit_interval: Int. Global steps between two commits.
         commit_env: Dict. The variables naming the commit store to this
-            host's tasks (`elastic_setup.JobSetup.commit_env`); empty for
+            host's tasks (`job_setup.JobSetup.commit_env`); empty for
             buddy copies.
         threads: Optional int. Threads per worker.
         extra_env: Optional dict. `--env` variables.
@@ -39,6 +39,12 @@ class ElasticSettings:
         discovery_wait_seconds: Float. `--elastic-timeout`: how long the
             launcher waits for discovery when fewer than `min_np` are left
             (`DISCOVERY_WAIT_ENV`).
+        leader: Int. The task that leads the cluster's collectives
+            (`LEADER_ENV`): task 0 until a recovery lost it. Defaults to
+            `0`.
+        buddy_copies: Int. How many next workers keep a buddy copy of
+            each worker's rows (`BUDDY_COPIES_ENV`; the buddy store).
+            Defaults to `1`.
     """
 
     directory: str
@@ -54,6 +60,8 @@ class ElasticSettings:
     remote_commit_env: dict | None = None
     resolve: Callable[[str], str] = str
     discovery_wait_seconds: float = 0.0
+    leader: int = 0
+    buddy_copies: int = 1
 
 
 def task_envs(
@@ -67,14 +75,18 @@ def task_envs(
         placed, ports, settings.local_address, settings.resolve
     )
     contract = {
-        em.DIR_ENV: settings.directory,
-        em.MIN_NP_ENV: str(settings.min_np),
-        em.MAX_NP_ENV: str(settings.max_np),
-        em.SEED_ENV: settings.seed,
-        em.COMMIT_INTERVAL_ENV: str(int(settings.commit_interval)),
-        em.DISCOVERY_WAIT_ENV: str(float(settings.discovery_wait_seconds)),
-        em.COMMIT_DIR_ENV: "",
-        em.COMMIT_SERVER_ENV: "",
+        elastic_board.DIR_ENV: settings.directory,
+        elastic_board.MIN_NP_ENV: str(settings.min_np),
+        elastic_board.MAX_NP_ENV: str(settings.max_np),
+        elastic_board.SEED_ENV: settings.seed,
+        elastic_board.COMMIT_INTERVAL_ENV: str(int(settings.commit_interval)),
+        elastic_board.DISCOVERY_WAIT_ENV: str(
+            float(settings.discovery_wait_seconds)
+        ),
+        elastic_board.LEADER_ENV: str(int(settings.leader)),
+        elastic_board.BUDDY_COPIES_ENV: str(int(settings.buddy_copies)),
+        elastic_board.COMMIT_DIR_ENV: "",
+        elastic_board.COMMIT_SERVER_ENV: "",
         **settings.channel_env,
     }
     remote = settings.remote_commit_env

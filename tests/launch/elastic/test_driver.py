@@ -44,16 +44,17 @@ def test_discovery_keeps_the_last_answer_when_the_script_fails(tmp_path):
     assert discovery.total() == 3
 
 
-def test_bounds_need_two_workers_at_least():
-    with pytest.raises(ValueError, match="2 <= --min-np <= --max-np"):
-        check_bounds(1, 4)
+def test_bounds_need_one_worker_at_least():
+    check_bounds(1, 4)
+    with pytest.raises(ValueError, match="1 <= --min-np <= --max-np"):
+        check_bounds(0, 4)
     with pytest.raises(ValueError, match="Received: --min-np 4, --max-np 3"):
         check_bounds(4, 3)
 
 
-def test_cli_rejects_np_with_elastic_flags(tmp_path):
+def test_cli_rejects_a_starting_np_outside_the_bounds(tmp_path):
     proc = subprocess.run(
-        [*CLI, "-np", "2", "--min-np", "2", "--max-np", "3"]
+        [*CLI, "-np", "4", "--min-np", "2", "--max-np", "3"]
         + ["--host-discovery-script", _script(tmp_path, "echo localhost:2")]
         + [sys.executable, "-c", "pass"],
         capture_output=True,
@@ -61,7 +62,7 @@ def test_cli_rejects_np_with_elastic_flags(tmp_path):
         timeout=60,
     )
     assert proc.returncode == 2
-    assert "Give one or the other" in proc.stderr
+    assert "-np is the number of workers to start with" in proc.stderr
 
 
 def test_cli_rejects_a_commit_dir_with_the_served_store(tmp_path):
@@ -161,7 +162,7 @@ def test_a_lost_member_gets_a_recovery_plan_on_new_ports(tmp_path):
         timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
-    assert "task 2 exited with code -9" in proc.stderr
+    assert "rank 2 (task 2) exited with code -9" in proc.stderr
     lines = [line.partition("] ")[2] for line in proc.stdout.splitlines()]
     seen = [json.loads(line) for line in lines if line.startswith("{")]
     survivors = {r["task"]: r for r in seen if "task" in r}

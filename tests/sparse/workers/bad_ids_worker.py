@@ -43,7 +43,7 @@ def make_data(rows, bad_id, size=2):
 
 def _local_weights(model):
     """This rank's table shard and dense weights, read without peers."""
-    with sharded_table.local_reads():
+    with sharded_table.shard_view():
         return [np.array(tf.convert_to_tensor(v)) for v in model.weights]
 
 

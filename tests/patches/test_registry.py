@@ -1,8 +1,9 @@
-"""Keras is patched only while a strategy is open, in one process.
+"""The patch registry in one process: in while a strategy is open, out in
+reverse order when the last one closes.
 
 Patches go in only when a strategy has more than one worker, which needs
-real peers; here `keras_patches` is driven with fake strategies, and
-`close_multiprocess_worker.py` closes a real 2-worker strategy.
+real peers; here the registry is driven with fake strategies, and
+`test_close_multiprocess.py` closes real ones of every kind.
 """
 
 import gc
@@ -14,14 +15,15 @@ import keras
 from keras_hybrid import HybridStrategy
 from keras_hybrid.comm import call_fence
 from keras_hybrid.patches import registry
+from keras_hybrid.patches.patch_set import Patch
+from keras_hybrid.patches.patch_set import PatchSet
 from keras_hybrid.strategy import cluster
 from keras_hybrid.testing import OneProcessTestCase
 from keras_hybrid.testing import TestCase
 
-sys.path.insert(
-    0, os.path.join(os.path.dirname(__file__), "..", "strategy", "workers")
-)
-from stock_keras import keras_objects  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "workers"))
+from stock_objects import ELASTIC_ONLY  # noqa: E402
+from stock_objects import stock_objects as keras_objects  # noqa: E402
 
 
 class _Communicator:
@@ -44,7 +46,7 @@ class _Watchdog:
         self.stopped = True
 
 
-class KerasPatchesTest(TestCase):
+class RegistryTest(TestCase):
     def setUp(self) -> None:
         super().setUp()
         self.stock = keras_objects()
@@ -54,20 +56,24 @@ class KerasPatchesTest(TestCase):
         for strategy in list(getattr(self, "opened", [])):
             registry.release(strategy)
 
-    def acquire(self, strategy) -> None:
+    def acquire(self, strategy, elastic=False) -> None:
         self.opened = [*getattr(self, "opened", []), strategy]
-        registry.acquire(strategy)
+        registry.acquire(strategy, elastic=elastic)
 
     def assertStock(self) -> None:
         now = keras_objects()
         for name, stock in self.stock.items():
             self.assertIs(now[name], stock, msg=name)
         self.assertIsNone(call_fence.active())
+        self.assertEqual(registry.installed(), [])
 
-    def assertPatched(self) -> None:
+    def assertPatched(self, elastic=False) -> None:
         now = keras_objects()
         for name, stock in self.stock.items():
-            self.assertIsNot(now[name], stock, msg=name)
+            if name in ELASTIC_ONLY and not elastic:
+                self.assertIs(now[name], stock, msg=name)
+            else:
+                self.assertIsNot(now[name], stock, msg=name)
         self.assertIsNotNone(call_fence.active())
 
     def test_release_restores_every_stock_object(self):
@@ -125,6 +131,92 @@ class KerasPatchesTest(TestCase):
         registry.release(b)
         self.assertTrue(watchdog.stopped)
         self.assertIsNone(cluster.watchdog())
+
+    def test_elastic_patches_go_on_top_and_come_off_first(self):
+        plain, elastic = _Strategy(), _Strategy()
+        self.acquire(plain)
+        fit = keras.Model.fit
+        self.acquire(elastic, elastic=True)
+        self.assertPatched(elastic=True)
+        self.assertEqual(registry.installed()[-1], "elastic_training")
+        # Elastic `fit` wraps the fenced one.
+        self.assertIsNot(keras.Model.fit, fit)
+        registry.release(elastic)
+        self.assertPatched()
+        self.assertIs(keras.Model.fit, fit)
+        self.assertNotIn("elastic_training", registry.installed())
+        registry.release(plain)
+        self.assertStock()
+
+    def test_an_elastic_strategy_alone_restores_every_object(self):
+        # The attributes patched twice (`Model.fit`, the loss scale) get
+        # back what they held before the first patch.
+        elastic = _Strategy()
+        self.acquire(elastic, elastic=True)
+        self.assertPatched(elastic=True)
+        registry.release(elastic)
+        self.assertStock()
+
+    def test_installing_one_set_alone_is_refused_while_a_strategy_holds(self):
+        strategy = _Strategy()
+        self.acquire(strategy)
+        with self.assertRaisesRegex(RuntimeError, "Cannot install"):
+            with registry.installing(strategy, registry.SETS[0]):
+                pass
+        registry.release(strategy)
+        self.assertStock()
+
+
+class ReverseOrderTest(TestCase):
+    """Two sets patching one attribute, each wrapping what it found."""
+
+    def setUp(self) -> None:
+        super().setUp()
+
+        class Target:
+            def method(self):
+                return ["stock"]
+
+        class Child(Target):
+            pass
+
+        self.Target, self.Child = Target, Child
+
+    def _wrapping(self, tag):
+        def replacement(original):
+            def method(obj):
+                return [*original(obj), tag]
+
+            return method
+
+        return replacement
+
+    def test_each_set_wraps_the_last_and_restores_in_reverse(self):
+        first = PatchSet(
+            "first", (Patch(self.Child, "method", self._wrapping("a")),)
+        )
+        second = PatchSet(
+            "second", (Patch(self.Child, "method", self._wrapping("b")),)
+        )
+        with registry.installing(None, first, second):
+            self.assertEqual(self.Child().method(), ["stock", "a", "b"])
+            self.assertIn("method", vars(self.Child))
+        # Inherited before: the override is deleted, not left as a copy.
+        self.assertNotIn("method", vars(self.Child))
+        self.assertEqual(self.Child().method(), ["stock"])
+
+    def test_follow_sees_the_strategy_then_none(self):
+        seen = []
+        followed = PatchSet(
+            "followed",
+            (Patch(self.Target, "method", self._wrapping("x")),),
+            follow=seen.append,
+        )
+        stock = vars(self.Target)["method"]
+        with registry.installing("strategy", followed):
+            self.assertEqual(seen, ["strategy"])
+        self.assertEqual(seen, ["strategy", None])
+        self.assertIs(vars(self.Target)["method"], stock)
 
 
 class CloseTest(OneProcessTestCase):

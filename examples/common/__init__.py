@@ -1,1 +1,0 @@
-"""Small helpers the example scripts share: flags, callbacks, Zipf ids."""

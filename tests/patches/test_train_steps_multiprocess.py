@@ -1,0 +1,117 @@
+"""Train steps that compute their own gradients, on 2 and 4 workers, equal
+one process on the same global batches (float64, 1e-5).
+
+The rule (`patches/loss_scaling.py`, docs/strategy.md): a loss scaled for
+distribution (Keras' reducing losses, `tf.nn.compute_average_loss`) or a
+sum keeps the workers' gradients summed; a loss the step averaged by
+itself gets them averaged. One launch per worker count trains every case
+of `workers/train_steps.py`.
+"""
+
+import functools
+import os
+import subprocess
+import sys
+import tempfile
+
+import keras
+import numpy as np
+import pytest
+
+from keras_hybrid.testing import run_workers
+
+HERE = os.path.join(os.path.dirname(__file__), "workers")
+sys.path.insert(0, HERE)
+import train_steps  # noqa: E402
+
+pytestmark = pytest.mark.multiprocess
+ATOL = 1e-5
+
+
+@functools.cache
+def launch(num_workers: int) -> dict:
+    run = run_workers(
+        os.path.join(HERE, "train_step_worker.py"),
+        num_workers,
+        tempfile.mkdtemp(prefix=f"train_steps{num_workers}_"),
+        timeout=420,
+    ).check()
+    assert sorted(run.results) == list(range(num_workers))
+    return run.results
+
+
+@functools.cache
+def one_process(case: str) -> list:
+    keras.backend.clear_session()
+    keras.config.set_floatx("float64")
+    try:
+        return train_steps.train(train_steps.build(case), case)
+    finally:
+        keras.config.set_floatx("float32")
+
+
+@functools.cache
+def untrained(case: str) -> list:
+    keras.config.set_floatx("float64")
+    try:
+        return train_steps.build(case).get_weights()
+    finally:
+        keras.config.set_floatx("float32")
+
+
+@pytest.mark.parametrize("num_workers", [2, 4])
+@pytest.mark.parametrize("case", train_steps.CASES)
+def test_equals_one_process(case, num_workers):
+    want = one_process(case)
+    moved = max(
+        float(np.abs(a - b).max())
+        for a, b in zip(want, untrained(case), strict=True)
+    )
+    assert moved > 1e-3, "no training"
+    for rank, result in launch(num_workers).items():
+        for i, (got, w) in enumerate(zip(result[case], want, strict=True)):
+            np.testing.assert_allclose(
+                got,
+                w,
+                atol=ATOL,
+                rtol=0,
+                err_msg=f"{case}: {num_workers} workers, rank {rank}, "
+                f"weight {i}",
+            )
+
+
+def test_the_table_of_the_custom_step_is_partitioned():
+    for result in launch(2).values():
+        assert result["kinds"]["table_step/table/embeddings"] == "sparse"
+
+
+def test_averaging_is_logged_once():
+    # Run the VAE on 2 workers alone and read the launcher's output.
+    script = (
+        f"import os, sys; sys.path.insert(0, {HERE!r})\n"
+        "import keras, keras_hybrid as kh, train_steps\n"
+        "from absl import logging\n"
+        "logging.set_verbosity(logging.INFO)\n"
+        "keras.config.set_floatx('float64')\n"
+        "with kh.HybridStrategy() as s:\n"
+        "    with s.scope():\n"
+        "        m = train_steps.build('vae')\n"
+        "    train_steps.train(m, 'vae')\n"
+    )
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+        f.write(script)
+    proc = subprocess.run(
+        [
+            *(sys.executable, "-m", "keras_hybrid.run", "-np", "2"),
+            *("--threads", "1", sys.executable, f.name),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-3000:]
+    lines = [ln for ln in output.splitlines() if "gradients are averaged" in ln]
+    assert len(lines) == 2, output[-3000:]  # once per rank
+    assert {ln.split("]")[0] for ln in lines} == {"[0", "[1"}

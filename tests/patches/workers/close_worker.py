@@ -1,0 +1,54 @@
+"""Worker: captures every object a strategy may patch, then opens
+`--attempts` `HybridStrategy`s one after the other, of whatever kind the
+launcher made (one process, multi-worker, elastic; TF or Horovod engine):
+each trains and is closed. Saves, per attempt, which objects differed
+before the first `scope()`, inside it and after `close()`, and whether
+the peer watchdog ran."""
+
+import os
+import sys
+
+from absl import app
+from absl import flags
+
+import keras_hybrid as kh
+from keras_hybrid.strategy import cluster
+from keras_hybrid.testing import models
+from keras_hybrid.testing.multiprocess import save_result
+
+sys.path.insert(0, os.path.dirname(__file__))
+from stock_objects import changed  # noqa: E402
+from stock_objects import stock_objects  # noqa: E402
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("out_dir", None, "Where to save this rank's results.")
+flags.DEFINE_integer("attempts", 1, "Strategies opened one after another.")
+
+
+def main(argv):
+    del argv
+    stock = stock_objects()
+    attempts = []
+    for _ in range(FLAGS.attempts):
+        strategy = kh.HybridStrategy(timeout_seconds=60)
+        # Patches go in at first use (the first `scope()`), not before.
+        attempt = {"size": strategy.size, "unused": changed(stock)}
+        x, y = models.make_data(48)
+        with strategy.scope():
+            model = models.build_model("functional", seed=strategy.rank)
+            models.compile_model(model, "adam")
+        model.fit(x, y, batch_size=12, epochs=1, verbose=0)
+        attempt["inside"] = changed(stock)
+        attempt["watchdog_inside"] = cluster.watchdog() is not None
+        attempt["weights"] = model.get_weights()
+        rank = strategy.rank
+        strategy.close()
+        attempt["after"] = changed(stock)
+        attempt["watchdog_after"] = cluster.watchdog() is not None
+        attempts.append(attempt)
+    save_result(FLAGS.out_dir, rank, attempts)
+
+
+if __name__ == "__main__":
+    flags.mark_flag_as_required("out_dir")
+    app.run(main)

@@ -1,0 +1,225 @@
+"""Models whose `train_step` computes and applies its own gradients, as
+keras-io writes them for one device, and their data.
+
+Every random draw of the originals (the VAE's noise, the GAN's latent
+vectors) is an input here, so that N workers and one process see the same
+numbers and can be compared exactly. Everything runs in float64.
+"""
+
+import keras
+import numpy as np
+import tensorflow as tf
+from keras import ops
+
+CASES = ("vae", "gan", "gan_keras_losses", "mirrored", "summed", "table")
+BATCH = 16
+STEPS = 6
+FEATURES = 6
+LATENT = 3
+VOCAB = 40
+
+
+def data(case: str):
+    """`(x, y)` arrays of STEPS global batches for `case`."""
+    rng = np.random.default_rng(3)
+    n = BATCH * STEPS
+    if case == "table":
+        ids = rng.integers(0, VOCAB, size=(n, 4)).astype("int32")
+        return ids, rng.normal(size=(n, 1))
+    if case == "summed":
+        x = rng.normal(size=(n, FEATURES))
+        return x, rng.integers(0, 5, size=(n,)).astype("int32")
+    x = rng.normal(size=(n, FEATURES))
+    noise = rng.normal(size=(n, LATENT))
+    return (x, noise), np.zeros((n, 1))
+
+
+class VAE(keras.Model):
+    """keras-io's VAE step: `reconstruction + kl`, both means over rows."""
+
+    def __init__(self):
+        super().__init__()
+        self.encoder = keras.layers.Dense(2 * LATENT, name="encoder")
+        self.decoder = keras.layers.Dense(FEATURES, name="decoder")
+
+    def call(self, inputs):
+        x, noise = inputs
+        stats = self.encoder(x)
+        mean, log_var = stats[:, :LATENT], stats[:, LATENT:]
+        z = mean + ops.exp(0.5 * log_var) * noise
+        return self.decoder(z), mean, log_var
+
+    def train_step(self, data):
+        (x, noise), _ = data
+        with tf.GradientTape() as tape:
+            recon, mean, log_var = self((x, noise))
+            reconstruction = ops.mean(ops.sum(ops.square(x - recon), axis=1))
+            kl = -0.5 * (1 + log_var - ops.square(mean) - ops.exp(log_var))
+            kl = ops.mean(ops.sum(kl, axis=1))
+            loss = reconstruction + kl
+        grads = tape.gradient(loss, self.trainable_weights)
+        self.optimizer.apply_gradients(
+            zip(grads, self.trainable_weights, strict=True)
+        )
+        return {"loss": loss}
+
+
+class GAN(keras.Model):
+    """keras-io's DCGAN step: two optimizers, two tapes. With
+    `keras_losses` the losses are `BinaryCrossentropy` (scaled for
+    distribution by Keras); else hand-written means."""
+
+    def __init__(self, keras_losses: bool):
+        super().__init__()
+        self.generator = keras.layers.Dense(FEATURES, name="generator")
+        self.discriminator = keras.layers.Dense(1, name="discriminator")
+        self.keras_losses = keras_losses
+        self.bce = keras.losses.BinaryCrossentropy(from_logits=True)
+
+    def call(self, inputs):
+        x, noise = inputs
+        return self.discriminator(x), self.generator(noise)
+
+    def compile(self, d_optimizer, g_optimizer):
+        super().compile()
+        self.d_optimizer = d_optimizer
+        self.g_optimizer = g_optimizer
+
+    def _loss(self, labels, logits):
+        if self.keras_losses:
+            return self.bce(labels, logits)
+        return ops.mean(
+            ops.maximum(logits, 0)
+            - logits * labels
+            + ops.log(1 + ops.exp(-ops.abs(logits)))
+        )
+
+    def train_step(self, data):
+        (real, noise), _ = data
+        rows = ops.shape(real)[0]
+        fake = self.generator(noise)
+        both = ops.concatenate([fake, real], axis=0)
+        labels = ops.concatenate(
+            [ops.ones((rows, 1), "float64"), ops.zeros((rows, 1), "float64")]
+        )
+        with tf.GradientTape() as tape:
+            d_loss = self._loss(labels, self.discriminator(both))
+        d_weights = self.discriminator.trainable_weights
+        grads = tape.gradient(d_loss, d_weights)
+        self.d_optimizer.apply_gradients(zip(grads, d_weights, strict=True))
+        with tf.GradientTape() as tape:
+            logits = self.discriminator(self.generator(noise))
+            g_loss = self._loss(ops.zeros((rows, 1), "float64"), logits)
+        g_weights = self.generator.trainable_weights
+        grads = tape.gradient(g_loss, g_weights)
+        self.g_optimizer.apply_gradients(zip(grads, g_weights, strict=True))
+        return {"d_loss": d_loss, "g_loss": g_loss}
+
+
+class Mirrored(keras.Model):
+    """A step written for `MirroredStrategy`: per-example losses averaged
+    over the global batch with `tf.nn.compute_average_loss`."""
+
+    def __init__(self):
+        super().__init__()
+        self.dense = keras.layers.Dense(1, name="dense")
+
+    def call(self, inputs):
+        return self.dense(inputs[0])
+
+    def train_step(self, data):
+        (x, noise), _ = data
+        with tf.GradientTape() as tape:
+            per_example = ops.sum(ops.square(self((x, noise)) - 1.0), axis=1)
+            loss = tf.nn.compute_average_loss(
+                per_example, global_batch_size=BATCH
+            )
+        grads = tape.gradient(loss, self.trainable_weights)
+        self.optimizer.apply_gradients(
+            zip(grads, self.trainable_weights, strict=True)
+        )
+        return {"loss": loss}
+
+
+class Summed(keras.Model):
+    """keras-io's masked-LM step: `reduction=None`, so the target is the
+    vector of per-token losses, which `tape.gradient` sums."""
+
+    def __init__(self):
+        super().__init__()
+        self.dense = keras.layers.Dense(5, name="dense")
+        self.loss_fn = keras.losses.SparseCategoricalCrossentropy(
+            from_logits=True, reduction=None
+        )
+
+    def call(self, x):
+        return self.dense(x)
+
+    def train_step(self, data):
+        x, y = data
+        with tf.GradientTape() as tape:
+            loss = self.loss_fn(y, self(x))
+        grads = tape.gradient(loss, self.trainable_weights)
+        self.optimizer.apply_gradients(
+            zip(grads, self.trainable_weights, strict=True)
+        )
+        return {"loss": ops.mean(loss)}
+
+
+class TableStep(keras.Model):
+    """A table and a head; a hand-written mean loss and `apply_gradients`
+    on the table itself."""
+
+    def __init__(self):
+        super().__init__()
+        self.table = keras.layers.Embedding(VOCAB, 3, name="table")
+        self.head = keras.layers.Dense(1, name="head")
+
+    def call(self, ids):
+        return self.head(ops.mean(self.table(ids), axis=1))
+
+    def train_step(self, data):
+        ids, y = data
+        with tf.GradientTape() as tape:
+            loss = ops.mean(ops.square(self(ids) - y))
+        grads = tape.gradient(loss, self.trainable_weights)
+        self.optimizer.apply_gradients(
+            zip(grads, self.trainable_weights, strict=True)
+        )
+        return {"loss": loss}
+
+
+def build(case: str) -> keras.Model:
+    """The compiled model of `case`, built, with fixed initial weights."""
+    keras.utils.set_random_seed(11)
+    if case == "vae":
+        model = VAE()
+    elif case.startswith("gan"):
+        model = GAN(keras_losses=case == "gan_keras_losses")
+    elif case == "mirrored":
+        model = Mirrored()
+    elif case == "summed":
+        model = Summed()
+    elif case == "table":
+        model = TableStep()
+    else:
+        raise ValueError(f"Unknown case {case!r}; one of {CASES}.")
+    x, _ = data(case)
+    first = tf.nest.map_structure(lambda a: a[:2], x)
+    model(first)
+    if case.startswith("gan"):
+        model.compile(
+            d_optimizer=keras.optimizers.SGD(0.1),
+            g_optimizer=keras.optimizers.SGD(0.1),
+        )
+    else:
+        model.compile(optimizer=keras.optimizers.SGD(0.1))
+    return model
+
+
+def train(model, case: str) -> list:
+    """Trains `model` on the STEPS global batches of `case`, in order;
+    returns its weights."""
+    x, y = data(case)
+    model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+    return model.get_weights()

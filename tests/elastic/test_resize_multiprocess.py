@@ -234,7 +234,7 @@ class ElasticAcceptanceTest(TestCase):
     MODEL = "custom_table"
     # Partitioned; the 2-row position table stays dense (fewer rows than
     # --max-np), although `.*embeddings` names it too.
-    TABLES = ("tok_pos/token/embeddings",)
+    TABLES = ("custom_table/tok_pos/token/embeddings",)
     KILL_RANK = 1  # its rows go to rank 2, a joiner
 
     def test_grow_shrink_and_lost_worker_equal_one_process(self):

@@ -113,3 +113,76 @@ class ReadmissionTest(TestCase):
             layer.embeddings.numpy()[0], initial(np.array([11]), 3)[0]
         )
         self.assertEqual(layer.stats()["evictions"], 2)
+
+
+class OptimizerSlotsTest(TestCase):
+    """Every stock element-wise optimizer trains the table, and a row given
+    to a new key gets its slots' initial values back."""
+
+    def _evict_after_training(self, optimizer, dtype_policy=None):
+        keys = keras.Input(shape=(1,), dtype="int64")
+        layer = DynamicEmbedding(
+            3, capacity=1, eviction="lru", dtype=dtype_policy
+        )
+        out = keras.ops.cast(keras.ops.sum(layer(keys), axis=(1, 2)), "float32")
+        model = keras.Model(keys, out)
+        model.compile(optimizer=optimizer, loss="mse")
+        model.fit(np.array([[11]] * 3), np.ones(3), batch_size=1, verbose=0)
+        before = layer.embeddings.numpy()[0].copy()
+        _steps(layer, [12])
+        return model, layer, before
+
+    def test_slots_restart_with_their_row(self):
+        cases = {
+            "SGD": (keras.optimizers.SGD(0.1, momentum=0.9), {"momentum": 0}),
+            "Adam": (
+                keras.optimizers.Adam(0.1),
+                {"momentum": 0, "velocity": 0},
+            ),
+            "AdamW": (keras.optimizers.AdamW(0.1), {"momentum": 0}),
+            "Adagrad": (
+                keras.optimizers.Adagrad(0.1, initial_accumulator_value=0.3),
+                {"accumulator": 0.3},
+            ),
+            "RMSprop": (keras.optimizers.RMSprop(0.1), {"velocity": 0}),
+            "Ftrl": (
+                keras.optimizers.Ftrl(0.1, initial_accumulator_value=0.2),
+                {"accumulator": 0.2, "linear": 0},
+            ),
+        }
+        for name, (optimizer, initial) in cases.items():
+            keras.backend.clear_session()
+            model, layer, before = self._evict_after_training(optimizer)
+            new_row = InitialRows("uniform")(np.array([12]), 3)[0]
+            self.assertFalse(np.allclose(before, new_row), name)
+            np.testing.assert_allclose(
+                layer.embeddings.numpy()[0], new_row, err_msg=name
+            )
+            prefix = "dynamic_embedding_embeddings_"
+            for slot, value in initial.items():
+                (variable,) = [
+                    v
+                    for v in model.optimizer.variables
+                    if v.name == prefix + slot
+                ]
+                np.testing.assert_allclose(
+                    variable.numpy(), value, err_msg=f"{name} {slot}"
+                )
+
+    def test_mixed_precision_with_loss_scaling(self):
+        optimizer = keras.optimizers.LossScaleOptimizer(
+            keras.optimizers.Adam(0.1)
+        )
+        model, layer, before = self._evict_after_training(
+            optimizer, "mixed_float16"
+        )
+        self.assertEqual(layer.compute_dtype, "float16")
+        self.assertEqual(layer.embeddings.dtype, "float32")
+        slots = [
+            v
+            for v in model.optimizer.inner_optimizer.variables
+            if v.name.startswith("dynamic_embedding_embeddings_")
+        ]
+        self.assertEqual(len(slots), 2)
+        for slot in slots:
+            np.testing.assert_array_equal(slot.numpy(), 0.0)

@@ -204,6 +204,59 @@ class DynamicEmbedding(keras.layers.Layer):
         )
         return self.table.slot_keys.numpy()[live], live
 
+    def static_equivalent(self) -> keras.Sequential:
+        """A stock Keras layer that reads what this one reads now.
+
+        `IntegerLookup` or `StringLookup` over the live keys (unknown keys
+        to the out-of-vocabulary index), then an `Embedding` whose rows
+        are the default row and the live keys' rows. It needs no
+        keras-hybrid to load or serve; it admits and evicts nothing.
+
+        Raises:
+            ValueError: If the table holds no key yet.
+        """
+        keys, rows = self.live_keys()
+        table = keras.ops.convert_to_numpy(self.embeddings)
+        default = self.default_value.astype(table.dtype)
+        mask = None
+        if self.mask_zero:
+            # The lookup puts the mask key at index 0, which the
+            # Embedding masks; it reads the key's row as this layer does.
+            mask = "" if self.key_dtype == "string" else 0
+            at_mask = np.flatnonzero(keys == np.asarray(mask, keys.dtype))
+            mask_row = table[rows[at_mask[0]]] if at_mask.size else default
+            keep = keys != np.asarray(mask, keys.dtype)
+            keys, rows = keys[keep], rows[keep]
+        if not len(keys):
+            raise ValueError(
+                f"{self.name} holds no key yet, and a stock lookup needs at "
+                "least one. Train the model before converting it."
+            )
+        lookup_class = (
+            keras.layers.StringLookup
+            if self.key_dtype == "string"
+            else keras.layers.IntegerLookup
+        )
+        if self.key_dtype == "string":
+            # Keras serializes a vocabulary of `str`, not of `bytes`.
+            keys = [key.decode("utf-8") for key in keys]
+        lookup = lookup_class(
+            vocabulary=keys, num_oov_indices=1, mask_token=mask
+        )
+        weights = [default, table[rows]]
+        if self.mask_zero:
+            weights = [mask_row, *weights]
+        embedding = keras.layers.Embedding(
+            len(weights[-1]) + len(weights) - 1,
+            self.output_dim,
+            mask_zero=self.mask_zero,
+            dtype=self.dtype_policy,
+        )
+        static = keras.Sequential([lookup, embedding], name=self.name)
+        embedding.build((None,))
+        embedding.set_weights([np.vstack([np.atleast_2d(w) for w in weights])])
+        return static
+
     def save_own_variables(self, store) -> None:
         super().save_own_variables(store)
         store["slot_keys"] = self.table.slot_keys.numpy()

@@ -67,6 +67,9 @@ class DynamicEmbedding(keras.layers.Layer):
     Raises:
         TypeError: For float, ragged or sparse keys.
         ValueError: For a bad `capacity`, `admit_after` or `eviction`.
+        NotImplementedError: For an initializer that depends on the
+            table's shape, or when built under a `tf.distribute` strategy
+            (`HybridStrategy` included).
     """
 
     def __init__(
@@ -120,6 +123,14 @@ class DynamicEmbedding(keras.layers.Layer):
         return super().__call__(inputs, *args, **kwargs)
 
     def build(self, input_shape=None) -> None:
+        if tf.distribute.has_strategy():
+            raise NotImplementedError(
+                "DynamicEmbedding runs in one process without a "
+                "tf.distribute strategy; its tables are not partitioned "
+                "over workers yet. Received: a layer built under "
+                f"{type(tf.distribute.get_strategy()).__name__}. Build the "
+                "model outside `strategy.scope()`, in one process."
+            )
         if self.key_dtype is None:
             raise ValueError(
                 "Cannot build a DynamicEmbedding before it knows its key "

@@ -41,6 +41,14 @@ class BadInputTest(TestCase):
                 2, capacity=2, embeddings_initializer="glorot_uniform"
             )
 
+    def test_a_strategy_is_refused(self):
+        strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+        with strategy.scope():
+            with self.assertRaisesRegex(
+                NotImplementedError, "without a tf.distribute strategy"
+            ):
+                DynamicEmbedding(2, capacity=4)(np.array([[1]]))
+
     def test_an_optimizer_that_mixes_rows_is_refused(self):
         keys = keras.Input(shape=(1,), dtype="int64")
         layer = DynamicEmbedding(2, capacity=4)

@@ -11,6 +11,8 @@ key holds the key's initial value, and its optimizer slots their initial
 values, when the key is first read.
 """
 
+import weakref
+
 import keras
 import tensorflow as tf
 
@@ -21,6 +23,18 @@ from keras_hybrid.dynamic.initial_rows import InitialRows
 
 # Counters of `DynamicTable.stats()`, in order.
 COUNTERS = ("admissions", "evictions", "expirations", "rejections")
+# Every table made in this process, for callbacks that report on a model's.
+_TABLES: "weakref.WeakSet[DynamicTable]" = weakref.WeakSet()
+
+
+def tables_of(variables) -> list:
+    """The `DynamicTable`s whose rows are among `variables`, in the order
+    of `variables`."""
+    tables = list(_TABLES)
+    found = []
+    for variable in variables:
+        found += [t for t in tables if t.embeddings is variable]
+    return found
 
 
 class DynamicTable:
@@ -62,7 +76,13 @@ class DynamicTable:
             key_dtype, tf.int64, default_value=0, name="dynamic_counts"
         )
         self._slots = []
+        _TABLES.add(self)
         self._looked_eagerly = False
+
+    @property
+    def name(self) -> str:
+        """String. The path of the rows' variable."""
+        return self.embeddings.path
 
     @property
     def capacity(self) -> int:

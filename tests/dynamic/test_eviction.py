@@ -186,3 +186,30 @@ class OptimizerSlotsTest(TestCase):
         self.assertEqual(len(slots), 2)
         for slot in slots:
             np.testing.assert_array_equal(slot.numpy(), 0.0)
+
+
+class StatsCallbackTest(TestCase):
+    def test_epoch_logs_count_rows_admissions_and_evictions(self):
+        from keras_hybrid.callbacks import DynamicTableStats
+
+        keys = keras.Input(shape=(1,), dtype="int64")
+        layer = DynamicEmbedding(2, capacity=2, eviction="lru", name="dyn")
+        model = keras.Model(keys, keras.ops.sum(layer(keys), axis=(1, 2)))
+        model.compile(optimizer="sgd", loss="mse")
+        # One key per step. Epoch 1: 1, 2, then 3 evicts 1, 1 evicts 2.
+        # Epoch 2 starts with {3, 1}: 1 is live, 2 evicts 3, 3 evicts 1,
+        # 1 evicts 2.
+        data = np.array([[1], [2], [3], [1]])
+        history = model.fit(
+            data,
+            np.zeros(4),
+            batch_size=1,
+            epochs=2,
+            shuffle=False,
+            verbose=0,
+            callbacks=[DynamicTableStats()],
+        ).history
+        self.assertEqual(history["dyn_embeddings_rows"], [2, 2])
+        self.assertEqual(history["dyn_embeddings_admissions"], [4, 3])
+        self.assertEqual(history["dyn_embeddings_evictions"], [2, 3])
+        self.assertEqual(history["dyn_embeddings_rejections"], [0, 0])

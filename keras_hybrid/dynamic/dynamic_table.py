@@ -132,31 +132,44 @@ class DynamicTable:
 
     def _admit(self, candidates: tf.Tensor, rows: tf.Tensor) -> tf.Tensor:
         """Gives rows to as many `candidates` as fit, in order; returns how
-        many got one."""
-        live = self.state["live"].value > 0
+        many got one. Steps that admit nobody skip the work (it scans the
+        whole table)."""
         wanted = tf.size(candidates, tf.int64)
-        short = wanted - tf.reduce_sum(tf.cast(~live, tf.int64))
-        if self.eviction.makes_room:
-            protected = tf.scatter_nd(
-                tf.boolean_mask(rows, rows >= 0)[:, None],
-                tf.ones_like(tf.boolean_mask(rows, rows >= 0), tf.bool),
-                [self.capacity],
-            )
-            victims = self.eviction.victims(
-                tf.maximum(short, 0),
-                live,
-                protected,
-                self.state["uses"].value,
-                self.state["last_step"].value,
-            )
-            self._free(victims, "evictions")
-        free = tf.where(self.state["live"].value == 0)[:, 0]
-        count = tf.minimum(wanted, tf.size(free, tf.int64))
-        new_keys, new_rows = candidates[:count], free[:count]
-        self._fill(new_keys, new_rows)
+
+        def admit():
+            live = self.state["live"].value > 0
+            short = wanted - tf.reduce_sum(tf.cast(~live, tf.int64))
+            if self.eviction.makes_room:
+                tf.cond(
+                    short > 0,
+                    lambda: self._make_room(short, live, rows),
+                    tf.no_op,
+                )
+            free = tf.where(self.state["live"].value == 0)[:, 0]
+            count = tf.minimum(wanted, tf.size(free, tf.int64))
+            self._fill(candidates[:count], free[:count])
+            return count
+
+        count = tf.cond(wanted > 0, admit, lambda: tf.constant(0, tf.int64))
         self.state["admissions"].assign_add(count)
         self.state["rejections"].assign_add(wanted - count)
         return count
+
+    def _make_room(self, short, live, rows) -> tf.Operation:
+        """Evicts up to `short` rows not read in this step (`rows`)."""
+        read = tf.boolean_mask(rows, rows >= 0)
+        protected = tf.scatter_nd(
+            read[:, None], tf.ones_like(read, tf.bool), [self.capacity]
+        )
+        victims = self.eviction.victims(
+            short,
+            live,
+            protected,
+            self.state["uses"].value,
+            self.state["last_step"].value,
+        )
+        self._free(victims, "evictions")
+        return tf.no_op()
 
     def _fill(self, keys: tf.Tensor, rows: tf.Tensor) -> None:
         """Gives `rows` to `keys`: initial rows, slots reset."""

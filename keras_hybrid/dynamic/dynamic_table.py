@@ -178,6 +178,7 @@ class DynamicTable:
             keys, int(self.embeddings.shape[1]), storage.dtype
         )
         storage.scatter_nd_update(rows[:, None], initial)
+        optimizer_slots.share_reads(storage)
         optimizer_slots.reset_rows(self._optimizer_slots(), rows, initial)
         self.index.insert(keys, rows)
         self.slot_keys.scatter_nd_update(rows[:, None], keys)

@@ -80,6 +80,17 @@ def reset_rows(slots: list[Slot], rows: tf.Tensor, initial_rows) -> None:
             shape = tf.concat([tf.shape(rows), storage.shape[1:]], 0)
             values = tf.fill(shape, tf.cast(slot.initial, storage.dtype))
         storage.scatter_nd_update(rows[:, None], values)
+        # A scatter puts a variable in copy-on-read mode, where each whole
+        # read copies it; the optimizer reads its slots whole every step.
+        share_reads(storage)
+
+
+def share_reads(storage) -> None:
+    """Turns off copy-on-read for `storage` (a `tf.Variable`), which a
+    scatter turned on; an update while a read is held still copies."""
+    disable = getattr(tf.raw_ops, "DisableCopyOnRead", None)
+    if disable is not None:  # TF >= 2.12
+        disable(resource=storage.handle)
 
 
 def _initial(optimizer, slot_name: str) -> float | None:

@@ -75,9 +75,7 @@ class DynamicTable:
         self.counts = tf.lookup.experimental.MutableHashTable(
             key_dtype, tf.int64, default_value=0, name="dynamic_counts"
         )
-        self._slots = []
         _TABLES.add(self)
-        self._looked_eagerly = False
 
     @property
     def name(self) -> str:
@@ -179,7 +177,11 @@ class DynamicTable:
         )
         storage.scatter_nd_update(rows[:, None], initial)
         optimizer_slots.share_reads(storage)
-        optimizer_slots.reset_rows(self._optimizer_slots(), rows, initial)
+        # Found anew each time this runs in Python (at each trace, or each
+        # eager call that gives rows): `compile` may have put in another
+        # optimizer. `fit` builds it before tracing the step.
+        slots = optimizer_slots.find(self.embeddings)
+        optimizer_slots.reset_rows(slots, rows, initial)
         self.index.insert(keys, rows)
         self.slot_keys.scatter_nd_update(rows[:, None], keys)
         self._set(rows, "live", 1)
@@ -213,18 +215,6 @@ class DynamicTable:
         storage = keras_compat.variable_storage(self.state[name])
         values = tf.fill(tf.shape(rows), tf.cast(value, storage.dtype))
         storage.scatter_nd_update(rows[:, None], values)
-
-    def _optimizer_slots(self) -> list:
-        # Looked up at every trace: `fit` builds the optimizer before it
-        # traces the step (Keras' symbolic build traces the layer earlier,
-        # with no optimizer). Eager calls look once until slots are found:
-        # the look-up scans the live objects.
-        if not self._slots and not (
-            tf.executing_eagerly() and self._looked_eagerly
-        ):
-            self._slots = optimizer_slots.find(self.embeddings)
-            self._looked_eagerly = tf.executing_eagerly()
-        return self._slots
 
 
 def _lookup(table, keys: tf.Tensor) -> tf.Tensor:

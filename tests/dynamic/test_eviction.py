@@ -213,3 +213,22 @@ class StatsCallbackTest(TestCase):
         self.assertEqual(history["dyn_embeddings_admissions"], [4, 3])
         self.assertEqual(history["dyn_embeddings_evictions"], [2, 3])
         self.assertEqual(history["dyn_embeddings_rejections"], [0, 0])
+
+
+class RecompileTest(TestCase):
+    def test_a_new_optimizer_gets_its_slots_reset(self):
+        keys = keras.Input(shape=(1,), dtype="int64")
+        layer = DynamicEmbedding(3, capacity=1, eviction="lru")
+        model = keras.Model(keys, keras.ops.sum(layer(keys), axis=(1, 2)))
+        model.compile(optimizer=keras.optimizers.Adam(0.1), loss="mse")
+        model.fit(np.array([[11]] * 2), np.ones(2), batch_size=1, verbose=0)
+        model.compile(optimizer=keras.optimizers.SGD(0.1, 0.9), loss="mse")
+        model.fit(np.array([[11]] * 2), np.ones(2), batch_size=1, verbose=0)
+        (momentum,) = [
+            v
+            for v in model.optimizer.variables
+            if v.name == "dynamic_embedding_embeddings_momentum"
+        ]
+        self.assertGreater(np.abs(momentum.numpy()).max(), 0)
+        _steps(layer, [12])
+        np.testing.assert_array_equal(momentum.numpy(), 0.0)

@@ -156,6 +156,11 @@ class DynamicEmbedding(keras.layers.Layer):
             self.admit_after,
             self.eviction,
         )
+        # Attributes of the layer, so that TensorFlow tracks the hash
+        # tables and keys for `model.export` (a SavedModel).
+        self.key_index = self.table.index
+        self.admission_counts = self.table.counts
+        self.slot_keys = self.table.slot_keys
 
     def _state_variables(self) -> dict:
         def make(name, shape, dtype="int64"):

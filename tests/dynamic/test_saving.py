@@ -108,6 +108,17 @@ class SavingTest(TestCase):
     def test_string_keys_with_mask_load_and_serve_without_keras_hybrid(self):
         self._check("string", mask_zero=True)
 
+    def test_the_dynamic_model_exports_to_stock_tensorflow(self):
+        # The SavedModel reads the live keys from a MutableHashTable, a
+        # stock TensorFlow op; unknown keys read the default row.
+        model, keys = _trained_model("int64")
+        want = model.predict(keys, verbose=0)
+        with tempfile.TemporaryDirectory() as tmp:
+            exported = os.path.join(tmp, "served")
+            model.export(exported, verbose=False)
+            got = _in_clean_process(_TF_SERVE, exported, keys)
+        self.assertAllClose(got, want)
+
     def test_the_dynamic_model_round_trips_with_keras_hybrid(self):
         model, keys = _trained_model("int64")
         want = model.predict(keys, verbose=0)

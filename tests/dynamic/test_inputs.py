@@ -118,3 +118,40 @@ class InitialRowsTest(TestCase):
         self.assertAlmostEqual(rows.std(), 2.0, delta=0.05)
         truncated = InitialRows("truncated_normal")(keys, 16).numpy()
         self.assertLessEqual(np.abs(truncated).max(), 2 * 0.05 + 1e-7)
+
+
+class DocumentedErrorsTest(TestCase):
+    def test_eviction_must_be_a_string(self):
+        with self.assertRaisesRegex(TypeError, "`eviction` must be a string"):
+            DynamicEmbedding(2, capacity=2, eviction=3)
+
+    def test_build_needs_the_key_dtype(self):
+        with self.assertRaisesRegex(ValueError, "before it knows its key"):
+            DynamicEmbedding(2, capacity=2).build((None, 1))
+
+    def test_an_empty_table_has_no_static_equivalent(self):
+        layer = DynamicEmbedding(2, capacity=2, key_dtype="int64")
+        layer.build((None, 1))
+        with self.assertRaisesRegex(ValueError, "holds no key yet"):
+            layer.static_equivalent()
+
+    def test_to_static_refuses_a_subclassed_model(self):
+        from keras_hybrid.layers import to_static
+
+        class Subclassed(keras.Model):
+            def call(self, x):
+                return x
+
+        with self.assertRaisesRegex(NotImplementedError, "Functional"):
+            to_static(Subclassed())
+
+    def test_variable_length_keys(self):
+        keys = keras.Input(shape=(None,), dtype="string")
+        x = DynamicEmbedding(3, capacity=8)(keys)
+        self.assertEqual(tuple(x.shape), (None, None, 3))
+        model = keras.Model(keys, keras.layers.GlobalAveragePooling1D()(x))
+        model.compile(optimizer="adam", loss="mse")
+        data = tf.data.Dataset.from_tensor_slices(
+            (tf.constant([["a", "b", "c"], ["d", "a", "e"]]), tf.ones((2, 3)))
+        ).batch(1)
+        model.fit(data, verbose=0)

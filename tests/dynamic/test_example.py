@@ -1,6 +1,11 @@
-"""examples/dynamic_embedding: `main()` with tiny flags."""
+"""examples/dynamic_embedding: `main()` and the memory script, with tiny
+flags."""
+
+import sys
+import unittest
 
 from tests.examples.main_test_case import ExampleMainTestCase
+from tests.examples.main_test_case import run_example
 
 
 class DynamicEmbeddingExampleTest(ExampleMainTestCase):
@@ -20,3 +25,21 @@ class DynamicEmbeddingExampleTest(ExampleMainTestCase):
         self.assertRegex(log, r"dynamic +[\d.]+ ms/step")
         self.assertRegex(log, r"dynamic / static step time: [\d.]+")
         self.assertIn("'rows': ", log)
+
+
+class MemoryScriptTest(unittest.TestCase):
+    def test_memory_script_reports_resident_memory(self):
+        result = run_example(
+            [
+                sys.executable,
+                "examples/dynamic_embedding/memory.py",
+                "--distinct_keys=2000",
+                "--capacity=100",
+                "--dim=4",
+                "--batch_size=8",
+            ]
+        )
+        self.assertEqual(result.returncode, 0, result.stderr[-2000:])
+        self.assertRegex(result.stderr, r"resident \d+ MB, peak \d+ MB")
+        # 128 new keys a step, 100 rows: the table stays full.
+        self.assertIn("{'rows': 100,", result.stderr)

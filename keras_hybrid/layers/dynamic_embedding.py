@@ -275,14 +275,31 @@ class DynamicEmbedding(keras.layers.Layer):
 
     def save_own_variables(self, store) -> None:
         super().save_own_variables(store)
-        store["slot_keys"] = self.table.slot_keys.numpy()
+        keys = self.table.slot_keys.numpy()
+        if self.key_dtype == "string":
+            # Keras' stores take numeric arrays only: the keys' bytes, one
+            # after the other, and their lengths.
+            store["slot_key_lengths"] = np.array([len(k) for k in keys])
+            store["slot_keys"] = np.frombuffer(b"".join(keys), np.uint8)
+        else:
+            store["slot_keys"] = keys
 
     def load_own_variables(self, store) -> None:
-        own = {k: store[k] for k in store.keys() if k != "slot_keys"}
+        names = ("slot_keys", "slot_key_lengths")
+        own = {k: store[k] for k in store.keys() if k not in names}
         super().load_own_variables(own)
-        keys = store["slot_keys"]
-        keys = keys[...] if hasattr(keys, "shape") else keys
-        self.table.slot_keys.assign(np.asarray(keys))
+        keys = np.asarray(store["slot_keys"])
+        if self.key_dtype == "string":
+            ends = np.cumsum(np.asarray(store["slot_key_lengths"]))
+            data = keys.tobytes()
+            keys = np.array(
+                [
+                    data[e - n : e]
+                    for e, n in zip(ends, np.diff(ends, prepend=0), strict=True)
+                ],
+                dtype=object,
+            )
+        self.table.slot_keys.assign(keys)
         self.table.reload()
 
     def get_config(self) -> dict:

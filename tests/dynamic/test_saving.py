@@ -120,18 +120,21 @@ class SavingTest(TestCase):
         self.assertAllClose(got, want)
 
     def test_the_dynamic_model_round_trips_with_keras_hybrid(self):
-        model, keys = _trained_model("int64")
-        want = model.predict(keys, verbose=0)
-        with tempfile.TemporaryDirectory() as tmp:
-            path = os.path.join(tmp, "m.keras")
-            model.save(path)
-            loaded = keras.saving.load_model(path)
-        self.assertAllClose(loaded.predict(keys, verbose=0), want)
-        layer = loaded.layers[1]
-        self.assertEqual(
-            sorted(layer.live_keys()[0].tolist()),
-            sorted(model.layers[1].live_keys()[0].tolist()),
-        )
+        for key_dtype in ("int64", "string"):
+            keras.backend.clear_session()
+            model, keys = _trained_model(key_dtype)
+            want = model.predict(_as_input(keys), verbose=0)
+            with tempfile.TemporaryDirectory() as tmp:
+                path = os.path.join(tmp, "m.keras")
+                model.save(path)
+                loaded = keras.saving.load_model(path)
+            got = loaded.predict(_as_input(keys), verbose=0)
+            self.assertAllClose(got, want, msg=key_dtype)
+            self.assertEqual(
+                sorted(loaded.layers[1].live_keys()[0].tolist()),
+                sorted(model.layers[1].live_keys()[0].tolist()),
+                key_dtype,
+            )
 
 
 def _as_input(keys):

@@ -4,7 +4,8 @@ evicted as a training step sees them.
 One worker's state (no strategy): a `MutableHashTable` maps each admitted
 key to its row (its *slot*) in a `[capacity, dim]` Keras variable; a
 second one counts, per key not admitted yet, the training steps that saw
-it. Per row, Keras variables keep the key's use count and last step (for
+it (all counts are forgotten when more than `capacity` keys wait). Per
+row, Keras variables keep the key's use count and last step (for
 eviction) and whether the row is live. Everything runs inside the traced
 step, before the step's lookup reads the table, so a row given to a new
 key holds the key's initial value, and its optimizer slots their initial
@@ -108,10 +109,21 @@ class DynamicTable:
         still_waiting = tf.boolean_mask(waiting, ~admitted)
         self.counts.insert(still_waiting, tf.boolean_mask(seen, ~admitted))
         self.counts.remove(tf.boolean_mask(waiting, admitted))
+        self._bound_counts()
         rows = _lookup(self.index, keys)
         self._touch(rows, uses, step.value)
         step.assign_add(1)
         return rows
+
+    def _bound_counts(self) -> None:
+        """Forgets every waiting key's count when more than `capacity` keys
+        wait, so memory stays bounded however many keys go by."""
+
+        def forget():
+            self.counts.remove(self.counts.export()[0])
+            return tf.no_op()
+
+        tf.cond(self.counts.size() > self.capacity, forget, tf.no_op)
 
     def reload(self) -> None:
         """Rebuilds the key index from the live rows (after a restore)."""

@@ -232,3 +232,16 @@ class RecompileTest(TestCase):
         self.assertGreater(np.abs(momentum.numpy()).max(), 0)
         _steps(layer, [12])
         np.testing.assert_array_equal(momentum.numpy(), 0.0)
+
+
+class WaitingKeysTest(TestCase):
+    def test_counts_are_forgotten_when_more_than_capacity_keys_wait(self):
+        layer = DynamicEmbedding(2, capacity=3, admit_after=2)
+        _steps(layer, [1, 2, 3])
+        self.assertEqual(int(layer.table.counts.size()), 3)
+        _steps(layer, [4])  # a fourth waiting key: all counts go
+        self.assertEqual(int(layer.table.counts.size()), 0)
+        _steps(layer, [1])  # counted from scratch: not admitted yet
+        self.assertEqual(_live(layer), [])
+        _steps(layer, [1])
+        self.assertEqual(_live(layer), [1])

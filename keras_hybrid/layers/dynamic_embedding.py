@@ -65,7 +65,8 @@ class DynamicEmbedding(keras.layers.Layer):
     ```
 
     Raises:
-        TypeError: For float, ragged or sparse keys.
+        TypeError: For float, ragged or sparse keys, or a non-int
+            `output_dim`, `capacity` or `admit_after`.
         ValueError: For a bad `capacity`, `admit_after` or `eviction`.
         NotImplementedError: For an initializer that depends on the
             table's shape, or when built under a `tf.distribute` strategy
@@ -93,7 +94,11 @@ class DynamicEmbedding(keras.layers.Layer):
             ("capacity", capacity),
             ("admit_after", admit_after),
         ):
-            if not isinstance(value, int) or value < 1:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(
+                    f"`{name}` must be an int. Received: {name}={value!r}."
+                )
+            if value < 1:
                 raise ValueError(
                     f"`{name}` must be an int >= 1. Received: {name}={value!r}."
                 )
@@ -195,7 +200,10 @@ class DynamicEmbedding(keras.layers.Layer):
         default = tf.cast(self.default_value, values.dtype)
         values = tf.where(found, values, default[None, :])
         shape = tf.concat([tf.shape(inputs), [self.output_dim]], 0)
-        return tf.reshape(values, shape)
+        values = tf.reshape(values, shape)
+        # The hash tables' lookups lose the static shape; restore it.
+        values.set_shape(tf.TensorShape(inputs.shape) + [self.output_dim])
+        return values
 
     def compute_mask(self, inputs, mask=None):
         if not self.mask_zero:

@@ -30,6 +30,8 @@ class BadInputTest(TestCase):
     def test_bad_arguments(self):
         with self.assertRaisesRegex(ValueError, "`capacity` must be an int"):
             DynamicEmbedding(2, capacity=0)
+        with self.assertRaisesRegex(TypeError, "`capacity` must be an int"):
+            DynamicEmbedding(2, capacity=2.5)
         with self.assertRaisesRegex(ValueError, "`admit_after` must be"):
             DynamicEmbedding(2, capacity=2, admit_after=0)
         with self.assertRaisesRegex(ValueError, "`eviction` must be None"):

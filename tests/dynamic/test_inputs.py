@@ -157,3 +157,16 @@ class DocumentedErrorsTest(TestCase):
             (tf.constant([["a", "b", "c"], ["d", "a", "e"]]), tf.ones((2, 3)))
         ).batch(1)
         model.fit(data, verbose=0)
+
+
+class SparseGradientTest(TestCase):
+    def test_the_table_gradient_stays_sparse(self):
+        # A gather, so optimizers get an IndexedSlices, as for Embedding.
+        layer = DynamicEmbedding(4, capacity=1000)
+        keys = np.array([[3, 5, 3]], np.int64)
+        layer(keys, training=True)
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(layer(keys, training=True))
+        (grad,) = tape.gradient(loss, layer.trainable_variables)
+        self.assertIsInstance(grad, tf.IndexedSlices)
+        self.assertEqual(grad.values.shape[0], 3)

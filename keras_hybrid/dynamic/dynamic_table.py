@@ -4,7 +4,8 @@ evicted as a training step sees them.
 One worker's state (no strategy): a `MutableHashTable` maps each admitted
 key to its row (its *slot*) in a `[capacity, dim]` Keras variable; a
 second one counts, per key not admitted yet, the training steps that saw
-it (all counts are forgotten when more than `capacity` keys wait). Per
+it (counts of keys not seen in the current step are forgotten when more
+than `capacity` keys wait). Per
 row, Keras variables keep the key's use count and last step (for
 eviction) and whether the row is live. Everything runs inside the traced
 step, before the step's lookup reads the table, so a row given to a new
@@ -22,6 +23,8 @@ from keras_hybrid.dynamic import optimizer_slots
 from keras_hybrid.dynamic.eviction import Eviction
 from keras_hybrid.dynamic.initial_rows import InitialRows
 
+# A waiting key's count table value is `count * _STEPS + step % _STEPS`.
+_STEPS = 2**32
 # Counters of `DynamicTable.stats()`, in order.
 COUNTERS = ("admissions", "evictions", "expirations", "rejections")
 # Every table made in this process, for callbacks that report on a model's.
@@ -101,26 +104,32 @@ class DynamicTable:
         rows = _lookup(self.index, keys)
         absent = rows < 0
         waiting = tf.boolean_mask(keys, absent)
-        seen = _lookup(self.counts, waiting) + 1
+        # A waiting key's count and the step that saw it last, packed.
+        seen = _lookup(self.counts, waiting) // _STEPS + 1
         ready = seen >= self.admit_after
         count = self._admit(tf.boolean_mask(waiting, ready), rows)
         # The first `count` ready keys got rows.
         admitted = ready & (tf.cumsum(tf.cast(ready, tf.int64)) <= count)
         still_waiting = tf.boolean_mask(waiting, ~admitted)
-        self.counts.insert(still_waiting, tf.boolean_mask(seen, ~admitted))
+        packed = tf.boolean_mask(seen, ~admitted) * _STEPS + step % _STEPS
+        self.counts.insert(still_waiting, packed)
         self.counts.remove(tf.boolean_mask(waiting, admitted))
-        self._bound_counts()
+        self._bound_counts(step.value)
         rows = _lookup(self.index, keys)
         self._touch(rows, uses, step.value)
         step.assign_add(1)
         return rows
 
-    def _bound_counts(self) -> None:
-        """Forgets every waiting key's count when more than `capacity` keys
-        wait, so memory stays bounded however many keys go by."""
+    def _bound_counts(self, step: tf.Tensor) -> None:
+        """Forgets the counts of waiting keys not seen in this step when
+        more than `capacity` keys wait, so memory stays bounded (by
+        `capacity` plus one step's keys) however many keys go by; a key
+        seen in consecutive steps keeps its count."""
 
         def forget():
-            self.counts.remove(self.counts.export()[0])
+            keys, packed = self.counts.export()
+            stale = tf.reshape(packed, [-1]) % _STEPS != step % _STEPS
+            self.counts.remove(tf.boolean_mask(tf.reshape(keys, [-1]), stale))
             return tf.no_op()
 
         tf.cond(self.counts.size() > self.capacity, forget, tf.no_op)

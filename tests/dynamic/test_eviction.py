@@ -239,9 +239,16 @@ class WaitingKeysTest(TestCase):
         layer = DynamicEmbedding(2, capacity=3, admit_after=2)
         _steps(layer, [1, 2, 3])
         self.assertEqual(int(layer.table.counts.size()), 3)
-        _steps(layer, [4])  # a fourth waiting key: all counts go
-        self.assertEqual(int(layer.table.counts.size()), 0)
-        _steps(layer, [1])  # counted from scratch: not admitted yet
+        # 5 > 3 keys wait: those not seen in this step (1, 2, 3) go.
+        _steps(layer, [4, 5])
+        self.assertEqual(int(layer.table.counts.size()), 2)
+        _steps(layer, [1])  # counted from scratch: not admitted
         self.assertEqual(_live(layer), [])
-        _steps(layer, [1])
+        # 6, 7 and 8 overflow the count table, but 1, seen in the step
+        # before, kept its count and is admitted.
+        _steps(layer, [1, 6, 7, 8])
         self.assertEqual(_live(layer), [1])
+        # Many new keys every step still let consecutive keys in.
+        layer = DynamicEmbedding(2, capacity=3, admit_after=2)
+        _steps(layer, [9, 10, 11, 12, 13], [9, 14, 15, 16, 17])
+        self.assertEqual(_live(layer), [9])

@@ -32,7 +32,7 @@ MATRIX_WHEELS ?= $(HOME)/.cache/keras-hybrid/wheels
 MATRIX_REQS := "keras==3.15.*" pytest pytest-timeout setuptools wheel
 MATRIX_STAMPS := $(foreach v,$(MATRIX_TF),.venv-tf$(v)/.installed)
 
-.PHONY: demo test test-horovod test-matrix horovod-wheel lint clean \
+.PHONY: demo test soak test-horovod test-matrix horovod-wheel lint clean \
 	bench-scaled test-id-sources
 
 $(STAMP): setup.cfg setup.py pyproject.toml
@@ -52,6 +52,15 @@ test: $(STAMP)
 test-id-sources: $(STAMP)
 	KERAS_HYBRID_ID_MATRIX=full $(PY) -m pytest -q \
 		tests/sparse/test_id_sources_multiprocess.py
+
+# The fault-injection soak: 30 random elastic jobs (2-4 workers, a
+# partitioned table, Adam), each SIGKILLing one or two workers at a random
+# moment, judged against the uninterrupted run (docs/elastic.md).
+SOAK_RUNS ?= 30
+SOAK_SEED ?= 1
+soak: $(STAMP)
+	$(PY) -m keras_hybrid.testing.soak --runs=$(SOAK_RUNS) \
+		--seed=$(SOAK_SEED) --out=soak.json
 
 # Keras 3.15 goes in after TF 2.15.1, which pulls Keras 2.15.
 $(HVD_STAMP): setup.cfg setup.py pyproject.toml

@@ -45,10 +45,11 @@ LAYERS = (
     "",
     "emulation",
     "testing",
+    "testing/soak",
     "benchmark",
     "simulate",
 )
-TOOLS = ("emulation", "testing", "benchmark", "simulate")
+TOOLS = ("emulation", "testing", "testing/soak", "benchmark", "simulate")
 ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
 
 

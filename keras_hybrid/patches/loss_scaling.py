@@ -95,10 +95,14 @@ def _by_share(scale, inverse: bool = False):
         if not inverse:
             note_scaled()
         value = tf.convert_to_tensor(value)
-        factor = batch_share.factor(strategy.extended.communicator)
+        factor = tf.cast(
+            batch_share.factor(strategy.extended.communicator), value.dtype
+        )
         if inverse:
-            factor = 1.0 / factor
-        return value * tf.cast(factor, value.dtype)
+            # A worker with no rows this step has share 0: its (zero) loss
+            # stays 0 for the tracker, which weighs it by its 0 rows.
+            return tf.math.divide_no_nan(value, factor)
+        return value * factor
 
     return scaled
 

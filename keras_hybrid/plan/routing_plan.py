@@ -218,9 +218,10 @@ def _reason(kind, source, figure, facts, traced) -> str:
 
 def _too_few(rows: int, num_shards: int, min_rows: int) -> str:
     """Why a table is kept dense for having fewer than `min_rows`."""
+    noun = "row" if rows == 1 else "rows"
     if min_rows == num_shards:
-        return f"{rows} rows for {num_shards} workers"
-    return f"{rows} rows for up to {min_rows} workers (elastic --max-np)"
+        return f"{rows} {noun} for {num_shards} workers"
+    return f"{rows} {noun} for up to {min_rows} workers (elastic --max-np)"
 
 
 def _decide(facts: VariableFacts, num_shards: int, link, min_rows: int):

@@ -119,7 +119,7 @@ def run_workers(
             *worker,
         ]
     else:
-        command = _horovodrun(num_workers) + worker
+        command = horovodrun(num_workers) + worker
         full_env.update({name: str(threads) for name in THREAD_VARIABLES})
         full_env["PYTHONUNBUFFERED"] = "1"
     returncode, stdout, stderr = _run_launcher(command, full_env, timeout)
@@ -166,7 +166,7 @@ def _run_launcher(command, env, timeout: float) -> tuple:
     return proc.returncode, stdout, stderr
 
 
-def _horovodrun(num_workers: int) -> list[str]:
+def horovodrun(num_workers: int) -> list[str]:
     """`horovodrun` of this Python's environment, on localhost with Gloo."""
     beside = os.path.join(os.path.dirname(sys.executable), "horovodrun")
     found = beside if os.path.exists(beside) else shutil.which("horovodrun")

@@ -12,8 +12,8 @@ import unittest
 
 import pytest
 
-from tests.benchmark.test_netem import links
-from tests.benchmark.test_netem import namespaces
+from tests.emulation.test_network import links
+from tests.emulation.test_network import namespaces
 
 TINY = (
     "--workload=lm",

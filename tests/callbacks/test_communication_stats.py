@@ -19,10 +19,12 @@ from keras_hybrid.comm import PATHS
 from keras_hybrid.costs import table_exchange
 from keras_hybrid.testing import SPARSE_TABLES
 from keras_hybrid.testing import OneProcessTestCase
-from keras_hybrid.testing import run_workers
+from keras_hybrid.testing.pool import run_scenario
 from tests.callbacks.workers import stats_data as w
 
-WORKER = os.path.join(os.path.dirname(__file__), "workers", "stats_worker.py")
+SCENARIOS = os.path.join(
+    os.path.dirname(__file__), "workers", "stats_scenarios.py"
+)
 N = 2
 STEPS = w.SAMPLES // w.GLOBAL_BATCH
 ROW_BYTES = 4 * w.DIM
@@ -30,8 +32,8 @@ ROW_BYTES = 4 * w.DIM
 
 @functools.cache
 def launch():
-    out_dir = tempfile.mkdtemp(prefix="commstats_")
-    run = run_workers(WORKER, N, out_dir, timeout=240).check()
+    folder = tempfile.mkdtemp(prefix="commstats_")
+    run = run_scenario(SCENARIOS, "train", N, {"folder": folder}).check()
     assert sorted(run.results) == list(range(N))
     return run
 

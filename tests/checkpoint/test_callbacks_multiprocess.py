@@ -10,24 +10,19 @@ import pytest
 
 from keras_hybrid import checkpoint
 from keras_hybrid.testing import run_workers
+from keras_hybrid.testing.pool import run_scenario
 
 HERE = os.path.dirname(__file__)
 WORKER = os.path.join(HERE, "workers", "checkpoint_worker.py")
+SCENARIOS = os.path.join(HERE, "workers", "checkpoint_scenarios.py")
 sys.path.insert(0, os.path.join(HERE, "..", "sparse", "workers"))
 import sparse_cases as cases  # noqa: E402
 
 pytestmark = pytest.mark.multiprocess
 
 
-def launch(phase: str, target: str, **kwargs):
-    out_dir = tempfile.mkdtemp(prefix=f"ckpt_{phase}_")
-    return run_workers(
-        WORKER,
-        2,
-        out_dir,
-        args=(f"--dir={target}", f"--phase={phase}"),
-        **kwargs,
-    )
+def on_pool(phase: str, target: str):
+    return run_scenario(SCENARIOS, "run", 2, {"phase": phase, "folder": target})
 
 
 def test_backup_and_restore_and_model_checkpoint_on_two_workers():
@@ -36,7 +31,7 @@ def test_backup_and_restore_and_model_checkpoint_on_two_workers():
     loss writes one file per improving epoch, once."""
     target = tempfile.mkdtemp(prefix="ckpt_callbacks_")
     scratch_before = _scratch_folders()
-    results = launch("callbacks", target).check().results
+    results = on_pool("callbacks", target).check().results
     for rank, result in results.items():
         assert result["resumed_epochs"] == 1, rank  # only the last epoch
         for got, want in zip(
@@ -51,7 +46,10 @@ def test_backup_and_restore_and_model_checkpoint_on_two_workers():
     model = cases.build_model("two_tables")
     model.load_weights(os.path.join(target, best[-1]))
     # The other rank's scratch folders (its `CSVLogger` file, ...) are gone.
-    assert _scratch_folders() <= scratch_before
+    # Each pool worker keeps its (empty) scratch root until it exits.
+    root = tempfile.gettempdir()
+    for name in _scratch_folders() - scratch_before:
+        assert os.listdir(os.path.join(root, name)) == [], name
 
 
 def _scratch_folders() -> set:
@@ -72,7 +70,7 @@ def test_single_device_keras_file_warm_starts_partitioned():
     plain.save(os.path.join(target, "plain.keras"))
     probe = cases.make_data(48, seed=99)[0]
     want = plain.predict(probe, verbose=0)
-    results = launch("warm_start", target).check().results
+    results = on_pool("warm_start", target).check().results
     for result in results.values():
         assert result["kinds"]["table_a/embeddings"] == "sparse"
         assert result["kinds"]["head/kernel"] == "dense"
@@ -83,7 +81,12 @@ def test_single_device_keras_file_warm_starts_partitioned():
 
 def test_worker_killed_mid_save_leaves_previous_checkpoint_loadable():
     target = tempfile.mkdtemp(prefix="ckpt_crash_")
-    run = launch("crash", target)
+    run = run_workers(
+        WORKER,
+        2,
+        tempfile.mkdtemp(prefix="ckpt_crash_out_"),
+        args=(f"--dir={target}",),
+    )
     assert run.returncode != 0
     assert "the second save must not complete" not in run.stderr
     # The second save (step 10) died half-way: its folder has no manifest.

@@ -10,10 +10,10 @@ import tempfile
 import numpy as np
 import pytest
 
-from keras_hybrid.testing import run_workers
+from keras_hybrid.testing.pool import run_scenario
 
 HERE = os.path.dirname(__file__)
-WORKER = os.path.join(HERE, "workers", "checkpoint_worker.py")
+SCENARIOS = os.path.join(HERE, "workers", "checkpoint_scenarios.py")
 PLAIN = os.path.join(HERE, "plain_keras_check.py")
 
 pytestmark = pytest.mark.multiprocess
@@ -24,8 +24,8 @@ def exported():
     out_dir = tempfile.mkdtemp(prefix="ckpt_export_")
     target = os.path.join(out_dir, "files")
     os.makedirs(target)
-    run = run_workers(
-        WORKER, 2, out_dir, args=(f"--dir={target}", "--phase=export")
+    run = run_scenario(
+        SCENARIOS, "run", 2, {"phase": "export", "folder": target}
     ).check()
     plain = subprocess.run(
         [sys.executable, PLAIN, target],

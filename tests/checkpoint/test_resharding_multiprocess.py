@@ -12,10 +12,10 @@ import pytest
 import tensorflow as tf
 
 from keras_hybrid import checkpoint
-from keras_hybrid.testing import run_workers
+from keras_hybrid.testing.pool import run_scenario
 
 HERE = os.path.dirname(__file__)
-WORKER = os.path.join(HERE, "workers", "checkpoint_worker.py")
+SCENARIOS = os.path.join(HERE, "workers", "checkpoint_scenarios.py")
 sys.path.insert(0, os.path.join(HERE, "..", "sparse", "workers"))
 import sparse_cases as cases  # noqa: E402
 
@@ -30,22 +30,21 @@ def saved_by(num_workers: int) -> tuple[str, dict]:
     """A checkpoint written by `num_workers` and that run's results."""
     out_dir = tempfile.mkdtemp(prefix=f"ckpt_save{num_workers}_")
     target = os.path.join(out_dir, "ckpt")
-    run = run_workers(
-        WORKER,
+    run = run_scenario(
+        SCENARIOS,
+        "run",
         num_workers,
-        out_dir,
-        args=(f"--dir={target}", "--phase=save", f"--steps={STEPS}"),
+        {"phase": "save", "folder": target, "steps": STEPS},
     ).check()
     return target, run.results
 
 
 def resume_on(num_workers: int, target: str) -> dict:
-    out_dir = tempfile.mkdtemp(prefix=f"ckpt_resume{num_workers}_")
-    run = run_workers(
-        WORKER,
+    run = run_scenario(
+        SCENARIOS,
+        "run",
         num_workers,
-        out_dir,
-        args=(f"--dir={target}", "--phase=resume", f"--steps={STEPS}"),
+        {"phase": "resume", "folder": target, "steps": STEPS},
     ).check()
     return run.results
 

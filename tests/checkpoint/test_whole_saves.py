@@ -14,9 +14,9 @@ import tensorflow as tf
 
 from keras_hybrid.patches import chief_writes
 from keras_hybrid.testing import TestCase
-from tests.checkpoint.test_chief_writes import _Rank
-from tests.checkpoint.test_chief_writes import install_chief_writes
-from tests.checkpoint.test_chief_writes import small_model
+from tests.patches.test_chief_writes import _Rank
+from tests.patches.test_chief_writes import install_chief_writes
+from tests.patches.test_chief_writes import small_model
 
 
 class _OthersFailed:

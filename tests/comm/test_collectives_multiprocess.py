@@ -10,17 +10,18 @@ hang fails the test.
 
 import functools
 import os
-import tempfile
 
 import numpy as np
 import pytest
 
 from keras_hybrid.comm import PATHS
-from keras_hybrid.testing import run_workers
 from keras_hybrid.testing.multiprocess import engines_under_test
+from keras_hybrid.testing.pool import run_scenario
 from tests.comm.workers import comm_cases
 
-WORKER = os.path.join(os.path.dirname(__file__), "workers", "comm_worker.py")
+SCENARIOS = os.path.join(
+    os.path.dirname(__file__), "workers", "comm_scenarios.py"
+)
 NUM_WORKERS = [2, 3]
 pytestmark = [
     pytest.mark.multiprocess,
@@ -47,9 +48,8 @@ def pair_capacity(count: int) -> int:
 
 @functools.cache
 def launch(engine: str, num_workers: int) -> dict:
-    out_dir = tempfile.mkdtemp(prefix=f"comm_{engine}{num_workers}_")
-    run = run_workers(
-        WORKER, num_workers, out_dir, timeout=180, engine=engine
+    run = run_scenario(
+        SCENARIOS, "all_cases", num_workers, engine=engine, timeout=180
     ).check()
     assert sorted(run.results) == list(range(num_workers))
     return run.results

@@ -7,22 +7,21 @@ threads, and long runs died when the host ran out of them.
 """
 
 import os
-import tempfile
 
 import numpy as np
 import pytest
 
-from keras_hybrid.testing import run_workers
+from keras_hybrid.testing.pool import run_scenario
 
 pytestmark = pytest.mark.multiprocess
 
-WORKER = os.path.join(os.path.dirname(__file__), "workers", "thread_worker.py")
+SCENARIOS = os.path.join(
+    os.path.dirname(__file__), "workers", "thread_scenarios.py"
+)
 
 
 def test_in_graph_collectives_keep_the_thread_count_flat():
-    run = run_workers(
-        WORKER, 2, tempfile.mkdtemp(prefix="threads_"), timeout=180
-    ).check()
+    run = run_scenario(SCENARIOS, "count_threads", 2, timeout=180).check()
     for rank, result in run.results.items():
         np.testing.assert_array_equal(result["sum"], [2.0] * 4)
         grown = result["after"] - result["before"]

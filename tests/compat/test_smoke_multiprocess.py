@@ -12,11 +12,11 @@ import tempfile
 import numpy as np
 import pytest
 
-from keras_hybrid.testing import run_workers
+from keras_hybrid.testing.pool import run_scenario
 
 HERE = os.path.dirname(__file__)
 WORKERS = os.path.join(HERE, "workers")
-WORKER = os.path.join(WORKERS, "smoke_worker.py")
+SCENARIOS = os.path.join(WORKERS, "smoke_scenarios.py")
 PLAIN = os.path.join(HERE, "plain_keras_load.py")
 
 pytestmark = pytest.mark.multiprocess
@@ -31,8 +31,12 @@ def smoke():
         sys.path.remove(WORKERS)
     out_dir = tempfile.mkdtemp(prefix="compat_smoke_")
     model_path = os.path.join(out_dir, "model.keras")
-    run = run_workers(
-        WORKER, 2, out_dir, args=(f"--model_path={model_path}",), timeout=240
+    run = run_scenario(
+        SCENARIOS,
+        "fit_predict_save",
+        2,
+        {"model_path": model_path},
+        timeout=240,
     ).check()
     probe_path = os.path.join(out_dir, "probe.npy")
     np.save(probe_path, smoke_data.make_data(smoke_data.BATCH, seed=2)[0])

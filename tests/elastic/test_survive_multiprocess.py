@@ -45,9 +45,10 @@ class SurviveTest(TestCase):
         return record, logs
 
     def test_task_0_lost_in_a_commit_rejoins_at_an_epochs_end(self):
-        # Task 0, the collective leader, dies uploading its commit of step
-        # 10 (the served store): the survivors agree on the commit before
-        # it, under a new leader. Its slot stays, so a new task 0 joins;
+        # Task 0, the collective leader, dies writing its commit of step
+        # 10 (the served store; on the launcher's host a worker writes the
+        # store's folder directly): the survivors agree on the commit
+        # before it, under a new leader. Its slot stays, so a new task 0 joins;
         # the chief holds the last step of epoch 0 until it is planned in,
         # so it joins at the epoch's end and must read the epoch's logs.
         record, logs = self._run(
@@ -62,7 +63,7 @@ class SurviveTest(TestCase):
         )
         (fired,) = record["fired"]
         self.assertEqual((fired["task"], fired["size"]), (0, 3))
-        self.assertIn("blob cut", fired["where"])
+        self.assertIn("its file written, not renamed", fired["where"])
         at_end = [r for r in logs if r["epoch"] == 0 and r["size"] == 3]
         self.assertEqual(sorted(r["task"] for r in at_end), [0, 1, 2])
         self.assertEqual(len({r["loss"] for r in at_end}), 1, at_end)

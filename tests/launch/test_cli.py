@@ -9,12 +9,12 @@ import time
 from pathlib import Path
 
 import pytest
-from launch_testing import is_alive
-from launch_testing import lines_by_rank
-from launch_testing import start_cli
-from launch_testing import wait_for_files
 
 from keras_hybrid.launch.topology import free_ports
+from tests.launch.launch_testing import is_alive
+from tests.launch.launch_testing import lines_by_rank
+from tests.launch.launch_testing import start_cli
+from tests.launch.launch_testing import wait_for_files
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(90)]
 

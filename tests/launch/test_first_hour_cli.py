@@ -11,8 +11,9 @@ import sys
 import time
 
 import pytest
-from launch_testing import is_alive
-from launch_testing import wait_for_files
+
+from tests.launch.launch_testing import is_alive
+from tests.launch.launch_testing import wait_for_files
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(90)]
 

@@ -5,9 +5,9 @@ import sys
 import unittest
 
 import pytest
-from launch_testing import lines_by_rank
 
 from keras_hybrid.launch import launch
+from tests.launch.launch_testing import lines_by_rank
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(60)]
 

@@ -19,9 +19,9 @@ import time
 import uuid
 
 import pytest
-from launch_testing import is_alive
 
 from keras_hybrid.launch.ssh import SSH_COMMAND_ENV
+from tests.launch.launch_testing import is_alive
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -26,10 +26,10 @@ import time
 
 import numpy as np
 import pytest
-from launch_testing import lines_by_rank
 
 from keras_hybrid.emulation import hosts as emulated_hosts
 from keras_hybrid.launch.ssh import SSH_COMMAND_ENV
+from tests.launch.launch_testing import lines_by_rank
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SPARSE_WORKERS = os.path.join(os.path.dirname(HERE), "sparse", "workers")

@@ -6,8 +6,9 @@ import subprocess
 import sys
 
 import pytest
-from launch_testing import is_alive
-from launch_testing import wait_for_files
+
+from tests.launch.launch_testing import is_alive
+from tests.launch.launch_testing import wait_for_files
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -11,7 +11,6 @@ fitted curve, the padding a Monte Carlo estimate).
 
 import os
 import sys
-import tempfile
 
 import numpy as np
 import pytest
@@ -22,12 +21,12 @@ from keras_hybrid.costs import table_exchange
 from keras_hybrid.sharding.row_partition import RowPartition
 from keras_hybrid.simulate import profiler
 from keras_hybrid.testing import TestCase
-from keras_hybrid.testing import run_workers
+from keras_hybrid.testing.pool import run_scenario
 
 pytestmark = pytest.mark.multiprocess
 
 HERE = os.path.dirname(__file__)
-WORKER = os.path.join(HERE, "workers", "traffic_worker.py")
+SCENARIOS = os.path.join(HERE, "workers", "traffic_scenarios.py")
 sys.path.insert(0, os.path.join(HERE, "workers"))
 import traffic_model as tm  # noqa: E402
 
@@ -39,12 +38,11 @@ PAYLOAD_TOLERANCE, PADDING_TOLERANCE = 0.10, 0.02
 
 
 def _launch(mode: str) -> dict:
-    out_dir = tempfile.mkdtemp(prefix=f"sim_traffic_{mode}_")
-    run = run_workers(
-        WORKER,
+    run = run_scenario(
+        SCENARIOS,
+        "measure",
         N,
-        out_dir,
-        args=(f"--mode={mode}", f"--warmup_steps={WARMUP}", f"--steps={STEPS}"),
+        {"mode": mode, "warmup_steps": WARMUP, "steps": STEPS},
         timeout=240,
     ).check()
     assert sorted(run.results) == list(range(N))

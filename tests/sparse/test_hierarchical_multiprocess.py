@@ -15,17 +15,16 @@ fewer sparse bytes between hosts.
 import functools
 import os
 import sys
-import tempfile
 
 import numpy as np
 import pytest
 
 from keras_hybrid.sharding.row_partition import RowPartition
 from keras_hybrid.strategy import input_sharding
-from keras_hybrid.testing import run_workers
+from keras_hybrid.testing.pool import run_scenario
 
 HERE = os.path.join(os.path.dirname(__file__), "workers")
-WORKER = os.path.join(HERE, "hierarchical_worker.py")
+SCENARIO = os.path.join(HERE, "hierarchical_scenarios.py")
 sys.path.insert(0, HERE)
 import sparse_cases as cases  # noqa: E402
 
@@ -49,27 +48,18 @@ HOT_ROWS = 16
 
 @functools.cache
 def launch(hot_rows: int = 0) -> dict:
-    out_dir = tempfile.mkdtemp(prefix="hierarchical_")
     configs = HOT_CONFIGS if hot_rows else CONFIGS
-    exchanges = "true,false" if hot_rows else "true,false,none"
-    run = run_workers(
-        WORKER,
+    exchanges = [True, False] if hot_rows else [True, False, None]
+    run = run_scenario(
+        SCENARIO,
+        "train",
         NUM_WORKERS,
-        out_dir,
-        args=(
-            f"--configs={_json(configs)}",
-            f"--hot_rows={hot_rows}",
-            f"--exchanges={exchanges}",
-        ),
-        timeout=480,
+        {"configs": configs, "exchanges": exchanges, "hot_rows": hot_rows},
         env={"KERAS_HYBRID_HOSTS": ",".join(HOSTS)},
+        timeout=480,
     ).check()
     assert sorted(run.results) == list(range(NUM_WORKERS))
     return run.results
-
-
-def _json(configs) -> str:
-    return "[" + ",".join(f'["{m}","{o}"]' for m, o in configs) + "]"
 
 
 def assert_close(got, want, msg):

@@ -1,6 +1,6 @@
 """Hot rows on 2 real workers equal one process.
 
-`workers/hot_rows_worker.py` trains `sparse_cases` models with 16 hot rows
+`workers/hot_rows_scenarios.py` trains `sparse_cases` models with 16 hot rows
 per table, re-chosen every 4 of the 20 steps from running counts, on Zipf
 ids: the set changes during training. The final weights must equal a
 plain-Keras run on the global batch (SGD: `model.fit`; Adam: a loop with
@@ -8,18 +8,16 @@ deduplicated table gradients, the strategy's semantics) within 1e-5.
 """
 
 import functools
-import json
 import os
 import sys
-import tempfile
 
 import numpy as np
 import pytest
 
-from keras_hybrid.testing import run_workers
+from keras_hybrid.testing.pool import run_scenario
 
 HERE = os.path.join(os.path.dirname(__file__), "workers")
-WORKER = os.path.join(HERE, "hot_rows_worker.py")
+SCENARIO = os.path.join(HERE, "hot_rows_scenarios.py")
 sys.path.insert(0, HERE)
 import sparse_cases as cases  # noqa: E402
 
@@ -38,13 +36,8 @@ CONFIGS = [
 
 @functools.cache
 def launch() -> dict:
-    out_dir = tempfile.mkdtemp(prefix="hot_rows_")
-    run = run_workers(
-        WORKER,
-        WORKERS,
-        out_dir,
-        args=(f"--configs={json.dumps(CONFIGS)}",),
-        timeout=480,
+    run = run_scenario(
+        SCENARIO, "train", WORKERS, {"configs": CONFIGS}, timeout=480
     ).check()
     assert sorted(run.results) == list(range(WORKERS))
     return run.results

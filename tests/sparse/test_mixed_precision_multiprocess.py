@@ -1,7 +1,8 @@
 """Mixed precision with a partitioned table on 1, 2 and 3 real workers.
 
-Each worker count is launched once (`workers/mixed_precision_worker.py`)
-and trains, with the table forced sparse, every config: {`table`,
+Each worker count's pool runs one scenario
+(`workers/mixed_precision_scenarios.py`) that trains, with the table
+forced sparse, every config: {`table`,
 `table_mlp`} x {"mixed_float16", "mixed_bfloat16"} x {SGD, Adam}, 20 steps
 of global batch 48, plus `boost` (a crafted sample whose table gradient
 overflows float16 on rows owned by the last worker only) under
@@ -15,10 +16,8 @@ tolerance per policy. Numbers measured, and why, are in docs/sparse.md.
 """
 
 import functools
-import json
 import os
 import sys
-import tempfile
 
 import keras
 import numpy as np
@@ -26,10 +25,10 @@ import pytest
 
 from keras_hybrid.sharding.row_partition import RowPartition
 from keras_hybrid.strategy.input_sharding import split_sizes
-from keras_hybrid.testing import run_workers
+from keras_hybrid.testing.pool import run_scenario
 
 HERE = os.path.join(os.path.dirname(__file__), "workers")
-WORKER = os.path.join(HERE, "mixed_precision_worker.py")
+SCENARIO = os.path.join(HERE, "mixed_precision_scenarios.py")
 sys.path.insert(0, HERE)
 import mixed_precision_cases as cases  # noqa: E402
 
@@ -69,14 +68,13 @@ TIMEOUT = {1: 240, 2: 420, 3: 360}
 
 @functools.cache
 def launch(num_workers: int) -> dict:
-    """{rank: {config key: result}} of one launch."""
+    """{rank: {config key: result}} of one scenario."""
     configs = CONFIGS_3 if num_workers == 3 else CONFIGS
-    out_dir = tempfile.mkdtemp(prefix=f"mixed_precision{num_workers}_")
-    run = run_workers(
-        WORKER,
+    run = run_scenario(
+        SCENARIO,
+        "train",
         num_workers,
-        out_dir,
-        args=(f"--configs={json.dumps(configs)}",),
+        {"configs": configs},
         timeout=TIMEOUT[num_workers],
     ).check()
     assert sorted(run.results) == list(range(num_workers))

@@ -2,15 +2,15 @@
 (`sparse.resharding`): a shrink onto 3 workers and a grow back onto 4 in
 the middle of training, which goes on as in one process.
 
-One launch (`workers/resharding_worker.py`) serves every test; the plain
-Keras reference runs here, with every gradient made dense (Adam as the
-workers apply it, see `tests/checkpoint/test_resharding_multiprocess.py`).
+One scenario on the pool of 4 workers (`workers/resharding_scenarios.py`)
+serves every test; the plain Keras reference runs here, with every
+gradient made dense (Adam as the workers apply it, see
+`tests/checkpoint/test_resharding_multiprocess.py`).
 """
 
 import functools
 import os
 import sys
-import tempfile
 
 import keras
 import numpy as np
@@ -18,12 +18,12 @@ import pytest
 import tensorflow as tf
 
 from keras_hybrid.costs import resize
-from keras_hybrid.testing import run_workers
+from keras_hybrid.testing.pool import run_scenario
 
 HERE = os.path.join(os.path.dirname(__file__), "workers")
-WORKER = os.path.join(HERE, "resharding_worker.py")
+SCENARIO = os.path.join(HERE, "resharding_scenarios.py")
 sys.path.insert(0, HERE)
-import resharding_data as worker  # noqa: E402
+import resharding_scenarios as worker  # noqa: E402
 import sparse_cases as cases  # noqa: E402
 
 pytestmark = pytest.mark.multiprocess
@@ -39,8 +39,7 @@ SIMULATED = [
 
 @functools.cache
 def results() -> dict:
-    out_dir = tempfile.mkdtemp(prefix="reshard_")
-    run = run_workers(WORKER, 4, out_dir, timeout=300).check()
+    run = run_scenario(SCENARIO, "reshard", 4).check()
     assert sorted(run.results) == [0, 1, 2, 3]
     return run.results
 

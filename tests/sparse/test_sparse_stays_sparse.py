@@ -10,7 +10,6 @@ table and `variable_kinds`.
 
 import os
 import sys
-import tempfile
 
 import keras
 import numpy as np
@@ -20,11 +19,11 @@ from keras import ops
 
 from keras_hybrid import HybridStrategy
 from keras_hybrid.testing import OneProcessTestCase
-from keras_hybrid.testing import run_workers
 from keras_hybrid.testing.multiprocess import engines_under_test
+from keras_hybrid.testing.pool import run_scenario
 
 HERE = os.path.join(os.path.dirname(__file__), "workers")
-WORKER = os.path.join(HERE, "stays_sparse_worker.py")
+SCENARIO = os.path.join(HERE, "stays_sparse_scenarios.py")
 sys.path.insert(0, HERE)
 import graph_scan  # noqa: E402
 
@@ -36,14 +35,13 @@ _TABLE_READS = ("ReadVariableOp", "IdentityN")
 
 @pytest.fixture(scope="module", params=engines_under_test())
 def two_workers(request):
-    out_dir = tempfile.mkdtemp(prefix=f"stays_sparse_{request.param}_")
-    run = run_workers(
-        WORKER,
+    run = run_scenario(
+        SCENARIO,
+        "train_and_scan",
         2,
-        out_dir,
-        args=(f"--rows={V}", f"--dim={D}", "--steps=6"),
-        timeout=240,
+        {"rows": V, "dim": D, "steps": 6},
         engine=request.param,
+        timeout=240,
     ).check()
     assert sorted(run.results) == [0, 1]
     return run.results

@@ -1,21 +1,19 @@
 """Training with partitioned embedding tables on 1, 2 and 4 real workers.
 
-Each worker count is launched once (`workers/equivalence_worker.py`) and
-trains every config: the models of `workers/sparse_cases.py` (one table;
-two tables of the same ids; a table looked up twice; a Sequential; two
-tables of different widths and dtypes; a lookup whose ids depend on
-another lookup's rows; ids from `IntegerLookup` and `StringLookup`) x
-{SGD(0.1), Adam(0.01)}, 20 steps of global batch 32 with Zipf-skewed
-ids, plus `HybridOptimizer` with gradient accumulation on 1 and 2
-workers. The tests compare the saved weights
-with each other and with plain Keras in this process.
+Each worker count's pool runs one scenario
+(`workers/equivalence_scenarios.py`) that trains every config: the models
+of `workers/sparse_cases.py` (one table; two tables of the same ids; a
+table looked up twice; a Sequential; two tables of different widths and
+dtypes; a lookup whose ids depend on another lookup's rows; ids from
+`IntegerLookup` and `StringLookup`) x {SGD(0.1), Adam(0.01)}, 20 steps of
+global batch 32 with Zipf-skewed ids, plus `HybridOptimizer` with
+gradient accumulation on 1 and 2 workers. The tests compare the saved
+weights with each other and with plain Keras in this process.
 """
 
 import functools
-import json
 import os
 import sys
-import tempfile
 
 import keras
 import numpy as np
@@ -23,11 +21,11 @@ import pytest
 import tensorflow as tf
 
 from keras_hybrid.sharding.row_partition import RowPartition
-from keras_hybrid.testing import run_workers
 from keras_hybrid.testing.multiprocess import engines_under_test
+from keras_hybrid.testing.pool import run_scenario
 
 HERE = os.path.join(os.path.dirname(__file__), "workers")
-WORKER = os.path.join(HERE, "equivalence_worker.py")
+SCENARIO = os.path.join(HERE, "equivalence_scenarios.py")
 sys.path.insert(0, HERE)
 import sparse_cases as cases  # noqa: E402
 
@@ -44,20 +42,19 @@ ACCUM_KEYS = [cases.key("one_table", o, ACCUMULATION) for o in cases.OPTIMIZERS]
 
 @functools.cache
 def launch(engine: str, num_workers: int) -> dict:
-    """{rank: {config key: result}} of one launch of all configs."""
+    """{rank: {config key: result}} of one scenario of all configs."""
     configs = [[m, o, 0] for m, o in CONFIGS] + [["one_table", "sgd_sum", 0]]
     if num_workers <= 2:
         configs += [["one_table", o, ACCUMULATION] for o in cases.OPTIMIZERS]
-    out_dir = tempfile.mkdtemp(prefix=f"sparse_eq_{engine}{num_workers}_")
-    run = run_workers(
-        WORKER,
+    run = run_scenario(
+        SCENARIO,
+        "train",
         num_workers,
-        out_dir,
-        args=(f"--configs={json.dumps(configs)}",),
-        # 13 configs, each traced twice (the step, and the scratch trace
+        {"configs": configs},
+        engine=engine,
+        # 16 configs, each traced twice (the step, and the scratch trace
         # that finds its lookups' ids), on a shared 2-core machine.
         timeout=480,
-        engine=engine,
     ).check()
     assert sorted(run.results) == list(range(num_workers))
     for result in run.results.values():

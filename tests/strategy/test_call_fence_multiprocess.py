@@ -1,8 +1,9 @@
 """`predict` on every rank, the call fence and TensorBoard on real workers.
 
-Five launches: `predict` on 2 and 3 workers (with a TensorBoard `fit` on
-2), the fence's errors with every rank catching them, the issue's
-uncaught Horovod-style script, and a rank-0-only read in a `fit` callback.
+`predict` on 2 and 3 workers (with a TensorBoard `fit`) runs on the
+shared pool; three launches of their own: the fence's errors with every
+rank catching them (and one rank exiting), the uncaught Horovod-style
+script, and a rank-0-only read in a `fit` callback.
 """
 
 import glob
@@ -17,6 +18,7 @@ import pytest
 import tensorflow as tf
 
 from keras_hybrid.testing import run_workers
+from keras_hybrid.testing.pool import run_scenario
 
 HERE = os.path.join(os.path.dirname(__file__), "workers")
 WORKER = os.path.join(HERE, "call_fence_worker.py")
@@ -36,6 +38,17 @@ def _launch(phase, num_workers=2, timeout=300):
         tempfile.mkdtemp(prefix=f"fence_{phase}_out_"),
         args=(f"--phase={phase}", f"--dir={target}", f"--timeout={TIMEOUT}"),
         timeout=timeout,
+    )
+    return run, target
+
+
+def _predict_on_pool(num_workers):
+    target = tempfile.mkdtemp(prefix="fence_predict_")
+    run = run_scenario(
+        os.path.join(HERE, "call_cases.py"),
+        "on_workers",
+        num_workers,
+        {"folder": target},
     )
     return run, target
 
@@ -67,7 +80,7 @@ def _epoch_scalars(event_file) -> set:
 
 
 def test_predict_on_two_workers_and_tensorboard_on_the_chief():
-    run, target = _launch("predict", 2)
+    run, target = _predict_on_pool(2)
     results = run.check().results
     assert all(all(r["partitioned"]) for r in results.values())
     _assert_predictions_match_one_process(results)
@@ -86,7 +99,7 @@ def test_predict_on_two_workers_and_tensorboard_on_the_chief():
 
 def test_predict_on_three_workers_with_an_empty_slice():
     # The last global batch (2 rows) leaves rank 0 with none.
-    results = _launch("predict", 3)[0].check().results
+    results = _predict_on_pool(3)[0].check().results
     _assert_predictions_match_one_process(results)
 
 

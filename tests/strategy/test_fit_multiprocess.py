@@ -1,19 +1,19 @@
 """N real worker processes vs one plain-Keras process on the global batch."""
 
 import functools
-import json
 import os
-import tempfile
 
 import keras
 import numpy as np
 import pytest
 
 from keras_hybrid.testing import models
-from keras_hybrid.testing import run_workers
 from keras_hybrid.testing.multiprocess import engines_under_test
+from keras_hybrid.testing.pool import run_scenario
 
-WORKER = os.path.join(os.path.dirname(__file__), "workers", "fit_worker.py")
+SCENARIOS = os.path.join(
+    os.path.dirname(__file__), "workers", "fit_scenarios.py"
+)
 CONFIGS = [
     [kind, opt] for kind in models.MODEL_KINDS for opt in ("sgd", "adam")
 ]
@@ -24,13 +24,12 @@ pytestmark = [
 
 
 @functools.cache
-def launch(engine: str, num_workers: int, *args: str):
-    out_dir = tempfile.mkdtemp(prefix=f"fit_{engine}{num_workers}_")
-    run = run_workers(
-        WORKER,
+def launch(engine: str, num_workers: int, **options):
+    run = run_scenario(
+        SCENARIOS,
+        "train",
         num_workers,
-        out_dir,
-        args=(f"--configs={json.dumps(CONFIGS)}", *args),
+        {"configs": CONFIGS, **options},
         engine=engine,
     ).check()
     assert sorted(run.results) == list(range(num_workers))
@@ -38,8 +37,10 @@ def launch(engine: str, num_workers: int, *args: str):
     return run.results
 
 
+@functools.cache
 def reference(kind, opt, batch_size=48, accumulation=0):
-    """Plain Keras, one process, global batch, rank 0's initial weights."""
+    """Plain Keras, one process, global batch, rank 0's initial weights
+    (computed once: the tests on 2 and 3 workers compare with it)."""
     keras.backend.clear_session()
     x, y = models.make_data(240)
     model = models.build_model(kind, seed=100)
@@ -91,7 +92,7 @@ def test_dense_gradients_are_fused_into_one_all_reduce_per_step(engine):
 
 
 def test_tf_data_input_is_split_like_numpy(engine):
-    results = launch(engine, 2, "--dataset")
+    results = launch(engine, 2, dataset=True)
     ref_weights, _, _ = reference("functional", "adam")
     for result in results.values():
         for w, r in zip(
@@ -103,7 +104,7 @@ def test_tf_data_input_is_split_like_numpy(engine):
 def test_gradient_accumulation_crosses_network_once_per_k_steps(engine):
     # 2 workers x batch 24, accumulated over 2 steps == 1 process, batch 48
     # accumulated over 2 steps; dense collectives happen every 2nd step.
-    results = launch(engine, 2, "--accumulation=2")
+    results = launch(engine, 2, accumulation=2)
     ref_weights, _, _ = reference("sequential", "sgd", accumulation=2)
     for result in results.values():
         got = result["sequential/sgd"]

@@ -8,24 +8,23 @@ the sparse bytes per step must be below the same model's with every
 variable replicated and `IndexedSlices` all-gathered (stock TF).
 """
 
-import json
+import functools
 import os
 import re
 import sys
-import tempfile
 
 import keras
 import numpy as np
 import pytest
 
 from keras_hybrid.testing import TestCase
-from keras_hybrid.testing import run_workers
+from keras_hybrid.testing.pool import run_scenario
 
 HERE = os.path.dirname(__file__)
 sys.path.insert(0, os.path.join(HERE, "workers"))
 import placement_shapes as shapes  # noqa: E402
 
-WORKER = os.path.join(HERE, "workers", "placement_worker.py")
+SCENARIOS = os.path.join(HERE, "workers", "placement_scenarios.py")
 SPARSE_PATHS = ("sparse_pull", "sparse_push", "ids", "padding")
 # A variable made dense before `fit` (read whole eagerly) gets its slots
 # from Keras' optimizer after re-placement: momentum has one.
@@ -38,8 +37,10 @@ CONFIGS = [(name, "sgd") for name in shapes.BUILDERS] + [
 ALLGATHER = ("functional", "custom_layer", "lazy", "subclass_of_embedding")
 
 
-def _reference(shape: str, optimizer: str, start: list) -> list:
-    """One plain process, same start, same global batches."""
+@functools.cache
+def _reference(shape: str, optimizer: str) -> list:
+    """One plain process from `_plain_start`, same global batches."""
+    start = _plain_start(shape)
     keras.backend.clear_session()
     model = shapes.BUILDERS[shape]()
     x, y = shapes.make_data(3, shapes.BATCH)
@@ -51,6 +52,7 @@ def _reference(shape: str, optimizer: str, start: list) -> list:
     return model.get_weights()
 
 
+@functools.cache
 def _plain_start(shape: str) -> list:
     """The weights plain Keras draws for `shape` from rank 0's seed."""
     keras.backend.clear_session()
@@ -68,14 +70,9 @@ def _sparse_bytes(result) -> int:
 @pytest.mark.multiprocess
 class PlacementTest(TestCase):
     def _run(self, num_workers: int, configs: list) -> dict:
-        with tempfile.TemporaryDirectory() as out:
-            run = run_workers(
-                WORKER,
-                num_workers,
-                out,
-                args=(f"--shapes={json.dumps(configs)}",),
-                timeout=600,
-            ).check()
+        run = run_scenario(
+            SCENARIOS, "train_shapes", num_workers, {"configs": configs}
+        ).check()
         self.assertEqual(sorted(run.results), list(range(num_workers)))
         return run.results
 
@@ -98,7 +95,7 @@ class PlacementTest(TestCase):
                     ours["start"], _plain_start(shape), strict=True
                 ):
                     np.testing.assert_array_equal(got, ref)
-                want = _reference(shape, optimizer, ours["start"])
+                want = _reference(shape, optimizer)
                 for got, ref in zip(ours["end"], want, strict=True):
                     np.testing.assert_allclose(got, ref, atol=1e-5)
                 self.assertGreater(

@@ -1,5 +1,10 @@
 """Edge cases of `fit`/`predict` on real workers, and failures that must
-not hang."""
+not hang.
+
+The edge cases run on the shared pool of workers (`scenarios.on_workers`);
+a worker that dies, diverged collectives and a dead peer launch their own
+processes, since the launch is what they test.
+"""
 
 import json
 import os
@@ -17,14 +22,26 @@ import pytest
 from keras_hybrid.testing import models
 from keras_hybrid.testing import run_workers
 from keras_hybrid.testing.multiprocess import engines_under_test
+from keras_hybrid.testing.pool import run_scenario
 
 HERE = os.path.join(os.path.dirname(__file__), "workers")
 WORKER = os.path.join(HERE, "scenario_worker.py")
+SCENARIOS = os.path.join(HERE, "scenarios.py")
 sys.path.insert(0, HERE)
 import scenarios  # noqa: E402
 
 pytestmark = pytest.mark.multiprocess
 by_engine = pytest.mark.parametrize("engine", engines_under_test())
+
+
+def _on_pool(case, num_workers=2, engine="tf", indexed_slices=None):
+    return run_scenario(
+        SCENARIOS,
+        "on_workers",
+        num_workers,
+        {"case": case, "indexed_slices": indexed_slices},
+        engine=engine,
+    )
 
 
 def _launch(case, num_workers=2, *args, timeout=300, engine="tf"):
@@ -50,7 +67,7 @@ def _assert_close(a, b, msg=""):
 
 @by_engine
 def test_empty_slice_on_one_rank_neither_hangs_nor_diverges(engine):
-    run = _launch("uneven", 3, engine=engine).check()
+    run = _on_pool("uneven", 3, engine=engine).check()
     first = run.results[0]
     for result in run.results.values():
         for a, b in zip(result["weights"], first["weights"], strict=True):
@@ -61,7 +78,7 @@ def test_empty_slice_on_one_rank_neither_hangs_nor_diverges(engine):
 
 @by_engine
 def test_validation_sample_class_weights_and_steps_per_epoch(engine):
-    run = _launch("extras", engine=engine).check()
+    run = _on_pool("extras", engine=engine).check()
     ref = _reference("extras")
     for rank, result in run.results.items():
         for a, b in zip(result["weights"], ref["weights"], strict=True):
@@ -79,7 +96,7 @@ def test_validation_sample_class_weights_and_steps_per_epoch(engine):
 def test_indexed_slices_of_a_dense_table_are_all_gathered_not_densified(
     engine,
 ):
-    run = _launch("embedding", engine=engine).check()
+    run = _on_pool("embedding", engine=engine).check()
     ref = _reference("embedding")
     assert "IndexedSlices gradients are all-gathered" in run.stderr
     for result in run.results.values():
@@ -102,7 +119,7 @@ def test_adagrad_sees_one_row_per_id_however_a_table_is_summed(engine):
     # which squares it, trained differently with the cost rule's choice.
     ref = _reference("adagrad")
     runs = {
-        how: _launch("adagrad", 2, f"--indexed_slices={how}", engine=engine)
+        how: _on_pool("adagrad", 2, engine, indexed_slices=how)
         for how in ("allgather", "allgather_unique", "densify")
     }
     for how, run in runs.items():
@@ -116,7 +133,7 @@ def test_logs_are_global_when_a_model_reports_some_of_its_metrics(engine):
     # A `compute_metrics` that left one metric out of the training logs
     # (keras-rs' multi-task example) kept every training log local: rank
     # 0's own rows' loss and rmse.
-    run = _launch("partial_metrics", engine=engine).check()
+    run = _on_pool("partial_metrics", engine=engine).check()
     ref = _reference("partial_metrics")
     assert set(ref["history"]) == {"loss", "rmse"}
     for rank, result in run.results.items():
@@ -132,7 +149,7 @@ def test_a_loss_averaged_by_compute_loss_trains_as_on_one_process(engine):
     # keras-rs' SASRec averages its loss itself in `compute_loss`: Keras
     # did not divide it by the number of workers, so 2 workers trained
     # with twice the gradient and logged twice the loss.
-    run = _launch("own_mean_loss", engine=engine).check()
+    run = _on_pool("own_mean_loss", engine=engine).check()
     ref = _reference("own_mean_loss")
     for rank, result in run.results.items():
         for a, b in zip(result["weights"], ref["weights"], strict=True):
@@ -146,7 +163,7 @@ def test_a_generator_trains_on_every_batch_in_order(engine):
     # Keras' TF trainer drew a batch from a fresh iterator to build the
     # model under a strategy; from a generator, the batches that iterator
     # had read ahead were lost (on 2 workers the 3rd to 5th).
-    run = _launch("generator", engine=engine).check()
+    run = _on_pool("generator", engine=engine).check()
     ref = _reference("generator")
     for a, b in zip(run.results[0]["weights"], ref["weights"], strict=True):
         _assert_close(a, b)
@@ -156,7 +173,7 @@ def test_a_generator_trains_on_every_batch_in_order(engine):
 def test_a_model_compiled_with_xla_trains_without_it(engine):
     # XLA compiles no collective (on CPU none at all): a script that sets
     # `jit_compile=True` must train as one process does, with a warning.
-    run = _launch("xla", engine=engine).check()
+    run = _on_pool("xla", engine=engine).check()
     ref = _reference("xla")
     assert ref["jit_compile"]
     assert "compiled with jit_compile=True" in run.stderr
@@ -173,7 +190,7 @@ def test_random_layers_draw_another_stream_on_each_worker(engine):
     # worker's slice of a batch got the same dropout masks and noise. Now
     # rank 0 draws what one process draws for its rows, the others fold
     # their rank into the seed.
-    run = _launch("random", engine=engine).check()
+    run = _on_pool("random", engine=engine).check()
     ref = _reference("random")["predictions"]
     out = run.results[0]["predictions"]
     np.testing.assert_array_equal(out, run.results[1]["predictions"])
@@ -191,7 +208,7 @@ def test_batchnorm_statistics_are_the_mean_of_the_workers(engine):
     # Unsynchronized BatchNormalization updates its moving statistics from
     # each worker's rows: the copies drifted apart. They are now averaged
     # over the workers after each step, on every rank alike.
-    run = _launch("batchnorm", engine=engine).check()
+    run = _on_pool("batchnorm", engine=engine).check()
     rank0, rank1 = run.results[0], run.results[1]
     for a, b in zip(rank0["weights"], rank1["weights"], strict=True):
         np.testing.assert_array_equal(a, b)
@@ -218,7 +235,7 @@ def test_batchnorm_statistics_are_the_mean_of_the_workers(engine):
 
 @by_engine
 def test_predict_returns_every_row_in_input_order_on_every_rank(engine):
-    run = _launch("predict", engine=engine).check()
+    run = _on_pool("predict", engine=engine).check()
     ref = _reference("predict")
     for result in run.results.values():
         assert len(result["predictions"]) == 100
@@ -244,12 +261,12 @@ def test_worker_killed_mid_epoch_stops_the_launch_and_names_the_rank(engine):
 
 @by_engine
 def test_second_strategy_in_a_process_reuses_the_server(engine):
-    run = run_workers(
-        os.path.join(HERE, "two_strategies_worker.py"),
+    run = run_scenario(
+        os.path.join(HERE, "two_strategies_scenarios.py"),
+        "two_strategies",
         2,
-        tempfile.mkdtemp(prefix=f"twice_{engine}_"),
-        timeout=180,
         engine=engine,
+        timeout=180,
     ).check()
     # Both strategies trained, and the replicas agree after each.
     for result in run.results.values():

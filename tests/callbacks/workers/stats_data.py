@@ -1,6 +1,5 @@
-"""Sizes and data of `stats_worker.py`, in a module without absl flags so
-that the test can import them (two modules defining `--out_dir` in one
-pytest run clash)."""
+"""Sizes and data of `stats_scenarios.py`, shared with its test (which
+imports them without the strategy's code)."""
 
 import numpy as np
 

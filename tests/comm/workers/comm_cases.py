@@ -1,4 +1,4 @@
-"""Rank-dependent inputs shared by `comm_worker.py` and its test.
+"""Rank-dependent inputs shared by `comm_scenarios.py` and its test.
 
 Every value encodes where it came from, so a misrouted or mixed-up row
 shows up as a wrong number.

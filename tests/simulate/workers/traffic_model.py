@@ -1,6 +1,6 @@
 """The model and data of the simulator's traffic tests (no flags).
 
-Imported by `traffic_worker.py` (beside it) and by the tests, so both
+Imported by `traffic_scenarios.py` (beside it) and by the tests, so both
 build the same model and draw the same ids.
 """
 

@@ -1,5 +1,5 @@
 """Models, data and optimizers of the mixed-precision tests, shared by
-`mixed_precision_worker.py` and the tests that compute references.
+`mixed_precision_scenarios.py` and the tests that compute references.
 
 Tables are float32 variables under both mixed policies; Keras' `Embedding`
 (`autocast=False`) gathers float32 rows and casts its output to the compute

@@ -1,9 +1,16 @@
 """Models and data of the `predict` and call-fence workers, shared with the
-tests that compute one-process references."""
+tests that compute one-process references; `on_workers` is the pool
+scenario of `predict` on every rank."""
+
+import os
 
 import keras
 import numpy as np
 import tensorflow as tf
+
+import keras_hybrid as kh
+from keras_hybrid.sparse.sharded_table import ShardedTable
+from keras_hybrid.testing import SPARSE_TABLES
 
 VOCAB = 200
 SEQ = 4
@@ -42,3 +49,47 @@ def predictions(model: keras.Model) -> dict:
         "dataset": model.predict(data, verbose=0),
         "on_batch": model.predict_on_batch(ids[:11]),
     }
+
+
+def on_workers(folder: str) -> dict:
+    """Every model of `SHAPES` predicts (numpy, tf.data,
+    `predict_on_batch`); a `fit` logs to TensorBoard in `folder`."""
+    # Tables partitioned: reads of them are the collectives under test.
+    with kh.HybridStrategy(
+        timeout_seconds=30, variable_kinds=SPARSE_TABLES
+    ) as strategy:
+        return predict(strategy, folder)
+
+
+def build(strategy, shape="single"):
+    with strategy.scope():
+        model = build_model(shape)
+        model.compile(
+            optimizer="sgd",
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        )
+    return model
+
+
+def predict(strategy, folder: str) -> dict:
+    out = {"pid": os.getpid(), "partitioned": []}
+    for shape in SHAPES:
+        model = build(strategy, shape)
+        out[shape] = predictions(model)
+        out[f"{shape}_weights"] = model.get_weights()
+        table = model.get_layer("table").embeddings
+        out["partitioned"].append(isinstance(table.value, ShardedTable))
+    model = build(strategy)
+    ids = make_ids()
+    labels = ids[:, 0] % 3
+    log_dir = os.path.join(folder, "logs")
+    model.fit(
+        ids,
+        labels,
+        batch_size=BATCH,
+        epochs=2,
+        verbose=0,
+        callbacks=[keras.callbacks.TensorBoard(log_dir)],
+    )
+    out["deprecated"] = strategy.gather_predictions(out["single"]["numpy"], 16)
+    return out

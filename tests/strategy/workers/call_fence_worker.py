@@ -1,8 +1,7 @@
-"""Worker: `predict` on every rank, TensorBoard, and calls that differ.
+"""Worker: calls that differ between ranks, and a rank that exits.
 
+`predict` on every rank runs on the shared pool (`call_cases.on_workers`).
 Phases (`--phase`):
-- `predict`: every model of `call_cases` predicts (numpy, tf.data,
-  `predict_on_batch`); a `fit` logs to TensorBoard in `--dir`.
 - `fence`: ranks make different collective calls, nested calls, then
   rank 0 calls alone (rank 1 alive, then exited); errors are caught and
   saved, and every rank exits 0.
@@ -23,51 +22,14 @@ from absl import flags
 
 import keras_hybrid as kh
 from keras_hybrid.comm import call_fence
-from keras_hybrid.sparse.sharded_table import ShardedTable
 from keras_hybrid.testing import SPARSE_TABLES
 from keras_hybrid.testing.multiprocess import save_result
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("out_dir", None, "Where to save this rank's results.")
 flags.DEFINE_string("dir", None, "Folder for logs and saved files.")
-flags.DEFINE_enum(
-    "phase", None, ["predict", "fence", "uncaught", "in_fit"], "Phase."
-)
+flags.DEFINE_enum("phase", None, ["fence", "uncaught", "in_fit"], "Phase.")
 flags.DEFINE_float("timeout", 30, "HybridStrategy timeout_seconds.")
-
-
-def build(strategy, shape="single"):
-    with strategy.scope():
-        model = call_cases.build_model(shape)
-        model.compile(
-            optimizer="sgd",
-            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        )
-    return model
-
-
-def predict(strategy):
-    out = {"pid": os.getpid(), "partitioned": []}
-    for shape in call_cases.SHAPES:
-        model = build(strategy, shape)
-        out[shape] = call_cases.predictions(model)
-        out[f"{shape}_weights"] = model.get_weights()
-        table = model.get_layer("table").embeddings
-        out["partitioned"].append(isinstance(table.value, ShardedTable))
-    model = build(strategy)
-    ids = call_cases.make_ids()
-    labels = ids[:, 0] % 3
-    log_dir = os.path.join(FLAGS.dir, "logs")
-    model.fit(
-        ids,
-        labels,
-        batch_size=call_cases.BATCH,
-        epochs=2,
-        verbose=0,
-        callbacks=[keras.callbacks.TensorBoard(log_dir)],
-    )
-    out["deprecated"] = strategy.gather_predictions(out["single"]["numpy"], 16)
-    return out
 
 
 def _error(fn) -> str | None:
@@ -80,7 +42,7 @@ def _error(fn) -> str | None:
 
 def fence(strategy):
     rank = strategy.rank
-    model = build(strategy)
+    model = call_cases.build(strategy)
     ids = call_cases.make_ids()
     save_path = os.path.join(FLAGS.dir, "model.keras")
     table = model.get_layer("table").embeddings
@@ -154,7 +116,7 @@ def _exited(out_dir) -> bool:
 
 
 def uncaught(strategy):
-    model = build(strategy)
+    model = call_cases.build(strategy)
     if strategy.rank == 0:
         model.get_weights()
     model.save(os.path.join(FLAGS.dir, "model.keras"))
@@ -172,7 +134,7 @@ class _ChiefReads(keras.callbacks.Callback):
 
 
 def in_fit(strategy):
-    model = build(strategy)
+    model = call_cases.build(strategy)
     ids = call_cases.make_ids()
     model.fit(
         ids,

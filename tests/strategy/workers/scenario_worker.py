@@ -1,7 +1,8 @@
-"""Worker for single scenarios of `fit`, `predict` and failures.
+"""Worker for the scenarios whose launch is under test: a rank that
+SIGKILLs itself mid-fit (`--die_rank`), with the launcher and without.
 
-Each `--case` trains a small model and saves what this rank saw; the test
-computes the one-process reference with `scenarios.run_case(case, None)`.
+Each `--case` trains a small model and saves what this rank saw; the
+other scenarios run on the shared pool (`scenarios.on_workers`).
 """
 
 import os
@@ -20,9 +21,6 @@ flags.DEFINE_string("out_dir", None, "Where to save this rank's results.")
 flags.DEFINE_enum("case", None, scenarios.CASES, "Scenario to run.")
 flags.DEFINE_float("timeout", 60, "Collective timeout in seconds.")
 flags.DEFINE_integer("die_rank", -1, "Rank that SIGKILLs itself mid-fit.")
-flags.DEFINE_string(
-    "indexed_slices", None, "HybridStrategy(indexed_slices=...) if given."
-)
 
 
 class _DieMidEpoch(keras.callbacks.Callback):
@@ -37,20 +35,8 @@ class _DieMidEpoch(keras.callbacks.Callback):
 
 def main(argv):
     del argv
-    # The embedding case checks the stock path for a table kept dense:
-    # its IndexedSlices all-gathered (the cost rule could densify it).
-    extra = {}
-    if FLAGS.case == "embedding":
-        extra = {
-            "variable_kinds": {".*embeddings": "dense"},
-            "indexed_slices": "allgather",
-        }
-    if FLAGS.indexed_slices:
-        extra = {
-            "variable_kinds": {".*embeddings": "dense"},
-            "indexed_slices": FLAGS.indexed_slices,
-        }
-    strategy = kh.HybridStrategy(timeout_seconds=FLAGS.timeout, **extra)
+    options = scenarios.strategy_options(FLAGS.case)
+    strategy = kh.HybridStrategy(timeout_seconds=FLAGS.timeout, **options)
     result = scenarios.run_case(
         FLAGS.case, strategy, callbacks=[_DieMidEpoch(strategy.rank)]
     )

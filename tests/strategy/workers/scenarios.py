@@ -1,5 +1,9 @@
 """Scenarios run the same way on N workers (with a strategy) and on one
-plain-Keras process (strategy=None), so results can be compared."""
+plain-Keras process (strategy=None), so results can be compared.
+
+`on_workers` is the pool scenario (`keras_hybrid.testing.pool`): one case
+on a strategy of its own.
+"""
 
 import contextlib
 
@@ -7,6 +11,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+import keras_hybrid as kh
 from keras_hybrid.testing import models
 
 CASES = (
@@ -23,6 +28,30 @@ CASES = (
     "partial_metrics",
     "own_mean_loss",
 )
+
+
+def strategy_options(case: str, indexed_slices: str | None = None) -> dict:
+    """`HybridStrategy` arguments of `case`: the embedding case checks the
+    stock path for a table kept dense, its IndexedSlices all-gathered (the
+    cost rule could densify it)."""
+    if indexed_slices:
+        return {
+            "variable_kinds": {".*embeddings": "dense"},
+            "indexed_slices": indexed_slices,
+        }
+    if case == "embedding":
+        return {
+            "variable_kinds": {".*embeddings": "dense"},
+            "indexed_slices": "allgather",
+        }
+    return {}
+
+
+def on_workers(case: str, indexed_slices: str | None = None) -> dict:
+    """Runs `case` on a strategy of this worker, and closes it."""
+    options = strategy_options(case, indexed_slices)
+    with kh.HybridStrategy(timeout_seconds=60, **options) as strategy:
+        return run_case(case, strategy)
 
 
 def run_case(case, strategy, callbacks=()):

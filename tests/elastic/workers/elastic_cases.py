@@ -2,7 +2,8 @@
 flags (the test builds the one-process reference from them).
 
 Besides the MLP and the functional `table` model, the shapes users write,
-taken from the placement zoo (`placement_shapes`) where it has them:
+taken from the placement zoo (`tests/strategy/workers/placement_shapes.py`)
+where it has them:
 `custom_table`, a subclassed model whose table lives in the zoo's custom
 layer `TokenAndPosition` (3000 x 32 token table, 2-row position table);
 `sequential`, a `Sequential` with an `Embedding`; `shared`, two lookups
@@ -10,13 +11,21 @@ of one table; `two_dims`, two tables of different widths; `keras_rs`,
 keras-rs's `EmbedReduce` (if keras-rs is installed).
 """
 
+import os
+import sys
+
 import keras
 import numpy as np
-import placement_shapes as zoo  # noqa: I001  (sits beside this module)
 import tensorflow as tf
 from keras import ops
 
 from keras_hybrid.testing import models
+
+sys.path.insert(
+    0,
+    os.path.join(os.path.dirname(__file__), "..", "..", "strategy", "workers"),
+)
+import placement_shapes as zoo  # noqa: E402
 
 MODELS = (
     "mlp",

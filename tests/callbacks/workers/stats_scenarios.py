@@ -1,21 +1,15 @@
-"""Worker: trains a tiny model with a partitioned table under
-`CommunicationStats`, `CSVLogger` and a recorder; saves what they saw."""
+"""Pool scenario: trains a tiny model with a partitioned table under
+`CommunicationStats`, `CSVLogger` and a recorder; returns what they saw."""
 
 import os
 
 import keras
 import numpy as np
-import stats_data as data  # noqa: I001  (sits beside this script)
-from absl import app
-from absl import flags
+import stats_data as data  # noqa: I001  (sits beside this module)
 
 import keras_hybrid as kh
 from keras_hybrid.callbacks import CommunicationStats
 from keras_hybrid.testing import SPARSE_TABLES
-from keras_hybrid.testing.multiprocess import save_result
-
-FLAGS = flags.FLAGS
-flags.DEFINE_string("out_dir", None, "Where to save this rank's results.")
 
 
 class Recorder(keras.callbacks.Callback):
@@ -30,11 +24,15 @@ class Recorder(keras.callbacks.Callback):
         self.batches.append((batch, comm))
 
 
-def main(argv):
-    del argv
-    strategy = kh.HybridStrategy(
+def train(folder: str) -> dict:
+    """Trains with the CSV log in `folder`."""
+    with kh.HybridStrategy(
         timeout_seconds=60, variable_kinds=SPARSE_TABLES
-    )
+    ) as strategy:
+        return _train(strategy, folder)
+
+
+def _train(strategy, folder: str) -> dict:
     with strategy.scope():
         model = keras.Sequential(
             [
@@ -47,7 +45,7 @@ def main(argv):
         model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
     x, y = data.make_data()
     # One path for every rank, as a user writes it: rank 0 writes the file.
-    csv_path = os.path.join(FLAGS.out_dir, "log.csv")
+    csv_path = os.path.join(folder, "log.csv")
     stats = CommunicationStats(every_n_steps=data.EVERY)
     recorder = Recorder()
     history = model.fit(
@@ -64,24 +62,15 @@ def main(argv):
     if strategy.is_chief:
         with open(csv_path) as f:
             csv_text = f.read()
-    save_result(
-        FLAGS.out_dir,
-        strategy.rank,
-        {
-            "history": history.history,
-            "batches": recorder.batches,
-            "csv": csv_text,
-            "owner": table.partition.shard_of(np.arange(data.ROWS)),
-            "dense_bytes": sum(
-                int(np.prod(v.shape)) * 4
-                for v in model.trainable_variables
-                if v.path != model.get_layer("table").embeddings.path
-            ),
-            "summary": stats.summary,
-        },
-    )
-
-
-if __name__ == "__main__":
-    flags.mark_flag_as_required("out_dir")
-    app.run(main)
+    return {
+        "history": history.history,
+        "batches": recorder.batches,
+        "csv": csv_text,
+        "owner": table.partition.shard_of(np.arange(data.ROWS)),
+        "dense_bytes": sum(
+            int(np.prod(v.shape)) * 4
+            for v in model.trainable_variables
+            if v.path != model.get_layer("table").embeddings.path
+        ),
+        "summary": stats.summary,
+    }

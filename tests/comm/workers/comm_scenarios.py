@@ -1,27 +1,21 @@
-"""Worker: runs every collective on rank-dependent inputs, saves the output.
+"""Pool scenario: runs every collective on rank-dependent inputs and
+returns the output.
 
-Run by `tests/comm/test_collectives_multiprocess.py` through
-`keras-hybrid-run` or `horovodrun` (the engine follows the launcher). Each
-case saves its outputs as numpy values and the `CommStats` delta it
-caused; a case that raises saves its traceback so the test can show it,
-and the worker goes on with the next case.
+Run by `tests/comm/test_collectives_multiprocess.py` on the pools of 2
+and 3 workers, under `keras-hybrid-run` or `horovodrun` (the engine
+follows the launcher). Each case returns its outputs as numpy values and
+the `CommStats` delta it caused; a case that raises returns its traceback
+so the test can show it, and the scenario goes on with the next case.
 """
 
 import time
 import traceback
 
-import comm_cases  # noqa: I001  (sits beside this script)
+import comm_cases  # noqa: I001  (sits beside this module)
 import numpy as np
 import tensorflow as tf
-from absl import app
-from absl import flags
 
 import keras_hybrid as kh
-from keras_hybrid.testing.multiprocess import save_result
-
-FLAGS = flags.FLAGS
-flags.DEFINE_string("out_dir", None, "Where to save this rank's results.")
-flags.DEFINE_float("timeout", 30, "Collective timeout in seconds.")
 
 
 def _np(tree):
@@ -216,25 +210,20 @@ CASES = (
 )
 
 
-def main(argv):
-    del argv
-    strategy = kh.HybridStrategy(
-        timeout_seconds=FLAGS.timeout, bucket_bytes=comm_cases.BUCKET_BYTES
-    )
-    comm = strategy.communicator
-    results = {
-        "rank": comm.rank,
-        "size": comm.size,
-        "engine": strategy.engine,
-    }
-    for case in CASES:
-        try:
-            results[case.__name__] = case(comm)
-        except Exception:  # noqa: BLE001  (the test shows the traceback)
-            results[case.__name__] = {"error": traceback.format_exc()}
-    save_result(FLAGS.out_dir, strategy.rank, results)
-
-
-if __name__ == "__main__":
-    flags.mark_flag_as_required("out_dir")
-    app.run(main)
+def all_cases(timeout: float = 30) -> dict:
+    """Runs every case of `CASES` in order on one strategy."""
+    with kh.HybridStrategy(
+        timeout_seconds=timeout, bucket_bytes=comm_cases.BUCKET_BYTES
+    ) as strategy:
+        comm = strategy.communicator
+        results = {
+            "rank": comm.rank,
+            "size": comm.size,
+            "engine": strategy.engine,
+        }
+        for case in CASES:
+            try:
+                results[case.__name__] = case(comm)
+            except Exception:  # noqa: BLE001  (the test shows the traceback)
+                results[case.__name__] = {"error": traceback.format_exc()}
+        return results

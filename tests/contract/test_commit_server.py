@@ -1,6 +1,6 @@
 """`commit_server`: the launcher serves the commit files of partitioned
 tables to workers without a shared filesystem (a real server on
-localhost; the restore from it is in tests/strategy/test_elastic_store)."""
+localhost; the restore from it is in tests/elastic/test_file_store)."""
 
 import os
 import struct

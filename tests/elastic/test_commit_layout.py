@@ -1,6 +1,6 @@
 """`elastic_layout`: a joiner admitted after a commit restores from its
 layout alone (the broadcast itself runs in
-`test_elastic_multiprocess.py`'s `ElasticLossNearGrowTest`).
+`test_resize_multiprocess.py`'s `ElasticLossNearGrowTest`).
 
 The commit of a 12-row table over tasks [0, 1, 2] (12 one-row virtual
 shards, rows valued by their id); task 3 joined after it; task 1 is lost.

@@ -7,7 +7,7 @@ root namespace and starts every worker over ssh. Discovery first prints
 address is not in the members' cluster: they serve again on one that has
 it, then the joiners start on hostB: 2 -> 4 across hosts), then `hostA:2`
 and `hostB:1` (4 -> 3: task 3 on hostB retires). The plain `fit` script
-(`tests/strategy/workers/elastic_fit_worker.py`, a partitioned
+(`tests/elastic/workers/elastic_fit_worker.py`, a partitioned
 `Embedding` with Adam beside a dense part; plans over the launcher's TCP
 server, tables committed to its commit server: the served store, the
 default without a shared --commit-dir) records `strategy.size` in a
@@ -33,15 +33,15 @@ import time
 
 import numpy as np
 import pytest
-from host_port_range import HostPortRange
 
 from keras_hybrid.emulation import hosts as emulated_hosts
 from keras_hybrid.launch.ssh import SSH_COMMAND_ENV
 from keras_hybrid.testing import plan_text
+from tests.launch.elastic.host_port_range import HostPortRange
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-STRATEGY_WORKERS = os.path.join(os.path.dirname(HERE), "strategy", "workers")
-WORKER = os.path.join(STRATEGY_WORKERS, "elastic_fit_worker.py")
+ELASTIC_WORKERS = os.path.join(HERE, "..", "..", "elastic", "workers")
+WORKER = os.path.join(ELASTIC_WORKERS, "elastic_fit_worker.py")
 TIMEOUT = 240
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(TIMEOUT + 60)]
@@ -190,11 +190,11 @@ def test_grow_onto_a_new_host_then_shrink_equals_one_process(hosts, tmp_path):
 
 def _check_weights(result, epochs=2) -> None:
     """The final weights, table included, equal one process (1e-5)."""
-    sys.path.insert(0, STRATEGY_WORKERS)
+    sys.path.insert(0, ELASTIC_WORKERS)
     try:
         import elastic_cases as cases
     finally:
-        sys.path.remove(STRATEGY_WORKERS)
+        sys.path.remove(ELASTIC_WORKERS)
     assert plan_text.partitioned(result["plan"], "table/embeddings"), result[
         "plan"
     ]

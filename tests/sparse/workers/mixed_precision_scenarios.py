@@ -1,28 +1,31 @@
-"""Worker: trains every [model, policy, optimizer] config of `--configs`
-under `HybridStrategy` with the table forced sparse, and saves per config
+"""Pool scenario: trains every [model, policy, optimizer] config under
+one `HybridStrategy` with the table forced sparse, and returns per config
 the full weights before and after, the loss-scale state after each step,
 and the dtypes that went through the pull and push all-to-alls.
 
-Run by `tests/sparse/test_mixed_precision_multiprocess.py`, one launch per
-worker count. Ranks seed differently on purpose (see
-`equivalence_worker.py`).
+Run by `tests/sparse/test_mixed_precision_multiprocess.py`, one scenario
+per worker count. Ranks seed differently on purpose (see
+`equivalence_scenarios.py`).
 """
 
-import json
-
 import keras
-import mixed_precision_cases as cases  # noqa: I001  (sits beside this script)
-from absl import app
-from absl import flags
+import mixed_precision_cases as cases  # noqa: I001  (sits beside this module)
 
 import keras_hybrid as kh
 from keras_hybrid.sparse.sharded_table import ShardedTable
-from keras_hybrid.testing.multiprocess import save_result
 
-FLAGS = flags.FLAGS
-flags.DEFINE_string("out_dir", None, "Where to save this rank's results.")
-flags.DEFINE_string("configs", "[]", "JSON list of [model, policy, opt].")
-flags.DEFINE_float("timeout", 60, "Collective timeout in seconds.")
+
+def train(configs: list) -> dict:
+    """Trains each [model, policy, optimizer] of `configs`."""
+    with kh.HybridStrategy(
+        timeout_seconds=60, variable_kinds={cases.TABLE: "sparse"}
+    ) as strategy:
+        results = {"size": strategy.size}
+        for model_name, policy, opt_name in configs:
+            results[cases.key(model_name, policy, opt_name)] = train_one(
+                strategy, model_name, policy, opt_name
+            )
+        return results
 
 
 class LossScaleLog(keras.callbacks.Callback):
@@ -102,22 +105,3 @@ def train_one(strategy, model_name, policy, opt_name):
         "table_dtype": table.embeddings.dtype,
         "table_compute_dtype": table.compute_dtype,
     }
-
-
-def main(argv):
-    del argv
-    strategy = kh.HybridStrategy(
-        timeout_seconds=FLAGS.timeout,
-        variable_kinds={cases.TABLE: "sparse"},
-    )
-    results = {"size": strategy.size}
-    for model_name, policy, opt_name in json.loads(FLAGS.configs):
-        results[cases.key(model_name, policy, opt_name)] = train_one(
-            strategy, model_name, policy, opt_name
-        )
-    save_result(FLAGS.out_dir, strategy.rank, results)
-
-
-if __name__ == "__main__":
-    flags.mark_flag_as_required("out_dir")
-    app.run(main)

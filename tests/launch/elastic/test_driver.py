@@ -1,6 +1,6 @@
 """The elastic launcher's flags, discovery and start, with plain-Python
 workers (the switch itself is tested with TensorFlow in
-tests/strategy/test_elastic_multiprocess.py)."""
+tests/elastic/test_resize_multiprocess.py)."""
 
 import json
 import os

@@ -1,6 +1,6 @@
 """`elastic_buddy`: which rows a survivor restores from a commit.
 
-The multi-process runs are in `test_elastic_loss_multiprocess.py`; here the
+The multi-process runs are in `test_lost_worker_multiprocess.py`; here the
 pure part, checked by hand on a small table: 12 rows of 2 columns, whose
 value is the row id, in 12 one-row virtual shards over the tasks [0, 1, 2].
 """

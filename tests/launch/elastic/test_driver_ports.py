@@ -1,7 +1,7 @@
 """The elastic launcher's ports for tasks on other hosts come from those
 hosts (`keras_hybrid.launch.elastic.host_ports`), with plain-Python workers and
 an ssh stand-in (the job trains on them over real ssh in
-tests/launch/test_elastic_multihost.py)."""
+tests/launch/elastic/test_multihost.py)."""
 
 import json
 import os

@@ -1,8 +1,8 @@
 """`elastic_store`: each member's table rows of a commit in files.
 
-The multi-process runs are in `test_elastic_loss_multiprocess.py`; here
+The multi-process runs are in `test_lost_worker_multiprocess.py`; here
 the files (a shared directory) and the restore from them, on the table of
-`test_elastic_buddy`
+`test_buddy_store`
 (12 rows of 2 columns whose value is the row id, 12 one-row virtual
 shards over the tasks [0, 1, 2]).
 """

@@ -1,35 +1,29 @@
-"""Worker: moves partitioned tables and their Adam slots between workers
-in memory (`sparse.resharding`) in the middle of training.
+"""Pool scenario: moves partitioned tables and their Adam slots between
+workers in memory (`sparse.resharding`) in the middle of training.
 
-Run by `test_resharding_multiprocess.py` through `keras-hybrid-run` on 4
-workers. The two-table model of `sparse_cases` (tables of 500x8 and 500x4,
-Adam) trains 2 steps with its tables on all 4 workers, then the tables
-shrink onto 3 (worker 3 keeps none) and train 1 step; worker 3 then
-holds the shards of a fresh joiner and adopts rank 0's layout
-(`adopt_partitions`); the tables grow back onto 4 and train 1 more. The
-global batches are the same as one process's. Saved per rank: the full
-weights and slots around each resize, the bytes each resize sent (its
-return value and `CommStats`), the rows each shard holds, and the plan's
-text.
+Run by `test_resharding_multiprocess.py` on the pool of 4 workers. The
+two-table model of `sparse_cases` (tables of 500x8 and 500x4, Adam) trains
+2 steps with its tables on all 4 workers, then the tables shrink onto 3
+(worker 3 keeps none) and train 1 step; worker 3 then holds the shards of
+a fresh joiner and adopts rank 0's layout (`adopt_partitions`); the tables
+grow back onto 4 and train 1 more. The global batches are the same as one
+process's. Returned per rank: the full weights and slots around each
+resize, the bytes each resize sent (its return value and `CommStats`), the
+rows each shard holds, and the plan's text.
 """
 
 import keras
 import numpy as np
-import resharding_data as data  # noqa: I001  (sits beside this script)
-import sparse_cases as cases
-from absl import app
-from absl import flags
+import sparse_cases as cases  # noqa: I001  (sits beside this module)
 
 import keras_hybrid as kh
 from keras_hybrid.sharding.row_partition import RowPartition
 from keras_hybrid.sparse import resharding
 from keras_hybrid.testing import SPARSE_TABLES
-from keras_hybrid.testing.multiprocess import save_result
 
-FLAGS = flags.FLAGS
-flags.DEFINE_string("out_dir", None, "Where to save this rank's results.")
-
-BATCH, STEPS, DATA_SEED = data.BATCH, data.STEPS, data.DATA_SEED
+BATCH = 48
+STEPS = 4
+DATA_SEED = 11
 
 
 def full_state(model, tables) -> dict:
@@ -74,9 +68,13 @@ def pretend_to_join(tables) -> None:
         table.take_rows(fresh, np.full((rows, *table.full_shape[1:]), 7.0))
 
 
-def main(argv):
-    del argv
-    strategy = kh.HybridStrategy(variable_kinds=SPARSE_TABLES)
+def reshard() -> dict:
+    """Trains, shrinks onto 3, trains, grows back onto 4, trains."""
+    with kh.HybridStrategy(variable_kinds=SPARSE_TABLES) as strategy:
+        return _reshard(strategy)
+
+
+def _reshard(strategy) -> dict:
     keras.utils.set_random_seed(cases.SEED)
     with strategy.scope():
         model = cases.build_model("two_tables")
@@ -108,9 +106,4 @@ def main(argv):
     train(3, 1)
     result["final"] = model.get_weights()
     result["final_tables"] = {t.path: t.gather_full() for t in tables}
-    save_result(FLAGS.out_dir, strategy.rank, result)
-
-
-if __name__ == "__main__":
-    flags.mark_flag_as_required("out_dir")
-    app.run(main)
+    return result

@@ -48,7 +48,7 @@ def _require_tensorflow() -> None:
 
 
 # Subpackages reachable as `keras_hybrid.<name>` after `import keras_hybrid`.
-_SUBPACKAGES = ("callbacks", "checkpoint")
+_SUBPACKAGES = ("callbacks", "checkpoint", "layers")
 
 
 def __getattr__(name: str):

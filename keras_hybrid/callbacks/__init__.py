@@ -1,9 +1,11 @@
-"""Keras callbacks for training under `HybridStrategy`."""
+"""Keras callbacks for training under `HybridStrategy`, and for dynamic
+tables (`DynamicTableStats`)."""
 
 import importlib
 
 _EXPORTS = {
     "CommunicationStats": "keras_hybrid.callbacks.communication_stats",
+    "DynamicTableStats": "keras_hybrid.callbacks.dynamic_table_stats",
     "HotRowsRefresh": "keras_hybrid.callbacks.hot_rows_refresh",
     "ShardedCheckpoint": "keras_hybrid.callbacks.sharded_checkpoint",
 }

@@ -1,0 +1,243 @@
+"""`DynamicTable`: keys to rows of a fixed-capacity table, admitted and
+evicted as a training step sees them.
+
+One worker's state (no strategy): a `MutableHashTable` maps each admitted
+key to its row (its *slot*) in a `[capacity, dim]` Keras variable; a
+second one counts, per key not admitted yet, the training steps that saw
+it (counts of keys not seen in the current step are forgotten when more
+than `capacity` keys wait). Per
+row, Keras variables keep the key's use count and last step (for
+eviction) and whether the row is live. Everything runs inside the traced
+step, before the step's lookup reads the table, so a row given to a new
+key holds the key's initial value, and its optimizer slots their initial
+values, when the key is first read.
+"""
+
+import weakref
+
+import keras
+import tensorflow as tf
+
+from keras_hybrid._compat import keras as keras_compat
+from keras_hybrid.dynamic import optimizer_slots
+from keras_hybrid.dynamic.eviction import Eviction
+from keras_hybrid.dynamic.initial_rows import InitialRows
+
+# A waiting key's count table value is `count * _STEPS + step % _STEPS`.
+_STEPS = 2**32
+# Counters of `DynamicTable.stats()`, in order.
+COUNTERS = ("admissions", "evictions", "expirations", "rejections")
+# Every table made in this process, for callbacks that report on a model's.
+_TABLES: "weakref.WeakSet[DynamicTable]" = weakref.WeakSet()
+
+
+def tables_of(variables) -> list:
+    """The `DynamicTable`s whose rows are among `variables`, in the order
+    of `variables`."""
+    tables = list(_TABLES)
+    found = []
+    for variable in variables:
+        found += [t for t in tables if t.embeddings is variable]
+    return found
+
+
+class DynamicTable:
+    """The key index, admission counts and row state of one table.
+
+    Args:
+        embeddings: `keras.Variable` `[capacity, dim]`. The rows.
+        state: Dict of non-trainable `keras.Variable`s made by the layer:
+            `"live"` (int8 `[capacity]`), `"uses"` and `"last_step"`
+            (int64 `[capacity]`), `"step"` and each of `COUNTERS` (int64
+            scalars).
+        slot_keys: `tf.Variable` `[capacity]` of the key dtype: each
+            row's key.
+        initial_rows: `InitialRows`.
+        admit_after: Int. Steps that must see a key before it gets a row.
+        eviction: `Eviction`.
+    """
+
+    def __init__(
+        self,
+        embeddings: keras.Variable,
+        state: dict,
+        slot_keys: tf.Variable,
+        initial_rows: InitialRows,
+        admit_after: int,
+        eviction: Eviction,
+    ):
+        self.embeddings = embeddings
+        self.state = state
+        self.slot_keys = slot_keys
+        self.initial_rows = initial_rows
+        self.admit_after = admit_after
+        self.eviction = eviction
+        key_dtype = slot_keys.dtype
+        self.index = tf.lookup.experimental.MutableHashTable(
+            key_dtype, tf.int64, default_value=-1, name="dynamic_index"
+        )
+        self.counts = tf.lookup.experimental.MutableHashTable(
+            key_dtype, tf.int64, default_value=0, name="dynamic_counts"
+        )
+        _TABLES.add(self)
+
+    @property
+    def name(self) -> str:
+        """String. The path of the rows' variable."""
+        return self.embeddings.path
+
+    @property
+    def capacity(self) -> int:
+        return int(self.embeddings.shape[0])
+
+    def lookup(self, keys: tf.Tensor) -> tf.Tensor:
+        """Rows of the 1-D `keys`; -1 for a key with no row."""
+        return _lookup(self.index, keys)
+
+    def train_step(self, keys: tf.Tensor, uses: tf.Tensor) -> tf.Tensor:
+        """Admits and evicts for one training step that looks up the unique
+        1-D `keys` (`uses[i]` times each), then returns their rows (-1:
+        not admitted, reads the default row)."""
+        step = self.state["step"]
+        if self.eviction.kind == "ttl":
+            self._expire(step.value)
+        rows = _lookup(self.index, keys)
+        absent = rows < 0
+        waiting = tf.boolean_mask(keys, absent)
+        # A waiting key's count and the step that saw it last, packed.
+        seen = _lookup(self.counts, waiting) // _STEPS + 1
+        ready = seen >= self.admit_after
+        count = self._admit(tf.boolean_mask(waiting, ready), rows)
+        # The first `count` ready keys got rows.
+        admitted = ready & (tf.cumsum(tf.cast(ready, tf.int64)) <= count)
+        still_waiting = tf.boolean_mask(waiting, ~admitted)
+        packed = tf.boolean_mask(seen, ~admitted) * _STEPS + step % _STEPS
+        self.counts.insert(still_waiting, packed)
+        self.counts.remove(tf.boolean_mask(waiting, admitted))
+        self._bound_counts(step.value)
+        rows = _lookup(self.index, keys)
+        self._touch(rows, uses, step.value)
+        step.assign_add(1)
+        return rows
+
+    def _bound_counts(self, step: tf.Tensor) -> None:
+        """Forgets the counts of waiting keys not seen in this step when
+        more than `capacity` keys wait, so memory stays bounded (by
+        `capacity` plus one step's keys) however many keys go by; a key
+        seen in consecutive steps keeps its count."""
+
+        def forget():
+            keys, packed = self.counts.export()
+            stale = tf.reshape(packed, [-1]) % _STEPS != step % _STEPS
+            self.counts.remove(tf.boolean_mask(tf.reshape(keys, [-1]), stale))
+            return tf.no_op()
+
+        tf.cond(self.counts.size() > self.capacity, forget, tf.no_op)
+
+    def reload(self) -> None:
+        """Rebuilds the key index from the live rows (after a restore)."""
+        live = tf.where(self.state["live"].value > 0)[:, 0]
+        self.index.remove(self.index.export()[0])
+        self.index.insert(tf.gather(self.slot_keys, live), live)
+
+    def stats(self) -> dict:
+        """Dict of ints: `rows` (live now) and each of `COUNTERS`."""
+        stats = {
+            "rows": int(tf.reduce_sum(tf.cast(self.state["live"], "int64")))
+        }
+        for name in COUNTERS:
+            stats[name] = int(self.state[name].value)
+        return stats
+
+    def _admit(self, candidates: tf.Tensor, rows: tf.Tensor) -> tf.Tensor:
+        """Gives rows to as many `candidates` as fit, in order; returns how
+        many got one. Steps that admit nobody skip the work (it scans the
+        whole table)."""
+        wanted = tf.size(candidates, tf.int64)
+
+        def admit():
+            live = self.state["live"].value > 0
+            short = wanted - tf.reduce_sum(tf.cast(~live, tf.int64))
+            if self.eviction.makes_room:
+                tf.cond(
+                    short > 0,
+                    lambda: self._make_room(short, live, rows),
+                    tf.no_op,
+                )
+            free = tf.where(self.state["live"].value == 0)[:, 0]
+            count = tf.minimum(wanted, tf.size(free, tf.int64))
+            self._fill(candidates[:count], free[:count])
+            return count
+
+        count = tf.cond(wanted > 0, admit, lambda: tf.constant(0, tf.int64))
+        self.state["admissions"].assign_add(count)
+        self.state["rejections"].assign_add(wanted - count)
+        return count
+
+    def _make_room(self, short, live, rows) -> tf.Operation:
+        """Evicts up to `short` rows not read in this step (`rows`)."""
+        read = tf.boolean_mask(rows, rows >= 0)
+        protected = tf.scatter_nd(
+            read[:, None], tf.ones_like(read, tf.bool), [self.capacity]
+        )
+        victims = self.eviction.victims(
+            short,
+            live,
+            protected,
+            self.state["uses"].value,
+            self.state["last_step"].value,
+        )
+        self._free(victims, "evictions")
+        return tf.no_op()
+
+    def _fill(self, keys: tf.Tensor, rows: tf.Tensor) -> None:
+        """Gives `rows` to `keys`: initial rows, slots reset."""
+        storage = keras_compat.variable_storage(self.embeddings)
+        initial = self.initial_rows(
+            keys, int(self.embeddings.shape[1]), storage.dtype
+        )
+        storage.scatter_nd_update(rows[:, None], initial)
+        optimizer_slots.share_reads(storage)
+        # Found anew each time this runs in Python (at each trace, or each
+        # eager call that gives rows): `compile` may have put in another
+        # optimizer. `fit` builds it before tracing the step.
+        slots = optimizer_slots.find(self.embeddings)
+        optimizer_slots.reset_rows(slots, rows, initial)
+        self.index.insert(keys, rows)
+        self.slot_keys.scatter_nd_update(rows[:, None], keys)
+        self._set(rows, "live", 1)
+        self._set(rows, "uses", 0)
+
+    def _free(self, rows: tf.Tensor, counter: str) -> None:
+        """Takes `rows` from their keys; zeroes them (so a regularizer sees
+        nothing of an evicted key)."""
+        self.index.remove(tf.gather(self.slot_keys, rows))
+        self._set(rows, "live", 0)
+        storage = keras_compat.variable_storage(self.embeddings)
+        zeros = tf.zeros(
+            tf.concat([tf.shape(rows), storage.shape[1:]], 0), storage.dtype
+        )
+        storage.scatter_nd_update(rows[:, None], zeros)
+        self.state[counter].assign_add(tf.size(rows, tf.int64))
+
+    def _expire(self, step: tf.Tensor) -> None:
+        live = self.state["live"].value > 0
+        old = self.eviction.expired(self.state["last_step"].value, step)
+        self._free(tf.where(live & old)[:, 0], "expirations")
+
+    def _touch(self, rows: tf.Tensor, uses: tf.Tensor, step) -> None:
+        found = rows >= 0
+        rows, uses = tf.boolean_mask(rows, found), tf.boolean_mask(uses, found)
+        variable = keras_compat.variable_storage(self.state["uses"])
+        variable.scatter_nd_add(rows[:, None], tf.cast(uses, tf.int64))
+        self._set(rows, "last_step", step)
+
+    def _set(self, rows: tf.Tensor, name: str, value) -> None:
+        storage = keras_compat.variable_storage(self.state[name])
+        values = tf.fill(tf.shape(rows), tf.cast(value, storage.dtype))
+        storage.scatter_nd_update(rows[:, None], values)
+
+
+def _lookup(table, keys: tf.Tensor) -> tf.Tensor:
+    # A hash table's lookup loses the keys' static shape; restore it.
+    return tf.reshape(table.lookup(keys), tf.shape(keys))

@@ -1,0 +1,114 @@
+"""The optimizer slots of a dynamic table's rows, found and reset.
+
+A stock Keras optimizer keeps one variable per slot (Adam's `m` and `v`,
+...) for each model variable, made by `add_variable_from_reference` and
+named `<variable path with "_" for "/">_<slot name>`. When a row of a
+dynamic table is given to a new key, those rows of its slots must start
+again from the slot's initial value. The optimizers are found among the
+live, built `keras.optimizers.Optimizer` objects that update the
+table: a layer
+does not know its model or optimizer, and `model.fit` is unchanged.
+"""
+
+import dataclasses
+import gc
+
+import keras
+import tensorflow as tf
+
+from keras_hybrid._compat import keras as keras_compat
+
+# Stock optimizers whose update of a row depends on other rows (norms or
+# factors over the whole variable): they cannot update a table row by row.
+NOT_ROW_WISE = ("Adafactor", "Lamb", "Muon")
+# Slots that do not start at zero: name -> optimizer attribute holding
+# their initial value (Adagrad, Ftrl).
+_CONSTANT_SLOTS = {"accumulator": "initial_accumulator_value"}
+# The exponential moving average of the weights (`use_ema=True`) starts at
+# the weights.
+_AVERAGE_SLOT = "average"
+
+
+@dataclasses.dataclass(frozen=True)
+class Slot:
+    """One optimizer variable shaped like the table.
+
+    Attributes:
+        variable: `keras.Variable`. The slot.
+        optimizer: String. Its optimizer's class name, for messages.
+        initial: Float, or None for "the row's initial value" (EMA).
+    """
+
+    variable: keras.Variable
+    optimizer: str
+    initial: float | None
+
+
+def find(table: keras.Variable) -> list[Slot]:
+    """The slots of `table` in every built optimizer that updates it.
+
+    Raises:
+        ValueError: If such an optimizer cannot update `table` row by row.
+    """
+    prefix = table.path.replace("/", "_") + "_"
+    slots = []
+    for optimizer in _optimizers_of(table):
+        for variable in optimizer.variables:
+            if not variable.name.startswith(prefix):
+                continue
+            name = type(optimizer).__name__
+            if name in NOT_ROW_WISE or variable.shape != table.shape:
+                raise ValueError(
+                    f"`{name}` cannot update a dynamic table row by row "
+                    f"(its update of {table.path} mixes rows). Received: "
+                    f"optimizer={name}. Use SGD, Adam, AdamW, Adagrad, "
+                    "RMSprop, Ftrl or another element-wise optimizer."
+                )
+            suffix = variable.name[len(prefix) :]
+            slots.append(Slot(variable, name, _initial(optimizer, suffix)))
+    return slots
+
+
+def reset_rows(slots: list[Slot], rows: tf.Tensor, initial_rows) -> None:
+    """Sets `rows` of every slot to its initial value; `initial_rows` are
+    the table's new rows (for slots that start at the weights)."""
+    for slot in slots:
+        storage = keras_compat.variable_storage(slot.variable)
+        if slot.initial is None:
+            values = tf.cast(initial_rows, storage.dtype)
+        else:
+            shape = tf.concat([tf.shape(rows), storage.shape[1:]], 0)
+            values = tf.fill(shape, tf.cast(slot.initial, storage.dtype))
+        storage.scatter_nd_update(rows[:, None], values)
+        # A scatter puts a variable in copy-on-read mode, where each whole
+        # read copies it; the optimizer reads its slots whole every step.
+        share_reads(storage)
+
+
+def share_reads(storage) -> None:
+    """Turns off copy-on-read for `storage` (a `tf.Variable`), which a
+    scatter turned on; an update while a read is held still copies."""
+    disable = getattr(tf.raw_ops, "DisableCopyOnRead", None)
+    if disable is not None:  # TF >= 2.12
+        disable(resource=storage.handle)
+
+
+def _initial(optimizer, slot_name: str) -> float | None:
+    if slot_name == _AVERAGE_SLOT:
+        return None
+    attribute = _CONSTANT_SLOTS.get(slot_name)
+    if attribute is None:
+        return 0.0
+    return float(getattr(optimizer, attribute))
+
+
+def _optimizers_of(table: keras.Variable) -> list:
+    """Built optimizers that update `table` (by identity: another model's
+    variable may have the same path)."""
+    return [
+        o
+        for o in gc.get_objects()
+        if isinstance(o, keras.optimizers.Optimizer)
+        and o.built
+        and any(v is table for v in keras_compat.last_trainable_variables(o))
+    ]

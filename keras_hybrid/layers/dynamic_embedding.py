@@ -1,0 +1,381 @@
+"""`DynamicEmbedding`: an embedding over keys from an unbounded space."""
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from keras_hybrid.dynamic.dynamic_table import COUNTERS
+from keras_hybrid.dynamic.dynamic_table import DynamicTable
+from keras_hybrid.dynamic.eviction import Eviction
+from keras_hybrid.dynamic.initial_rows import InitialRows
+
+# Key dtypes the layer takes: any integer dtype is read as int64.
+KEY_DTYPES = ("int64", "string")
+
+
+@keras.saving.register_keras_serializable(package="keras_hybrid")
+class DynamicEmbedding(keras.layers.Layer):
+    """Turns keys (strings or integers of any range) into dense vectors.
+
+    A key gets a row of a `[capacity, output_dim]` table once training
+    steps have seen it `admit_after` times; before that it reads the
+    default row and its gradient is dropped. A new row starts from a value
+    drawn from the key and `seed` alone. When the table is full, `eviction`
+    decides which rows give way; an evicted key starts again from its
+    initial value when admitted again. The rows are an ordinary Keras
+    variable, so stock optimizers train them.
+
+    Only training calls (`training=True`, as in `fit`) admit, count and
+    evict; `predict` and `evaluate` read the table and give unknown keys
+    the default row. Call the layer once per training step.
+
+    Args:
+        output_dim: Int. Width of each row.
+        capacity: Int. Most rows the table holds.
+        admit_after: Int. Training steps that must see a key (once per
+            step however often it appears) before it gets a row. Defaults
+            to `1`.
+        eviction: String or None. `"lfu"` evicts the rows looked up least
+            often, `"lru"` the longest unused, `"ttl:<steps>"` expires rows
+            unused for more than `<steps>` steps; with None (or when
+            every row is read in the current step) keys that find no room
+            are not admitted in that step, read the default row and are
+            counted in `stats()["rejections"]`. Defaults to `None`.
+        embeddings_initializer: Initializer of new rows; see
+            `keras_hybrid.dynamic.initial_rows.SUPPORTED_INITIALIZERS`.
+            Defaults to `"uniform"`.
+        embeddings_regularizer: Regularizer of the table, as in
+            `keras.layers.Embedding`. Defaults to `None`.
+        embeddings_constraint: Constraint of the table. Defaults to `None`.
+        mask_zero: Bool. Mask key `0` (integers) or `""` (strings).
+            Defaults to `False`.
+        default_value: Float or list of `output_dim` floats. The row of a
+            key with no row. Defaults to zeros.
+        seed: Int. Seed of the initial rows. Defaults to `0`.
+        key_dtype: `"int64"`, `"string"` or None to take the dtype of the
+            first input. Defaults to `None`.
+        **kwargs: Base `keras.layers.Layer` arguments (`name`, `dtype`,
+            `trainable`).
+
+    ```python
+    ids = keras.Input(shape=(None,), dtype="string")
+    x = keras_hybrid.layers.DynamicEmbedding(
+        output_dim=32, capacity=100_000, admit_after=2, eviction="lfu"
+    )(ids)
+    ```
+
+    Raises:
+        TypeError: For float, ragged or sparse keys, or a non-int
+            `output_dim`, `capacity` or `admit_after`.
+        ValueError: For a bad `capacity`, `admit_after` or `eviction`.
+        NotImplementedError: For an initializer that depends on the
+            table's shape, or when built under a `tf.distribute` strategy
+            (`HybridStrategy` included).
+    """
+
+    def __init__(
+        self,
+        output_dim: int,
+        capacity: int,
+        admit_after: int = 1,
+        eviction: str | None = None,
+        embeddings_initializer="uniform",
+        embeddings_regularizer=None,
+        embeddings_constraint=None,
+        mask_zero: bool = False,
+        default_value=None,
+        seed: int = 0,
+        key_dtype: str | None = None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        for name, value in (
+            ("output_dim", output_dim),
+            ("capacity", capacity),
+            ("admit_after", admit_after),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(
+                    f"`{name}` must be an int. Received: {name}={value!r}."
+                )
+            if value < 1:
+                raise ValueError(
+                    f"`{name}` must be an int >= 1. Received: {name}={value!r}."
+                )
+        self.output_dim = output_dim
+        self.capacity = capacity
+        self.admit_after = admit_after
+        self.eviction = Eviction.parse(eviction)
+        self.initial_rows = InitialRows(embeddings_initializer, seed)
+        self.embeddings_initializer = self.initial_rows.initializer
+        self.embeddings_regularizer = keras.regularizers.get(
+            embeddings_regularizer
+        )
+        self.embeddings_constraint = keras.constraints.get(
+            embeddings_constraint
+        )
+        self.mask_zero = mask_zero
+        self.supports_masking = mask_zero
+        self.default_value = _default_row(default_value, output_dim)
+        self.seed = seed
+        self.key_dtype = _key_dtype(key_dtype) if key_dtype else None
+        self.table = None
+
+    def __call__(self, inputs, *args, **kwargs):
+        _check_keys(inputs)
+        if self.key_dtype is None:
+            self.key_dtype = _key_dtype(inputs.dtype)
+        return super().__call__(inputs, *args, **kwargs)
+
+    def build(self, input_shape=None) -> None:
+        if tf.distribute.has_strategy():
+            raise NotImplementedError(
+                "DynamicEmbedding runs in one process without a "
+                "tf.distribute strategy; its tables are not partitioned "
+                "over workers yet. Received: a layer built under "
+                f"{type(tf.distribute.get_strategy()).__name__}. Build the "
+                "model outside `strategy.scope()`, in one process."
+            )
+        if self.key_dtype is None:
+            raise ValueError(
+                "Cannot build a DynamicEmbedding before it knows its key "
+                "dtype. Call it on keys first, or pass "
+                "key_dtype='int64' or key_dtype='string'."
+            )
+        self.embeddings = self.add_weight(
+            shape=(self.capacity, self.output_dim),
+            initializer="zeros",
+            name="embeddings",
+            regularizer=self.embeddings_regularizer,
+            constraint=self.embeddings_constraint,
+        )
+        self.table = DynamicTable(
+            self.embeddings,
+            self._state_variables(),
+            tf.Variable(
+                tf.zeros([self.capacity], self.key_dtype),
+                trainable=False,
+                name="slot_keys",
+            ),
+            self.initial_rows,
+            self.admit_after,
+            self.eviction,
+        )
+        # Attributes of the layer, so that TensorFlow tracks the hash
+        # tables and keys for `model.export` (a SavedModel).
+        self.key_index = self.table.index
+        self.admission_counts = self.table.counts
+        self.slot_keys = self.table.slot_keys
+
+    def _state_variables(self) -> dict:
+        def make(name, shape, dtype="int64"):
+            return self.add_weight(
+                shape=shape,
+                initializer="zeros",
+                dtype=dtype,
+                trainable=False,
+                autocast=False,
+                name=name,
+            )
+
+        state = {
+            "live": make("live", (self.capacity,), "int8"),
+            "uses": make("uses", (self.capacity,)),
+            "last_step": make("last_step", (self.capacity,)),
+            "step": make("step", ()),
+        }
+        state.update({name: make(name, ()) for name in COUNTERS})
+        return state
+
+    def call(self, inputs, training=None):
+        keys = tf.reshape(_as_keys(inputs, self.key_dtype), [-1])
+        unique, position, uses = tf.unique_with_counts(keys, tf.int64)
+        if training:
+            rows = self.table.train_step(unique, uses)
+        else:
+            rows = self.table.lookup(unique)
+        rows = tf.gather(rows, position)
+        found = (rows >= 0)[:, None]
+        values = keras.ops.take(self.embeddings, tf.maximum(rows, 0), axis=0)
+        default = tf.cast(self.default_value, values.dtype)
+        values = tf.where(found, values, default[None, :])
+        shape = tf.concat([tf.shape(inputs), [self.output_dim]], 0)
+        values = tf.reshape(values, shape)
+        # The hash tables' lookups lose the static shape; restore it.
+        values.set_shape(tf.TensorShape(inputs.shape) + [self.output_dim])
+        return values
+
+    def compute_mask(self, inputs, mask=None):
+        if not self.mask_zero:
+            return None
+        zero = "" if self.key_dtype == "string" else 0
+        return keras.ops.not_equal(inputs, zero)
+
+    def compute_output_shape(self, input_shape):
+        return (*input_shape, self.output_dim)
+
+    def stats(self) -> dict:
+        """Dict of ints: live `rows` now, and since the layer was made,
+        `admissions`, `evictions`, `expirations` (TTL) and `rejections`
+        (keys ready for a row that found none)."""
+        return self.table.stats()
+
+    def live_keys(self) -> tuple[np.ndarray, np.ndarray]:
+        """`(keys, rows)`: every key that has a row, and its row, as NumPy
+        arrays in row order."""
+        live = np.flatnonzero(
+            keras.ops.convert_to_numpy(self.table.state["live"])
+        )
+        return self.table.slot_keys.numpy()[live], live
+
+    def static_equivalent(self) -> keras.Sequential:
+        """A stock Keras layer that reads what this one reads now.
+
+        `IntegerLookup` or `StringLookup` over the live keys (unknown keys
+        to the out-of-vocabulary index), then an `Embedding` whose rows
+        are the default row and the live keys' rows. It needs no
+        keras-hybrid to load or serve; it admits and evicts nothing.
+
+        Raises:
+            ValueError: If the table holds no key yet.
+        """
+        keys, rows = self.live_keys()
+        table = keras.ops.convert_to_numpy(self.embeddings)
+        default = self.default_value.astype(table.dtype)
+        mask = None
+        if self.mask_zero:
+            # The lookup puts the mask key at index 0, which the
+            # Embedding masks; it reads the key's row as this layer does.
+            mask = "" if self.key_dtype == "string" else 0
+            at_mask = np.flatnonzero(keys == np.asarray(mask, keys.dtype))
+            mask_row = table[rows[at_mask[0]]] if at_mask.size else default
+            keep = keys != np.asarray(mask, keys.dtype)
+            keys, rows = keys[keep], rows[keep]
+        if not len(keys):
+            raise ValueError(
+                f"{self.name} holds no key yet, and a stock lookup needs at "
+                "least one. Train the model before converting it."
+            )
+        lookup_class = (
+            keras.layers.StringLookup
+            if self.key_dtype == "string"
+            else keras.layers.IntegerLookup
+        )
+        if self.key_dtype == "string":
+            # Keras serializes a vocabulary of `str`, not of `bytes`.
+            keys = [key.decode("utf-8") for key in keys]
+        lookup = lookup_class(
+            vocabulary=keys, num_oov_indices=1, mask_token=mask
+        )
+        weights = [default, table[rows]]
+        if self.mask_zero:
+            weights = [mask_row, *weights]
+        embedding = keras.layers.Embedding(
+            len(weights[-1]) + len(weights) - 1,
+            self.output_dim,
+            mask_zero=self.mask_zero,
+            dtype=self.dtype_policy,
+        )
+        static = keras.Sequential([lookup, embedding], name=self.name)
+        embedding.build((None,))
+        embedding.set_weights([np.vstack([np.atleast_2d(w) for w in weights])])
+        return static
+
+    def save_own_variables(self, store) -> None:
+        super().save_own_variables(store)
+        keys = self.table.slot_keys.numpy()
+        if self.key_dtype == "string":
+            # Keras' stores take numeric arrays only: the keys' bytes, one
+            # after the other, and their lengths.
+            store["slot_key_lengths"] = np.array([len(k) for k in keys])
+            store["slot_keys"] = np.frombuffer(b"".join(keys), np.uint8)
+        else:
+            store["slot_keys"] = keys
+
+    def load_own_variables(self, store) -> None:
+        names = ("slot_keys", "slot_key_lengths")
+        own = {k: store[k] for k in store.keys() if k not in names}
+        super().load_own_variables(own)
+        keys = np.asarray(store["slot_keys"])
+        if self.key_dtype == "string":
+            ends = np.cumsum(np.asarray(store["slot_key_lengths"]))
+            data = keys.tobytes()
+            keys = np.array(
+                [
+                    data[e - n : e]
+                    for e, n in zip(ends, np.diff(ends, prepend=0), strict=True)
+                ],
+                dtype=object,
+            )
+        self.table.slot_keys.assign(keys)
+        self.table.reload()
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config.update(
+            {
+                "output_dim": self.output_dim,
+                "capacity": self.capacity,
+                "admit_after": self.admit_after,
+                "eviction": None
+                if self.eviction.kind is None
+                else str(self.eviction),
+                "embeddings_initializer": keras.initializers.serialize(
+                    self.embeddings_initializer
+                ),
+                "embeddings_regularizer": keras.regularizers.serialize(
+                    self.embeddings_regularizer
+                ),
+                "embeddings_constraint": keras.constraints.serialize(
+                    self.embeddings_constraint
+                ),
+                "mask_zero": self.mask_zero,
+                "default_value": [float(v) for v in self.default_value],
+                "seed": self.seed,
+                "key_dtype": self.key_dtype,
+            }
+        )
+        return config
+
+
+def _key_dtype(dtype) -> str:
+    name = tf.as_dtype(dtype).name if not isinstance(dtype, str) else dtype
+    if name == "string":
+        return "string"
+    if tf.as_dtype(name).is_integer:
+        return "int64"
+    raise TypeError(
+        "DynamicEmbedding takes integer or string keys. Received: keys of "
+        f"dtype {name}. Cast them to int64, or use strings."
+    )
+
+
+def _check_keys(inputs) -> None:
+    if (
+        isinstance(inputs, (tf.RaggedTensor, tf.SparseTensor))
+        or getattr(inputs, "ragged", False)
+        or getattr(inputs, "sparse", False)
+    ):
+        raise TypeError(
+            "DynamicEmbedding takes dense keys. Received: a "
+            f"{type(inputs).__name__}. Pad the keys to a dense tensor "
+            "(e.g. `ragged.to_tensor(default_value=0)` with mask_zero=True)."
+        )
+    _key_dtype(inputs.dtype)
+
+
+def _as_keys(inputs, key_dtype: str) -> tf.Tensor:
+    inputs = tf.convert_to_tensor(inputs)
+    if (inputs.dtype == tf.string) != (key_dtype == "string"):
+        raise TypeError(
+            f"This DynamicEmbedding was built for {key_dtype} keys. "
+            f"Received: keys of dtype {inputs.dtype.name}."
+        )
+    return inputs if key_dtype == "string" else tf.cast(inputs, tf.int64)
+
+
+def _default_row(default_value, output_dim: int) -> np.ndarray:
+    if default_value is None:
+        return np.zeros([output_dim], np.float32)
+    row = np.broadcast_to(np.asarray(default_value, np.float32), [output_dim])
+    return np.array(row)

@@ -16,7 +16,8 @@ Dense layers) is trained on the same Zipf-distributed ids twice in one job:
   id, one round); from 3 workers on it partitions it. With
   `--placement=partitioned` the table is partitioned whatever the cost
   rule says: each worker pulls and pushes only the rows of its unique ids
-  (`hvd.alltoall`, three dependent rounds). Dense gradients are fused
+  (`hvd.alltoall`, three dependent rounds); with `--placement=replicated`
+  it is replicated whatever the rule says. Dense gradients are fused
   `hvd.allreduce`s.
 
 Both start from the same weights, see the same samples in each step and
@@ -61,8 +62,8 @@ flags.DEFINE_float("learning_rate", 0.5, "SGD learning rate.")
 flags.DEFINE_enum(
     "placement",
     "auto",
-    ["auto", "partitioned"],
-    "The hybrid table: as the cost rule decides, or partitioned.",
+    ["auto", "partitioned", "replicated"],
+    "The hybrid table: as the cost rule decides, partitioned or replicated.",
 )
 flags.DEFINE_enum(
     "indexed_slices",
@@ -342,6 +343,8 @@ def main(argv):
     kinds = None
     if FLAGS.placement == "partitioned":
         kinds = {".*embeddings": "sparse"}
+    elif FLAGS.placement == "replicated":
+        kinds = {".*embeddings": "dense"}
     strategy = keras_hybrid.HybridStrategy(
         engine="horovod",
         variable_kinds=kinds,

@@ -67,7 +67,13 @@ def engines_under_test() -> list[str]:
 
 def save_result(out_dir: str, rank: int, obj) -> None:
     """Writes a worker's result atomically, for `run_workers` to read."""
-    path = os.path.join(out_dir, f"rank{rank}.pkl")
+    write_pickle(os.path.join(out_dir, f"rank{rank}.pkl"), obj)
+
+
+def write_pickle(path: str, obj) -> None:
+    """Pickles `obj` to `path` atomically (a reader never sees it half
+    written), creating its folder."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path + ".tmp", "wb") as f:
         pickle.dump(obj, f)
     os.replace(path + ".tmp", path)

@@ -114,7 +114,9 @@ class WorkerPool:
             "kwargs": dict(kwargs or {}),
             "env": {k: str(v) for k, v in (env or {}).items()},
         }
-        _write(os.path.join(self._dir, f"job{number}.pkl"), job)
+        multiprocess.write_pickle(
+            os.path.join(self._dir, f"job{number}.pkl"), job
+        )
         job_dir = os.path.join(self._dir, str(number))
         outcomes = self._wait(job_dir, time.monotonic() + timeout)
         stdout = _tagged(job_dir, "out", self.num_workers)
@@ -231,7 +233,9 @@ class WorkerPool:
         proc, self._proc = self._proc, None
         if proc.poll() is None:
             # Workers exit when they read the `None` job.
-            _write(os.path.join(self._dir, f"job{self._next}.pkl"), None)
+            multiprocess.write_pickle(
+                os.path.join(self._dir, f"job{self._next}.pkl"), None
+            )
             try:
                 proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
@@ -294,9 +298,3 @@ def _tagged(job_dir: str, kind: str, num_workers: int) -> str:
             lines = f.read().decode(errors="replace").splitlines()
         text += [f"[{rank}] {line}\n" for line in lines]
     return "".join(text)
-
-
-def _write(path: str, obj) -> None:
-    with open(path + ".tmp", "wb") as f:
-        pickle.dump(obj, f)
-    os.replace(path + ".tmp", path)

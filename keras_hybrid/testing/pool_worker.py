@@ -34,6 +34,8 @@ import traceback
 from absl import app
 from absl import logging as absl_logging
 
+from keras_hybrid.testing.multiprocess import write_pickle
+
 _POLL_SECONDS = 0.02
 
 
@@ -49,7 +51,7 @@ def main(argv: list[str]) -> None:
     import keras_hybrid  # noqa: F401
 
     baseline = _Baseline(keras)
-    _write(os.path.join(pool_dir, f"ready{rank}.pkl"), os.getpid())
+    write_pickle(os.path.join(pool_dir, f"ready{rank}.pkl"), os.getpid())
     number = 0
     while True:
         job = _wait_for_job(pool_dir, number, test_pid)
@@ -184,16 +186,9 @@ class _Captured:
 def _write_outcome(pool_dir: str, number: int, rank: int, outcome) -> None:
     path = os.path.join(pool_dir, str(number), f"rank{rank}.pkl")
     try:
-        _write(path, outcome)
+        write_pickle(path, outcome)
     except Exception:  # noqa: BLE001  (an unpicklable result)
-        _write(path, {"result": None, "error": traceback.format_exc()})
-
-
-def _write(path: str, obj) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path + ".tmp", "wb") as f:
-        pickle.dump(obj, f)
-    os.replace(path + ".tmp", path)
+        write_pickle(path, {"result": None, "error": traceback.format_exc()})
 
 
 if __name__ == "__main__":

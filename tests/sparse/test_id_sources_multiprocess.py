@@ -135,6 +135,10 @@ def test_equals_one_process(engine, workers, case):
     source, shape, opt, path = case
     results = launch(engine, workers)
     key = "/".join(case)
+    for rank, result in results.items():
+        assert "error" not in result[key], (
+            f"{key} on {workers} workers, rank {rank}:\n{result[key]['error']}"
+        )
     initial = results[0][key]["initial"]
     keras.backend.clear_session()
     want = cases.reference(source, shape, opt, initial)

@@ -59,7 +59,13 @@ def _keys() -> list[int]:
     return list(range(1, ROWS - 1))
 
 
-class _AsString(keras.layers.Layer):
+# Layer classes here have public names: stock Keras (one process, no
+# strategy) refuses a layer whose class name starts with "_" when a
+# subclassed model calls it in a traced step ("'__static_table' is not a
+# valid root scope name"), so such a model trains nowhere.
+
+
+class AsString(keras.layers.Layer):
     def call(self, x):
         return tf.strings.as_string(x)
 
@@ -67,7 +73,7 @@ class _AsString(keras.layers.Layer):
         return keras.KerasTensor(x.shape, dtype="string")
 
 
-class _HashBucket(keras.layers.Layer):
+class HashBucket(keras.layers.Layer):
     def call(self, x):
         return tf.strings.to_hash_bucket_fast(x, ROWS)
 
@@ -75,7 +81,7 @@ class _HashBucket(keras.layers.Layer):
         return keras.KerasTensor(x.shape, dtype="int64")
 
 
-class _StaticTable(keras.layers.Layer):
+class StaticTableIds(keras.layers.Layer):
     """A raw `tf.lookup.StaticHashTable` from values to ids."""
 
     def __init__(self, **kwargs):
@@ -92,7 +98,7 @@ class _StaticTable(keras.layers.Layer):
         return keras.KerasTensor(x.shape, dtype="int64")
 
 
-class _ToInt(keras.layers.Layer):
+class ToInt(keras.layers.Layer):
     def call(self, x):
         return tf.cast(x, "int32")
 
@@ -100,7 +106,7 @@ class _ToInt(keras.layers.Layer):
         return keras.KerasTensor(x.shape, dtype="int32")
 
 
-class _ToDense(keras.layers.Layer):
+class ToDense(keras.layers.Layer):
     def call(self, x):
         return x.to_tensor(default_value=0)
 
@@ -126,13 +132,13 @@ def _to_ids(source: str, x):
     if source == "hashing":
         return keras.layers.Hashing(num_bins=ROWS)(x)
     if source == "static_hash_table":
-        return _StaticTable()(x)
+        return StaticTableIds()(x)
     if source == "hash_bucket_in_model":
-        return _HashBucket()(x)
+        return HashBucket()(x)
     if source == "float_cast":
-        return _ToInt()(x)
+        return ToInt()(x)
     if source == "ragged":
-        return _ToDense()(x)
+        return ToDense()(x)
     return x
 
 
@@ -165,7 +171,7 @@ class SubclassedModel(keras.Model):
         elif source == "hashing":
             self.lookup = keras.layers.Hashing(num_bins=ROWS)
         elif source == "static_hash_table":
-            self.lookup = _StaticTable()
+            self.lookup = StaticTableIds()
 
     def call(self, x):
         if hasattr(self, "lookup"):

@@ -1,11 +1,13 @@
 """Worker: trains each `[source, shape, optimizer, path]` case of `--cases`
 under its own `HybridStrategy` (tables partitioned), on the exchange path
 `path` (`id_sources.PATH_KINDS`), and saves each case's weights before and
-after."""
+after. A case that raises is reported as that case's error, and the
+next case runs: one model's fault does not hide the others'."""
 
 import json
 import os
 import sys
+import traceback
 
 from absl import app
 from absl import flags
@@ -33,12 +35,16 @@ def main(argv):
                 hierarchical=path == "hierarchical" or None,
                 timeout_seconds=120,
             )
-        with strategy:
-            strategy.extended.fuse_lookups = path != "per_lookup"
-            rank = strategy.rank
-            case = id_sources.train(strategy, source, shape, opt)
-            case["hierarchical"] = bool(strategy.communicator.hierarchical)
-            results["/".join((source, shape, opt, path))] = case
+        key = "/".join((source, shape, opt, path))
+        rank = strategy.rank
+        try:
+            with strategy:
+                strategy.extended.fuse_lookups = path != "per_lookup"
+                case = id_sources.train(strategy, source, shape, opt)
+                case["hierarchical"] = bool(strategy.communicator.hierarchical)
+        except Exception as error:  # noqa: BLE001 - reported per case
+            case = {"error": "".join(traceback.format_exception(error))}
+        results[key] = case
     save_result(FLAGS.out_dir, rank, results)
 
 

@@ -142,6 +142,29 @@ class BlobReader:
             os.close(read_end)
             os.close(write_end)
 
+    def read_into(self, buffer) -> int:
+        """Reads the blob into `buffer` (a writable bytes-like object),
+        straight from the socket (one copy); returns its length.
+
+        Raises:
+            ValueError: If the blob is longer than `buffer` (the rest is
+                read and dropped).
+        """
+        buffer = memoryview(buffer).cast("B")
+        filled = 0
+        while self._next_chunk():
+            if self._left > len(buffer) - filled:
+                least = filled + self._left
+                self.drain()
+                raise ValueError(
+                    f"A blob longer than its buffer of {len(buffer)} bytes "
+                    f"arrived (at least {least} bytes)."
+                )
+            end = filled + self._left
+            self._fill(buffer[filled:end])
+            self._left, filled = 0, end
+        return filled
+
     def read_all(self) -> bytes:
         """The whole blob."""
         chunks = []

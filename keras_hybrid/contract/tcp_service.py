@@ -113,6 +113,18 @@ class TcpClient:
         self._authkey = authkey
         self._conn = None
         self._lock = threading.Lock()
+        self._aborted = False
+
+    def abort(self) -> None:
+        """Ends this client from any thread: a request blocked on its
+        connection fails at once (e.g. the service's host is gone), and
+        so does every later one."""
+        self._aborted = True
+        conn = self._conn
+        if conn is not None:
+            with contextlib.suppress(OSError):
+                with socket.socket(fileno=os.dup(conn.fileno())) as sock:
+                    sock.shutdown(socket.SHUT_RDWR)
 
     def request(self, *request, exchange: Callable | None = None):
         """Sends `request`; returns the answer, or `exchange(conn)`'s
@@ -123,6 +135,10 @@ class TcpClient:
         """
         with self._lock:
             for attempt in range(2):
+                if self._aborted:
+                    raise ConnectionAbortedError(
+                        f"The client of {self.address} was aborted."
+                    )
                 try:
                     if self._conn is None:
                         self._conn = Client(

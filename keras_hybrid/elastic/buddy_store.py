@@ -4,11 +4,15 @@ Every member keeps, at each commit (`ElasticCommit`), its own rows of every
 partitioned table and optimizer slot in host memory (numpy), and a *buddy
 copy* of the rows of each of the `copies` members before it in ring order
 (with one copy, rank `r` holds rank `r - 1`'s; rank 0 holds the last
-one's). The copies travel in one `Communicator.move_rows` per (dtype, row
-shape), each member sending its whole shard to each of the next `copies`
-members (only those talk). Whole shards, not the rows changed since the
-last commit: Adam's and most optimizers' slots decay every row at every
-step.
+one's). Each member sends its whole shard to each of the next `copies`
+members over TCP from a background thread (`buddy_sender.BuddySender`);
+each keeps what it receives in memory (`contract.buddy_receiver`), whole
+copies only. Whole shards, not the rows changed since the last commit:
+Adam's and most optimizers' slots decay every row at every step.
+
+A commit is restorable over some survivors when the survivor that takes
+each lost member's rows holds that member's whole copy (`restorable`):
+a member that died while sending its copy leaves the commit before it.
 
 After a lost worker (`ElasticRecovery`), each survivor restores its own
 rows of the agreed commit, and the first surviving member of the `copies`
@@ -19,109 +23,63 @@ bring back a lost worker whose `copies` next members were lost too (with
 one copy: two neighbours in ring order, since the commit; with two: three
 in a row).
 
+The file stores (`file_store`) restore through the same functions: there
+the next surviving member reads a lost member's rows from its file.
+
 No private hook is touched here (new storage goes through `_compat`).
 """
+
+import dataclasses
 
 import numpy as np
 import tensorflow as tf
 
 from keras_hybrid._compat import keras as keras_compat
 from keras_hybrid._compat import tf as tf_compat
+from keras_hybrid.contract import commit_blob
 from keras_hybrid.elastic import file_store
 from keras_hybrid.elastic.file_store import TableCopy
 from keras_hybrid.sharding.shard_assignment import ShardAssignment
 from keras_hybrid.sparse import resharding
 from keras_hybrid.sparse.sharded_table import ShardedTable
 
-PATH = "commit"
+
+def is_file_store(copy: dict) -> bool:
+    """Whether the commit of tables `copy` is a file store's (every
+    member's rows in a file any survivor reads), not buddy copies."""
+    return "folder" in copy and "copies" not in copy
 
 
-def take(tables, communicator, members, copies: int = 1) -> dict | None:
-    """Copies `tables` (with their slots) and the buddy rows (a collective
-    over `members`, at a step boundary).
-
-    Args:
-        tables: `ShardedTable`s and slots (`resharding.tables_of`).
-        communicator: The `Communicator` of `members`.
-        members: List of ints. The current member tasks, sorted; a rank is
-            an index in it.
-        copies: Int. How many next members keep a copy of each member's
-            rows (at most the other members). Defaults to `1`.
-
-    Returns:
-        `{"members": [...], "tables": [TableCopy, ...], "bytes": int,
-        "copies": int}` (bytes this member sent), or None without tables.
-    """
-    tables = list(tables)
-    if not tables:
-        return None
-    rank = communicator.rank
-    copies = max(1, min(int(copies), len(members) - 1))
-    own: dict = {}
-    buddies: dict = {}
-    sent = 0
-    for group in resharding.row_groups(tables):
-        mine, received = _send_to_next(
-            [tables[i] for i in group], communicator, copies
+def restorable(copy: dict | None, survivors, task: int) -> bool:
+    """Whether survivor `task` can restore its part of the commit of
+    tables `copy` over `survivors`: for buddy copies, it holds the whole
+    copy of every lost member whose rows it takes (a member may die while
+    sending it); for a file store, every lost member's file is there (the
+    same on every survivor, `file_store.complete`)."""
+    if copy is None:
+        return True
+    if is_file_store(copy):
+        return file_store.complete(copy, survivors)
+    received = copy.get("files")
+    return (
+        all(
+            received.exists(copy["folder"], t)
+            for t in _taken(copy, survivors, task)
         )
-        for k, i in enumerate(group):
-            own[i] = mine[k]
-            buddies[i] = {
-                members[source]: rows[k] for source, rows in received.items()
-            }
-        sent += copies * sum(_local_bytes(tables[i], rank) for i in group)
-    copied = [
-        TableCopy(
-            path=t.path, partition=t.partition, own=own[i], buddy=buddies[i]
-        )
-        for i, t in enumerate(tables)
+        if received is not None
+        else not _taken(copy, survivors, task)
+    )
+
+
+def _taken(copy: dict, survivors, task: int) -> list:
+    """The lost members of `copy` whose rows survivor `task` takes."""
+    members = copy["members"]
+    copies = copy.get("copies") if not is_file_store(copy) else None
+    return [
+        t
+        for t in members
+        if t not in survivors and _holder(members, t, survivors, copies) == task
     ]
-    return {
-        "members": list(members),
-        "tables": copied,
-        "bytes": sent,
-        "copies": copies,
-    }
-
-
-def _local_bytes(table, shard: int) -> int:
-    row = int(np.prod(table.full_shape[1:])) * table.dtype.size
-    return table.partition.rows_on_shard(shard) * row
-
-
-def _send_to_next(tables, communicator, copies: int) -> tuple:
-    """Sends this member's rows of `tables` to each of the next `copies`
-    ranks; returns this member's rows of each table, and `{source rank:
-    its rows of each table}` for the `copies` ranks before it, as numpy
-    arrays (views of one snapshot each: every variable is read once)."""
-    size, rank = communicator.size, communicator.rank
-    shard_rows = [
-        sum(t.partition.rows_on_shard(s) for t in tables) for s in range(size)
-    ]
-    # Every member knows every shard's rows: only the ranks that keep
-    # copies talk, each block at its own ladder step (no padding to the
-    # largest shard).
-    matrix = np.zeros((size, size), np.int64)
-    for s in range(size):
-        for k in range(1, copies + 1):
-            matrix[s, (s + k) % size] += shard_rows[s]
-    rows = tf.concat([t.stored_tensor() for t in tables], axis=0)
-    # The same rows to every destination (grouped by destination rank).
-    send = tf.concat([rows] * copies, axis=0) if copies > 1 else rows
-    received, _ = communicator.move_rows(send, matrix, path=PATH)
-    sources = sorted((rank - k) % size for k in range(1, copies + 1))
-    blocks = tf.split(received, [shard_rows[s] for s in sources])
-    return _split(rows, tables, rank), {
-        s: _split(block, tables, s)
-        for s, block in zip(sources, blocks, strict=True)
-    }
-
-
-def _split(rows, tables, shard: int) -> list:
-    """`rows` (a tensor of `tables`' rows on `shard`, one after the other)
-    as one numpy array per table."""
-    counts = np.cumsum([t.partition.rows_on_shard(shard) for t in tables])
-    return np.split(rows.numpy(), counts[:-1])
 
 
 def check_survivable(copy: dict | None, survivors) -> None:
@@ -137,7 +95,7 @@ def check_survivable(copy: dict | None, survivors) -> None:
         return
     members = copy["members"]
     gone = [t for t in members if t not in survivors]
-    if "folder" in copy:  # a file store: every member's file is readable
+    if is_file_store(copy):  # every member's file is readable
         for task in gone:
             file_store.read_rows(copy, task, check_only=True)
         return
@@ -226,19 +184,40 @@ def restored_rows(
 
 
 def _lost_rows(copy: dict, survivors, task) -> list | None:
-    """For a file store, per table of `copy`: `{lost task: rows}`
-    for the lost members `task` takes over (read from their files)."""
+    """Per table of `copy`: `{lost task: rows}` for the lost members
+    `task` takes over, read from their files (a file store) or from the
+    buddy copies it received; None for copies held in `TableCopy.buddy`.
+
+    Raises:
+        NotImplementedError: If a file or a received copy is missing.
+    """
     if "folder" not in copy:
         return None
-    members = copy["members"]
-    lost = [[] for _ in copy["tables"]]
-    for gone in members:
-        if gone in survivors or _holder(members, gone, survivors) != task:
-            continue
-        rows = file_store.read_rows(copy, gone)
+    lost = [{} for _ in copy["tables"]]
+    for gone in _taken(copy, survivors, task):
+        if is_file_store(copy):
+            rows = file_store.read_rows(copy, gone)
+        else:
+            rows = _received_rows(copy, gone)
         for i, table_rows in enumerate(rows):
-            lost[i].append((gone, table_rows))
-    return [dict(pairs) for pairs in lost]
+            lost[i][gone] = table_rows
+    return lost
+
+
+def _received_rows(copy: dict, task: int) -> list:
+    """`task`'s rows of each table of the buddy commit `copy`, from the
+    copy this worker received."""
+    received = copy.get("files")
+    data = None if received is None else received.read(copy["folder"], task)
+    if data is None:
+        raise NotImplementedError(
+            f"keras-hybrid elastic: the rows of partitioned tables on task "
+            f"{task} are lost: its buddy copy of {copy['folder']} did not "
+            "arrive whole (the task died while sending it). Restart from "
+            "a checkpoint, or commit to files (--commit-store directory "
+            "or served)."
+        )
+    return commit_blob.read_blob(data)
 
 
 def restore(strategy, variables, copy: dict, survivors, task) -> dict:
@@ -253,8 +232,17 @@ def restore(strategy, variables, copy: dict, survivors, task) -> dict:
         ValueError: If a table is not in the commit (the model changed).
     """
     check_survivable(copy, survivors)
-    by_path = {c.path: c for c in copy["tables"]}
     lost = _lost_rows(copy, survivors, task)
+    copies = None if is_file_store(copy) else copy.get("copies", 1)
+    tables = copy["tables"]
+    if lost is not None and copies is not None:
+        # Buddy copies received over TCP: restored as copies held.
+        tables = [
+            dataclasses.replace(c, buddy=rows)
+            for c, rows in zip(tables, lost, strict=True)
+        ]
+        lost = None
+    by_path = {c.path: c for c in tables}
     index = {c.path: i for i, c in enumerate(copy["tables"])}
     comm = strategy.communicator
     router = strategy.extended.router
@@ -272,7 +260,7 @@ def restore(strategy, variables, copy: dict, survivors, task) -> dict:
             survivors,
             task,
             None if lost is None else lost[index[old.path]],
-            copy.get("copies", 1),
+            copies or 1,
         )
         new = _new_storage(strategy, variable, old, partition, rows)
         replaced[id(old)] = (old, new)

@@ -14,13 +14,13 @@ also follows each change of the members (a resize, a recovery): at the
 end of the first step that the new group trained, joiners included.
 
 Partitioned tables and their optimizer slots are committed to files
-(`file_store`, no collective: a background thread writes or uploads
-each member's rows) when the launcher names some: a directory the workers
+(`file_store`) when the launcher names some: a directory the workers
 share (the directory store, by default on one host) or the launcher's
 commit server (the served store, by default on several hosts); otherwise
-with a buddy copy (`buddy_store`): each member keeps its own rows and
-those of the member before it, sent in one all-to-all per (dtype, row
-shape), so such a commit is a collective.
+with buddy copies (`buddy_sender`, `buddy_store`): each member keeps its
+own rows and those of the members before it, which they send over TCP.
+Either way the training thread only copies each member's rows; a
+background thread writes or sends them while the next steps run.
 
 No private hook is touched here.
 """
@@ -36,6 +36,7 @@ from absl import logging
 from keras_hybrid.comm.call_fence import active as active_fence
 from keras_hybrid.elastic import buddy_store
 from keras_hybrid.elastic import file_store
+from keras_hybrid.elastic.buddy_sender import BuddySender
 from keras_hybrid.sparse import resharding
 from keras_hybrid.sparse.sharded_table import ShardedTable
 
@@ -88,7 +89,7 @@ class ElasticCommit(keras.callbacks.Callback):
         self._store = (
             file_store.FileStore(files, self._membership.task)
             if files is not None
-            else None
+            else BuddySender(self._membership, strategy.communicator)
         )
         copies = self._membership.buddy_copies
         logging.info(
@@ -194,14 +195,11 @@ class ElasticCommit(keras.callbacks.Callback):
         """The commit of partitioned tables, by the job's store."""
         tables = resharding.tables_of(self._strategy)
         members = list(membership.members)
-        if self._store is None:
-            return buddy_store.take(
-                tables,
-                self._strategy.communicator,
-                members,
-                membership.buddy_copies,
-            )
-        kept = [c["tables"]["folder"] for c in self.commits if c["tables"]]
+        kept = [
+            c["tables"]["folder"]
+            for c in self.commits
+            if c["tables"] and "folder" in c["tables"]
+        ]
         return self._store.take(
             tables,
             members,
@@ -210,21 +208,31 @@ class ElasticCommit(keras.callbacks.Callback):
             kept[len(kept) - (_KEEP - 1) :],
         )
 
+    @property
+    def files(self):
+        """Where this member reads the rows of lost members: the file
+        store's files, or the buddy copies it received."""
+        if isinstance(self._store, BuddySender):
+            return self._store.receiver
+        return self._store.files
+
     def wait_for_writes(self) -> None:
-        """Waits for the file store's last write (if any)."""
-        if self._store is not None:
-            self._store.wait()
+        """Waits for the store's last write or send (if any)."""
+        self._store.wait()
 
     def latest_step(self, survivors=None) -> int:
         """Int. Global step of the last commit, or -1 if there is none.
 
-        With `survivors`: of the last commit whose tables can be restored
-        over them (`file_store.complete`: a lost member may have died
-        while writing its file of the last commit)."""
+        With `survivors`: of the last commit whose tables this member can
+        restore over them (`buddy_store.restorable`: a lost member may have
+        died while writing its file of the last commit, or sending its
+        buddy copy)."""
+        task = self._membership.task
         steps = [
             c["global_step"]
             for c in self.commits
-            if survivors is None or file_store.complete(c["tables"], survivors)
+            if survivors is None
+            or buddy_store.restorable(c["tables"], survivors, task)
         ]
         return max(steps) if steps else -1
 

@@ -124,7 +124,7 @@ class FileStore:
             finish = (self._publish, (temp, folder, [*keep, folder]))
         else:
             spare = self._release(keep)
-            own = [_snapshot(shard, spare) for shard in shards]
+            own = [snapshot(shard, spare) for shard in shards]
             self._snapshots[folder] = own
             finish = (self._write, (folder, own, [*keep, folder]))
         del shards  # drop the reads before the variables are updated
@@ -190,7 +190,7 @@ class FileStore:
             self._error = error
 
 
-def _snapshot(tensor, spare: list) -> np.ndarray:
+def snapshot(tensor, spare: list) -> np.ndarray:
     """A copy of `tensor` in host memory: in an array of `spare` of its
     shape and dtype (taken out of `spare`), else in a new one."""
     value = np.asarray(tensor)  # a view of the variable's memory

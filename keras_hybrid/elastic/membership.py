@@ -89,6 +89,12 @@ class ElasticMembership:
         # A re-address plan's generation, agreed at this step's end.
         self.readdress: int | None = None
         self.members: list[int] = [] if members is None else sorted(members)
+        # Every task's collective address (`host:port`) in the current
+        # cluster, by task; None: all on this host.
+        self.addresses: list[str] | None = None
+        # This process's `contract.buddy_receiver.BuddyReceiver` (the
+        # buddy store; started by its first `BuddySender`).
+        self.buddy_receiver = None
         self.rebuild_variables()
         if members is not None:
             self._set(0, self.members)
@@ -127,6 +133,9 @@ class ElasticMembership:
             int(os.environ.get(BUDDY_COPIES_ENV, "1")),
         )
         membership.channel = channel_from_env(directory)
+        config = json.loads(os.environ.get("TF_CONFIG") or "{}")
+        workers = config.get("cluster", {}).get("worker")
+        membership.addresses = list(workers) if workers else None
         return membership
 
     # -- where this process sits
@@ -145,6 +154,13 @@ class ElasticMembership:
         # A joiner counts as one process until admitted: it runs nothing
         # collective before that.
         return len(self.members) if not self.joining else 1
+
+    def host_of(self, task: int) -> str:
+        """The host name or address that reaches `task`, as the current
+        cluster names it."""
+        if not self.addresses:
+            return "localhost"
+        return self.addresses[task].rpartition(":")[0]
 
     def group_tensors(self) -> tuple:
         """`(group_size, group_key)` tensors for a collective."""

@@ -189,6 +189,7 @@ class ElasticRecovery:
             spec, _JOB, membership.task, "grpc", plan["leader"]
         )
         membership.rebuild_variables()
+        membership.addresses = list(plan["cluster"])
         membership.switch(plan["generation"], plan["members"])
         comm.rank, comm.size = membership.rank, membership.size
         if watchdog is not None:
@@ -419,7 +420,7 @@ class ElasticRecovery:
             tables = commit_layout.broadcast_layout(
                 comm,
                 commit["tables"] if commit is not None else None,
-                self._membership.commit_files,
+                self._commit.files,
                 root,
             )
         return {

@@ -44,6 +44,7 @@ CAUSES = (
     r"fewer than --min-np \d+, and host discovery reported",
     r"are lost: their buddy copies were on tasks",
     r"are lost: its commit file .* is missing",
+    r"are lost: its buddy copy of .* did not arrive whole",
     r"joiners failed in a row",
 )
 _EXIT = re.compile(r"task (\d+)(?: on host \S+)? exited with code (-?\d+)")

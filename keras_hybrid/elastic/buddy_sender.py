@@ -1,0 +1,203 @@
+"""`BuddySender`: the buddy store's commit on one member.
+
+At each commit the training thread copies this member's rows of every
+partitioned table and slot (one copy of each shard from the variable's
+own memory, into arrays of a commit it no longer keeps, as the served
+store does: `file_store.snapshot`), then a background thread sends them
+to each of the next `copies` members in ring order over TCP
+(`contract.buddy_receiver.send_copy`), while the next steps run. No
+collective runs at a commit, but once per generation of the members:
+one small all-reduce in which every member gives the port and key of
+its `BuddyReceiver` (its host is the one the current cluster names).
+
+The next commit waits for the sends of the previous one: a sender that
+passed it knows its buddies hold whole copies of the commit before. A
+send that failed because its buddy was lost meanwhile is the recovery's
+business (the commit before it is restorable: `buddy_store.restorable`);
+one that failed towards a member stops training with a `RuntimeError`.
+
+No private hook is touched here.
+"""
+
+import threading
+from multiprocessing import AuthenticationError
+
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from keras_hybrid.contract.buddy_receiver import BuddyReceiver
+from keras_hybrid.contract.buddy_receiver import send_copy
+from keras_hybrid.contract.commit_files import folder_name
+from keras_hybrid.contract.tcp_service import TcpClient
+from keras_hybrid.elastic.file_store import TableCopy
+from keras_hybrid.elastic.file_store import snapshot
+
+PATH = "commit"  # the `CommStats` path of the bytes of buddy copies
+_WORDS = 3  # per member in the exchange: port and two words of its key
+
+
+class BuddySender:
+    """Sends this member's rows of each commit to its buddies.
+
+    Args:
+        membership: The job's `ElasticMembership` (its `buddy_receiver`
+            is started here if it has none yet).
+        communicator: The `Communicator` of the members.
+    """
+
+    def __init__(self, membership, communicator) -> None:
+        self._membership = membership
+        self._comm = communicator
+        if membership.buddy_receiver is None:
+            membership.buddy_receiver = BuddyReceiver(
+                membership.host_of(membership.task)
+            )
+        self.receiver = membership.buddy_receiver
+        self._peers: dict[int, TcpClient] = {}
+        self._peers_generation: int | None = None
+        self._thread: threading.Thread | None = None
+        self._failures: list = []  # (task, error) of the last sends
+        self._snapshots: dict[str, list] = {}  # folder: own rows
+
+    def take(self, tables, members, global_step, generation, keep):
+        """Snapshots `tables` (with their slots) and starts sending them.
+
+        Args:
+            tables: `ShardedTable`s and slots (`resharding.tables_of`).
+            members: List of ints. The current member tasks, sorted.
+            global_step: Int. The commit's global step.
+            generation: Int. The members' generation.
+            keep: List of strings. Folders of this member's other kept
+                commits; the arrays of any other are reused.
+
+        Returns:
+            `{"members", "tables": [TableCopy], "bytes", "copies",
+            "folder", "files"}` (`files`: this member's receiver), or None
+            without tables.
+        """
+        tables = list(tables)
+        if not tables:
+            return None
+        self.wait()
+        members = list(members)
+        if self._peers_generation != generation:
+            self._exchange(members, generation)
+        # A member alone has no buddy (and nothing to survive).
+        copies = min(self._membership.buddy_copies, len(members) - 1)
+        folder = folder_name(global_step, generation)
+        spare = self._release(keep)
+        own = [snapshot(t.stored_tensor_shared(), spare) for t in tables]
+        self._snapshots[folder] = own
+        rank = members.index(self._membership.task)
+        buddies = [
+            members[(rank + k) % len(members)] for k in range(1, 1 + copies)
+        ]
+        sent = copies * sum(a.nbytes for a in own)
+        self._comm.stats.record(
+            PATH,
+            sent,
+            calls=0,
+            received_bytes=_received(tables, own, rank, copies),
+        )
+        self._thread = threading.Thread(
+            target=self._send,
+            args=(buddies, folder, own, list(keep)),
+            name="keras_hybrid_elastic_buddy_sender",
+            daemon=True,
+        )
+        self._thread.start()
+        return {
+            "members": members,
+            "tables": [
+                TableCopy(path=t.path, partition=t.partition, own=o, buddy=None)
+                for t, o in zip(tables, own, strict=True)
+            ],
+            "bytes": sent,
+            "copies": max(1, copies),
+            "folder": folder,
+            "files": self.receiver,
+        }
+
+    def wait(self) -> None:
+        """Waits for the last sends. Sends to tasks that are no longer
+        members are cut short (their host may be gone).
+
+        Raises:
+            RuntimeError: If a send to a member failed.
+        """
+        members = set(self._membership.members)
+        if self._thread is not None:
+            for task, client in self._peers.items():
+                if task not in members:
+                    client.abort()
+            self._thread.join()
+            self._thread = None
+        failures, self._failures = self._failures, []
+        for task, error in failures:
+            if task not in members:
+                logging.info(
+                    "keras-hybrid elastic: task %d's buddy copy to lost "
+                    "task %d did not arrive: %s",
+                    self._membership.task,
+                    task,
+                    error,
+                )
+                continue
+            raise RuntimeError(
+                f"keras-hybrid elastic: task {self._membership.task} could "
+                f"not send its buddy copy of partitioned tables to task "
+                f"{task} ({type(error).__name__}: {error}). The workers "
+                "must reach each other over TCP on the hosts their cluster "
+                "names; else use --commit-store served."
+            ) from error
+
+    def _send(self, buddies, folder, own, keep) -> None:
+        for task in buddies:
+            try:
+                send_copy(
+                    self._peers[task], self._membership.task, folder, own, keep
+                )
+            except (OSError, EOFError, AuthenticationError) as error:
+                self._failures.append((task, error))
+
+    def _exchange(self, members: list, generation: int) -> None:
+        """Learns every member's receiver (one all-reduce, a collective of
+        the members): the clients of this member's buddies."""
+        mine = np.zeros([len(members), _WORDS], np.int64)
+        key = np.frombuffer(self.receiver.authkey, np.int64)
+        mine[members.index(self._membership.task)] = [self.receiver.port, *key]
+        (everyone,) = self._comm.all_reduce(
+            [tf.constant(mine.reshape(-1))], op="sum", path="control"
+        )
+        everyone = np.asarray(everyone).reshape(len(members), _WORDS)
+        for client in self._peers.values():
+            client.abort()
+        self._peers = {}
+        for task, (port, *key) in zip(members, everyone.tolist(), strict=True):
+            if task == self._membership.task:
+                continue
+            address = f"{self._membership.host_of(task)}:{port}"
+            authkey = np.array(key, np.int64).tobytes()
+            self._peers[task] = TcpClient(address, authkey)
+        self._peers_generation = generation
+
+    def _release(self, keep) -> list:
+        """The arrays of this member's commits not in `keep` (their sends
+        ended: `take` waited), which it no longer holds."""
+        kept, spare = set(keep), []
+        for folder in [f for f in self._snapshots if f not in kept]:
+            spare.extend(self._snapshots.pop(folder))
+        return spare
+
+
+def _received(tables, own, rank: int, copies: int) -> int:
+    """Bytes of the copies this member receives: the rows of each of the
+    `copies` ranks before it (rows as wide as this member's `own`)."""
+    total = 0
+    for table, array in zip(tables, own, strict=True):
+        row = array.itemsize * int(np.prod(array.shape[1:]))
+        shards = table.partition.num_shards
+        for k in range(1, copies + 1):
+            total += table.partition.rows_on_shard((rank - k) % shards) * row
+    return total

@@ -8,7 +8,8 @@ import tensorflow as tf
 # collective shapes fixed, `control` small bookkeeping (metrics, capacities,
 # broadcasts of initial values), `reshard` the table rows moved when the
 # worker set changes (`sparse.resharding`), `commit` the buddy copies of
-# table rows that elastic commits send (`elastic.buddy_store`).
+# table rows that elastic commits send over TCP (`elastic.buddy_sender`,
+# counted when each commit starts them; no collective).
 PATHS = (
     "dense",
     "sparse_pull",

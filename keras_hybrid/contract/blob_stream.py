@@ -23,6 +23,7 @@ import contextlib
 import fcntl
 import io
 import os
+import socket
 import struct
 
 _LENGTH = struct.Struct("<Q")
@@ -146,6 +147,11 @@ class BlobReader:
         """Reads the blob into `buffer` (a writable bytes-like object),
         straight from the socket (one copy); returns its length.
 
+        Each chunk is read in one call that waits for all of it
+        (`MSG_WAITALL`): a `readv` per arrival of a few hundred kB would
+        take the GIL hundreds of times per blob, from the thread that
+        trains, in the process that receives.
+
         Raises:
             ValueError: If the blob is longer than `buffer` (the rest is
                 read and dropped).
@@ -161,9 +167,18 @@ class BlobReader:
                     f"arrived (at least {least} bytes)."
                 )
             end = filled + self._left
-            self._fill(buffer[filled:end])
+            self._fill_waiting(buffer[filled:end])
             self._left, filled = 0, end
         return filled
+
+    def _fill_waiting(self, buffer: memoryview) -> None:
+        with socket.socket(fileno=os.dup(self._fd)) as sock:
+            start = 0
+            while start < len(buffer):
+                view = buffer[start:]
+                start += _received(
+                    lambda v=view: sock.recv_into(v, len(v), socket.MSG_WAITALL)
+                )
 
     def read_all(self) -> bytes:
         """The whole blob."""

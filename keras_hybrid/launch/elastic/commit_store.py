@@ -8,8 +8,9 @@
 - `served`: the launcher keeps that directory on its own host and serves
   it over TCP (`commit_server`): no shared filesystem. The default for a
   multi-host job without `--commit-dir`.
-- `buddy`: each worker sends its rows to the next one at the commit (a
-  collective; `elastic.buddy_store`); no files.
+- `buddy`: each worker sends its rows to the next ones over TCP, in the
+  background (`elastic.buddy_sender`), which keep them in memory; no
+  files.
 
 Imports nothing heavy: the launcher runs without TensorFlow.
 """

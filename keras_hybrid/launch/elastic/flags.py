@@ -70,10 +70,10 @@ def add_elastic_flags(parser: argparse.ArgumentParser) -> None:
         help="Where commits keep partitioned tables: `directory` writes "
         "each worker's rows to files in --commit-dir; `served` uploads "
         "them to the launcher, which keeps them on its host (no shared "
-        "filesystem); both in the background, with no collective at "
-        "commit time. `buddy` sends them to the next worker (all-to-all "
-        "at the commit). Default: `directory` on one host or with "
-        "--commit-dir, else `served`.",
+        "filesystem); `buddy` sends them over TCP to the next worker(s), "
+        "which keep them in memory; all in the background, with no "
+        "collective at commit time. Default: `directory` on one host or "
+        "with --commit-dir, else `served`.",
     )
     add_flag(
         group,

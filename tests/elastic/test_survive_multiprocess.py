@@ -36,6 +36,8 @@ class SurviveTest(TestCase):
             record = runner.run_scenario(scenario, root, TIMEOUT, self.cache)
             out = os.path.join(root, scenario.name, "out")
             logs = _lines(os.path.join(out, "epoch_logs.jsonl"))
+            with open(os.path.join(root, scenario.name, "output.log")) as f:
+                self.output = f.read()
         self.assertEqual(
             record["outcome"],
             "survived",
@@ -107,6 +109,28 @@ class SurviveTest(TestCase):
         )
         self.assertEqual(
             [f["global_step"] for f in record["fired"]], [48, 48], record
+        )
+
+    def test_a_worker_lost_while_sending_its_buddy_copy(self):
+        # Rank 1 of 3 dies in the background send of its buddy copy of
+        # step 10, after the blob's first array: task 2 holds no whole
+        # copy of it, so the survivors go on from the commit before
+        # (step 0), never from a half copy.
+        record, _ = self._run(
+            Scenario(
+                name="half-copy",
+                workers=3,
+                max_np=3,
+                store="buddy",
+                faults=(Fault(rank=1, step=10, moment="commit"),),
+            )
+        )
+        (fired,) = record["fired"]
+        self.assertEqual((fired["task"], fired["global_step"]), (1, 10))
+        self.assertIn("blob cut after its first array", fired["where"])
+        self.assertIn("resumes from the commit of global step 0", self.output)
+        self.assertNotIn(
+            "resumes from the commit of global step 10", self.output
         )
 
     def test_a_joiner_lost_in_a_grows_row_move(self):

@@ -56,19 +56,15 @@ def restorable(copy: dict | None, survivors, task: int) -> bool:
     copy of every lost member whose rows it takes (a member may die while
     sending it); for a file store, every lost member's file is there (the
     same on every survivor, `file_store.complete`)."""
-    if copy is None:
+    if copy is None or "folder" not in copy:  # copies in `TableCopy.buddy`
         return True
     if is_file_store(copy):
         return file_store.complete(copy, survivors)
     received = copy.get("files")
-    return (
-        all(
-            received.exists(copy["folder"], t)
-            for t in _taken(copy, survivors, task)
-        )
-        if received is not None
-        else not _taken(copy, survivors, task)
-    )
+    taken = _taken(copy, survivors, task)
+    if received is None:
+        return not taken
+    return all(received.exists(copy["folder"], t) for t in taken)
 
 
 def _taken(copy: dict, survivors, task: int) -> list:

@@ -6,8 +6,8 @@ came (`ElasticRecovery`). A joiner holds no copy of it, but needs none of
 its rows: it owned none of the commit's virtual shards, and a lost
 member's shards go to a surviving member of the commit (its buddy, or the
 next one reading its file). It needs the commit's layout only: its
-members, its folder (a file store, `file_store`) or the count of its
-buddy copies, and, per table and slot, the path, the `RowPartition` at
+members, its folder, the count of its buddy copies (the buddy store),
+and, per table and slot, the path, the `RowPartition` at
 the commit, the row shape and the dtype. The lowest rank that holds the
 commit broadcasts that layout as JSON bytes (`broadcast_layout`); a
 survivor that lacks the commit makes from it a copy with no rows of its
@@ -50,8 +50,8 @@ def layout_of(copy: dict) -> dict:
 
 def copy_from_layout(layout: dict, files=None) -> dict:
     """A commit of tables with `layout` in which this worker holds no rows
-    (and no buddy copy); `files` are this worker's commit files (a file
-    store's, `ElasticMembership.commit_files`)."""
+    (and no buddy copy); `files` are where this worker reads lost rows
+    (`ElasticCommit.files`: a file store's files, or its buddy copies)."""
     copies = [
         TableCopy(
             path=t["path"],
@@ -76,7 +76,7 @@ def broadcast_layout(
     """Rank `root`'s commit of tables `copy` as every worker needs it: a
     worker that holds the commit keeps its own `copy`, one that lacks it
     (passes None) gets a copy without rows from the root's layout, reading
-    the files of a file store from `files` (its own commit files).
+    lost rows from `files` (`ElasticCommit.files`).
 
     A collective over the workers of `comm`; call it only when the model
     has partitioned tables (the root's `copy` is then not None, and the

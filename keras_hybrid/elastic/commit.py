@@ -170,14 +170,6 @@ class ElasticCommit(keras.callbacks.Callback):
         start = time.perf_counter()
         fence = active_fence()
         membership = self._membership
-        # A partitioned table's `numpy()` gathers it from every worker:
-        # its rows are in `tables`. The replicated values first: the
-        # store's background thread, which starts in `_take_tables`,
-        # then has the CPU without this thread's copies beside it.
-        values = [
-            None if is_partitioned(v) else v.numpy()
-            for v in state_variables(self.model)
-        ]
         tables = self._take_tables(membership)
         if tables is not None:
             self.commit_bytes += tables["bytes"]
@@ -187,7 +179,12 @@ class ElasticCommit(keras.callbacks.Callback):
             "epoch": int(epoch),
             "batch": int(batch),
             "fenced": fence.count if fence is not None else 0,
-            "values": values,
+            # A partitioned table's `numpy()` gathers it from every worker:
+            # its rows are in `tables` (own rows and a buddy copy).
+            "values": [
+                None if is_partitioned(v) else v.numpy()
+                for v in state_variables(self.model)
+            ],
             "tables": tables,
         }
         self.commits.append(commit)

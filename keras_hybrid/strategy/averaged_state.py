@@ -9,10 +9,11 @@ normalize each worker's rows with different ones.
 
 After each train or test step of a multi-worker `HybridStrategy`, the
 floating-point non-trainable variables of the model that the step
-assigned are averaged over the workers in one fused all-reduce, so every
-worker holds the same state. This is the value tf.keras' mean-aggregated,
-sync-on-read moving statistics had under `MirroredStrategy`: an
-exponential moving average is linear in the batch statistics, so
+assigned are averaged over the workers (in the step's one all-reduce of
+its state, `step_state`), so every worker holds the same state. This is
+the value tf.keras' mean-aggregated, sync-on-read moving statistics had
+under `MirroredStrategy`: an exponential moving average is linear in the
+batch statistics, so
 averaging the copies after every step equals averaging them when read.
 `BatchNormalization(synchronized=True)` already computes global batch
 statistics, so its copies are equal before the mean (which keeps them so,
@@ -73,16 +74,6 @@ def averaged(model, assigned_ids) -> list:
         and tf.as_dtype(v.dtype).is_floating
         and _is_replicated(v)
     ]
-
-
-def average(variables, communicator) -> None:
-    """Assigns each variable the mean of its copies over the workers."""
-    if not variables or communicator.size == 1:
-        return
-    values = [tf.convert_to_tensor(v.value) for v in variables]
-    means = communicator.all_reduce(values, op="mean", path="dense")
-    for variable, mean in zip(variables, means, strict=True):
-        variable.value.assign(mean)
 
 
 def _is_replicated(variable) -> bool:

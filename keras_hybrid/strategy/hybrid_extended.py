@@ -36,6 +36,7 @@ from keras_hybrid.strategy import global_metrics
 from keras_hybrid.strategy import global_predictions
 from keras_hybrid.strategy import global_read_variable
 from keras_hybrid.strategy import input_sharding
+from keras_hybrid.strategy import step_state
 from keras_hybrid.strategy.global_read_variable import GlobalReadVariable
 from keras_hybrid.strategy.variable_router import VariableRouter
 
@@ -135,11 +136,8 @@ class HybridExtended(OneProcessExtended):
             if model is not None and not (
                 use_discovery.active() or prefetch.active()
             ):
-                averaged_state.average(
-                    averaged_state.averaged(model, assigned), self._communicator
-                )
-                outputs = global_metrics.globalize_logs(
-                    model, outputs, self._communicator
+                outputs = step_state.reduce_after_step(
+                    model, assigned, outputs, self._communicator
                 )
             outputs = global_predictions.gather_outputs(
                 outputs, self._communicator

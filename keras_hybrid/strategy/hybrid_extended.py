@@ -17,6 +17,7 @@ Keras' TF optimizer sends every gradient through the replica context's
 
 import contextlib
 import inspect
+import threading
 
 import keras
 import tensorflow as tf
@@ -45,6 +46,11 @@ _REDUCE_OPS = {
     tf.distribute.ReduceOp.SUM: "sum",
     tf.distribute.ReduceOp.MEAN: "mean",
 }
+
+
+# Set while a replica step runs on this thread: a replica call made inside
+# it is nested (`HybridExtended._run_nested`).
+_in_step = threading.local()
 
 
 class _HybridReplicaContext(tf.distribute.ReplicaContext):
@@ -107,6 +113,32 @@ class HybridExtended(OneProcessExtended):
     # -- replica execution
 
     def run_replica_step(self, fn, args, kwargs):
+        if getattr(_in_step, "active", False):
+            return self._run_nested(fn, args, kwargs)
+        _in_step.active = True
+        try:
+            return self._run_step(fn, args, kwargs)
+        finally:
+            _in_step.active = False
+
+    def _run_nested(self, fn, args, kwargs):
+        """A replica call made inside a step (Keras' `LossScaleOptimizer`
+        applies its gradients through `merge_call` and then
+        `call_for_each_replica`): its arguments are the step's gradients and
+        variables, not a batch, so none of a step's work applies (no
+        placement, no input slicing, no lookups traced ahead, no step-end
+        reduction); it runs in the step's replica context."""
+        strategy = self.container_strategy()
+        with (
+            tf.device(self.device),
+            _HybridReplicaContext(
+                strategy, replica_id_in_sync_group=self._communicator.rank
+            ),
+            global_read_variable.local_reads(),
+        ):
+            return fn(*args, **kwargs)
+
+    def _run_step(self, fn, args, kwargs):
         strategy = self.container_strategy()
         with (
             tf.device(self.device),

@@ -174,6 +174,34 @@ def test_one_exchange_of_keys_per_step(num_workers):
     assert calls["ids"] == steps, calls
 
 
+@pytest.mark.parametrize("num_workers", (2, 4))
+def test_traffic_is_the_unique_keys_of_peers(num_workers):
+    # Per step a worker sends each unique key of its slice that a peer
+    # owns once (16 bytes: key and lookups), receives its row and pushes
+    # its gradient row, and answers the keys its peers ask it: nothing
+    # more, padding apart (charged to `padding`).
+    keys, _ = cases.make_data()
+    owners = KeyOwners.balanced(num_workers)
+    share = cases.BATCH // num_workers
+    row_bytes = cases.DIM * 4
+    asks = np.zeros([num_workers, num_workers], np.int64)  # [asker, owner]
+    for start in range(0, cases.SAMPLES, cases.BATCH):
+        for rank in range(num_workers):
+            first = start + rank * share
+            mine = np.unique(keys[first : first + share])
+            owner = owners.owner_of(tf.constant(mine, tf.int64)).numpy()
+            asks[rank] += np.bincount(owner, minlength=num_workers)
+    asks *= cases.EPOCHS
+    np.fill_diagonal(asks, 0)
+    for rank, result in launch(num_workers).items():
+        got = result[cases.key("sgd", 1)]
+        sent = got["bytes"]
+        assert sent["ids"] == 16 * asks[rank].sum(), (rank, sent)
+        assert sent["sparse_push"] == row_bytes * asks[rank].sum()
+        assert got["pulled_bytes"] == row_bytes * asks[rank].sum()
+        assert sent["sparse_pull"] == row_bytes * asks[:, rank].sum()
+
+
 def test_refusals_on_two_workers():
     run = run_scenario(SCENARIO, "refusals", 2, {}, timeout=240).check()
     for result in run.results.values():

@@ -66,7 +66,11 @@ def train_one(strategy, optimizer, admit_after, keys, targets) -> dict:
         "calls": {
             p: moved[p]["calls"] for p in ("ids", "sparse_pull", "sparse_push")
         },
-        "dense_calls": moved["dense"]["calls"],
+        "bytes": {
+            p: int(moved[p]["bytes"])
+            for p in ("control", "ids", "sparse_pull", "sparse_push", "padding")
+        },
+        "pulled_bytes": int(moved["sparse_pull"]["received_bytes"]),
     }
 
 

@@ -91,7 +91,8 @@ class DynamicEmbedding(keras.layers.Layer):
             table's shape; when built under a `tf.distribute` strategy
             other than `HybridStrategy`, under an elastic
             `HybridStrategy` or its Horovod engine; for string keys on
-            several workers.
+            several workers, or a regularizer or constraint on several
+            workers.
     """
 
     def __init__(
@@ -158,6 +159,7 @@ class DynamicEmbedding(keras.layers.Layer):
                 "key_dtype='int64' or key_dtype='string'."
             )
         self._communicator = _communicator_of_strategy(self.key_dtype)
+        self._check_whole_table_terms()
         scope = contextlib.nullcontext()
         if self._communicator is not None:
             # Each worker's shard holds its own keys' rows: neither
@@ -166,6 +168,25 @@ class DynamicEmbedding(keras.layers.Layer):
             self.key_owners = KeyOwners.balanced(self._communicator.size)
         with scope:
             self._build_table()
+
+    def _check_whole_table_terms(self) -> None:
+        """On several workers, refuses a regularizer or constraint: its
+        gradient or value would cover one worker's rows as if they were
+        the table (a regularizer's dense gradient would even be summed
+        over workers)."""
+        comm = self._communicator
+        if comm is None or comm.size < 2:
+            return
+        for name in ("embeddings_regularizer", "embeddings_constraint"):
+            value = getattr(self, name)
+            if value is not None:
+                raise NotImplementedError(
+                    f"`{name}` is not supported for a DynamicEmbedding on "
+                    "several workers yet: each worker holds only its keys' "
+                    f"rows. Received: {name}={type(value).__name__} on "
+                    f"{comm.size} workers. Drop it, or add the penalty to "
+                    "the loss from the looked-up rows."
+                )
 
     def _build_table(self) -> None:
         self.embeddings = self.add_weight(

@@ -211,3 +211,10 @@ def test_refusals_on_two_workers():
         )
         assert "`Lamb` cannot update a dynamic table" in result["Lamb"]
         assert "global_clipnorm" in result["global_clipnorm"]
+        assert (
+            "`embeddings_regularizer` is not supported"
+            in (result["regularizer"])
+        )
+        assert (
+            "`embeddings_constraint` is not supported" in (result["constraint"])
+        )

@@ -84,6 +84,16 @@ def refusals(timeout: float = 60) -> dict:
                 kh.layers.DynamicEmbedding(4, capacity=8)(keys)
             except NotImplementedError as error:
                 out["string_keys"] = str(error)
+            for name in ("regularizer", "constraint"):
+                keys = keras.Input(shape=(2,), dtype="int64")
+                argument = {
+                    "regularizer": {"embeddings_regularizer": "l2"},
+                    "constraint": {"embeddings_constraint": "non_neg"},
+                }[name]
+                try:
+                    kh.layers.DynamicEmbedding(4, capacity=8, **argument)(keys)
+                except NotImplementedError as error:
+                    out[name] = str(error)
             for name in ("Adafactor", "Lamb"):
                 model, _ = cases.build_model(1)
                 try:

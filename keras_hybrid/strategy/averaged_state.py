@@ -25,7 +25,8 @@ wrapped while a multi-worker strategy is open
 (`patches/state_averaging.py`) and notes the variables assigned inside
 `recording()`. Trainable weights (updated from all-reduced
 gradients), optimizer and metric state (handled elsewhere), integer state
-(seed generators, counters) and partitioned tables are never averaged.
+(seed generators, counters), partitioned tables and local variables
+(`local_variables`) are never averaged.
 Variables assigned directly through their TF variable are not seen.
 """
 
@@ -35,6 +36,7 @@ import threading
 import tensorflow as tf
 
 from keras_hybrid.sparse.sharded_table import ShardedTable
+from keras_hybrid.strategy import local_variables
 from keras_hybrid.strategy.global_read_variable import GlobalReadVariable
 
 _record = threading.local()
@@ -80,6 +82,8 @@ def _is_replicated(variable) -> bool:
     """True if the variable is a replicated TF variable: not metric state,
     not a partitioned table."""
     value = getattr(variable, "value", None)
-    return isinstance(value, tf.Variable) and not isinstance(
-        value, (GlobalReadVariable, ShardedTable)
+    return (
+        isinstance(value, tf.Variable)
+        and not isinstance(value, (GlobalReadVariable, ShardedTable))
+        and not local_variables.is_local(value)
     )

@@ -7,7 +7,8 @@ names; here they are implemented:
   `predict` outputs global;
 - `reduce_values`: dense gradients all-reduced, pushed table gradients
   taken as they are, other `IndexedSlices` summed as the cost rule chose;
-- `create_variable`: the `VariableRouter` places every variable;
+- `create_variable`: the `VariableRouter` places every variable, but
+  those created in `local_variables.scope()` stay this worker's own;
 - `update_variable`: the owner updates its rows (and row constraints);
 - `distribute_dataset`: each worker's slice of every global batch.
 
@@ -37,6 +38,7 @@ from keras_hybrid.strategy import global_metrics
 from keras_hybrid.strategy import global_predictions
 from keras_hybrid.strategy import global_read_variable
 from keras_hybrid.strategy import input_sharding
+from keras_hybrid.strategy import local_variables
 from keras_hybrid.strategy import step_state
 from keras_hybrid.strategy.global_read_variable import GlobalReadVariable
 from keras_hybrid.strategy.variable_router import VariableRouter
@@ -365,6 +367,14 @@ class HybridExtended(OneProcessExtended):
         with tf.device(self.device):
             if kwargs.get("synchronization") == _ON_READ:
                 return self._create_global_read_variable(kwargs)
+            if local_variables.active() or local_variables.is_local(
+                kwargs.get("colocate_with")
+            ):
+                # This worker's own (a dynamic table's shard, or a slot
+                # of one): neither partitioned nor broadcast.
+                variable = next_creator(**kwargs)
+                local_variables.add(variable)
+                return variable
 
             def make_dense():
                 if self._communicator.size > 1:

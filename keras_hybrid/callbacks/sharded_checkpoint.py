@@ -5,6 +5,7 @@ import keras
 from keras_hybrid import checkpoint
 from keras_hybrid._compat import keras as keras_compat
 from keras_hybrid.checkpoint.save import DEFAULT_KEEP
+from keras_hybrid.dynamic.dynamic_table import tables_of
 
 
 class ShardedCheckpoint(keras.callbacks.Callback):
@@ -69,6 +70,14 @@ class ShardedCheckpoint(keras.callbacks.Callback):
         self._batches = 0
 
     def on_train_begin(self, logs=None):
+        tables = tables_of(self.model.variables)
+        if tables:
+            raise NotImplementedError(
+                "ShardedCheckpoint does not save dynamic tables yet. "
+                f"Received: a model with dynamic tables "
+                f"{[t.name for t in tables]}. Drop the callback for this "
+                "model."
+            )
         if not self.restore:
             return
         if checkpoint.latest_checkpoint(self.directory) is None:

@@ -90,6 +90,11 @@ class DynamicTable:
     def capacity(self) -> int:
         return int(self.embeddings.shape[0])
 
+    def local_shape_tensor(self) -> tf.Tensor:
+        """Shape of this worker's rows (int64), for its pushed gradient
+        (`sparse.table_gradients`)."""
+        return tf.constant(tuple(self.embeddings.shape), tf.int64)
+
     def lookup(self, keys: tf.Tensor) -> tf.Tensor:
         """Rows of the 1-D `keys`; -1 for a key with no row."""
         return _lookup(self.index, keys)

@@ -69,6 +69,53 @@ def find(table: keras.Variable) -> list[Slot]:
     return slots
 
 
+def check_optimizer(optimizer, tables: list[str], workers: int) -> None:
+    """Refuses an optimizer that cannot train dynamic tables `tables`
+    (paths) row by row, or, on several `workers`, one whose update needs
+    all of a table's rows (each worker holds only its keys' rows).
+
+    Raises:
+        ValueError: For an optimizer in `NOT_ROW_WISE`, naming it.
+        NotImplementedError: On several workers, for `clipnorm`,
+            `global_clipnorm` or `gradient_accumulation_steps`.
+    """
+    # `LossScaleOptimizer` and `HybridOptimizer` wrap the one that
+    # updates the rows.
+    while hasattr(optimizer, "inner_optimizer"):
+        optimizer = optimizer.inner_optimizer
+    name = type(optimizer).__name__
+    if name in NOT_ROW_WISE:
+        raise ValueError(
+            f"`{name}` cannot update a dynamic table row by row (its "
+            f"update of {tables[0]} mixes rows). Received: optimizer="
+            f"{name}. Use SGD, Adam, AdamW, Adagrad, RMSprop, Ftrl or "
+            "another element-wise optimizer."
+        )
+    if workers < 2:
+        return
+    for option in (
+        "clipnorm",
+        "global_clipnorm",
+        "gradient_accumulation_steps",
+    ):
+        value = getattr(optimizer, option, None)
+        if value:
+            raise NotImplementedError(
+                f"`{option}` is not supported with dynamic tables "
+                f"{tables} on several workers: each worker holds only its "
+                f"keys' rows and their gradients. Received: {option}="
+                f"{value} on {workers} workers. Use `clipvalue`, or drop "
+                f"`{option}`."
+            )
+
+
+def check_optimizers(table: keras.Variable, workers: int) -> None:
+    """`check_optimizer` for every built optimizer that updates `table`
+    (at trace time, for a model compiled before it was built)."""
+    for optimizer in _optimizers_of(table):
+        check_optimizer(optimizer, [table.path], workers)
+
+
 def reset_rows(slots: list[Slot], rows: tf.Tensor, initial_rows) -> None:
     """Sets `rows` of every slot to its initial value; `initial_rows` are
     the table's new rows (for slots that start at the weights)."""

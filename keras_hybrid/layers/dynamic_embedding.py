@@ -1,13 +1,24 @@
 """`DynamicEmbedding`: an embedding over keys from an unbounded space."""
 
+import contextlib
+
 import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_hybrid._compat import keras as keras_compat
+from keras_hybrid.comm.tf_communicator import TFCommunicator
+from keras_hybrid.dynamic import key_exchange
+from keras_hybrid.dynamic import optimizer_slots
 from keras_hybrid.dynamic.dynamic_table import COUNTERS
 from keras_hybrid.dynamic.dynamic_table import DynamicTable
 from keras_hybrid.dynamic.eviction import Eviction
 from keras_hybrid.dynamic.initial_rows import InitialRows
+from keras_hybrid.dynamic.key_owners import KeyOwners
+from keras_hybrid.plan import use_discovery
+from keras_hybrid.sparse import prefetch
+from keras_hybrid.strategy import local_variables
+from keras_hybrid.strategy.hybrid_extended import is_hybrid
 
 # Key dtypes the layer takes: any integer dtype is read as int64.
 KEY_DTYPES = ("int64", "string")
@@ -29,9 +40,17 @@ class DynamicEmbedding(keras.layers.Layer):
     evict; `predict` and `evaluate` read the table and give unknown keys
     the default row. Call the layer once per training step.
 
+    Under `keras_hybrid.HybridStrategy`, each key has an owner (a hash of
+    the key picks a virtual shard, a virtual shard a worker), and each
+    worker holds a table of `capacity` rows for the keys it owns, with
+    their optimizer slots, admission counts and eviction state. A
+    worker sends its batch's unique keys to their owners and gets their
+    rows back; gradients go back to the owners, summed per key.
+
     Args:
         output_dim: Int. Width of each row.
-        capacity: Int. Most rows the table holds.
+        capacity: Int. Most rows the table holds (on each worker,
+            under `HybridStrategy`).
         admit_after: Int. Training steps that must see a key (once per
             step however often it appears) before it gets a row. Defaults
             to `1`.
@@ -69,8 +88,11 @@ class DynamicEmbedding(keras.layers.Layer):
             `output_dim`, `capacity` or `admit_after`.
         ValueError: For a bad `capacity`, `admit_after` or `eviction`.
         NotImplementedError: For an initializer that depends on the
-            table's shape, or when built under a `tf.distribute` strategy
-            (`HybridStrategy` included).
+            table's shape; when built under a `tf.distribute` strategy
+            other than `HybridStrategy`, under an elastic
+            `HybridStrategy` or its Horovod engine; for string keys on
+            several workers, or a regularizer or constraint on several
+            workers.
     """
 
     def __init__(
@@ -120,6 +142,8 @@ class DynamicEmbedding(keras.layers.Layer):
         self.seed = seed
         self.key_dtype = _key_dtype(key_dtype) if key_dtype else None
         self.table = None
+        self._communicator = None
+        self.key_owners = None
 
     def __call__(self, inputs, *args, **kwargs):
         _check_keys(inputs)
@@ -128,20 +152,43 @@ class DynamicEmbedding(keras.layers.Layer):
         return super().__call__(inputs, *args, **kwargs)
 
     def build(self, input_shape=None) -> None:
-        if tf.distribute.has_strategy():
-            raise NotImplementedError(
-                "DynamicEmbedding runs in one process without a "
-                "tf.distribute strategy; its tables are not partitioned "
-                "over workers yet. Received: a layer built under "
-                f"{type(tf.distribute.get_strategy()).__name__}. Build the "
-                "model outside `strategy.scope()`, in one process."
-            )
         if self.key_dtype is None:
             raise ValueError(
                 "Cannot build a DynamicEmbedding before it knows its key "
                 "dtype. Call it on keys first, or pass "
                 "key_dtype='int64' or key_dtype='string'."
             )
+        self._communicator = _communicator_of_strategy(self.key_dtype)
+        self._check_whole_table_terms()
+        scope = contextlib.nullcontext()
+        if self._communicator is not None:
+            # Each worker's shard holds its own keys' rows: neither
+            # partitioned nor broadcast by the strategy.
+            scope = local_variables.scope()
+            self.key_owners = KeyOwners.balanced(self._communicator.size)
+        with scope:
+            self._build_table()
+
+    def _check_whole_table_terms(self) -> None:
+        """On several workers, refuses a regularizer or constraint: its
+        gradient or value would cover one worker's rows as if they were
+        the table (a regularizer's dense gradient would even be summed
+        over workers)."""
+        comm = self._communicator
+        if comm is None or comm.size < 2:
+            return
+        for name in ("embeddings_regularizer", "embeddings_constraint"):
+            value = getattr(self, name)
+            if value is not None:
+                raise NotImplementedError(
+                    f"`{name}` is not supported for a DynamicEmbedding on "
+                    "several workers yet: each worker holds only its keys' "
+                    f"rows. Received: {name}={type(value).__name__} on "
+                    f"{comm.size} workers. Drop it, or add the penalty to "
+                    "the loss from the looked-up rows."
+                )
+
+    def _build_table(self) -> None:
         self.embeddings = self.add_weight(
             shape=(self.capacity, self.output_dim),
             initializer="zeros",
@@ -190,6 +237,20 @@ class DynamicEmbedding(keras.layers.Layer):
     def call(self, inputs, training=None):
         keys = tf.reshape(_as_keys(inputs, self.key_dtype), [-1])
         unique, position, uses = tf.unique_with_counts(keys, tf.int64)
+        if self._communicator is not None:
+            values = tf.gather(
+                self._owners_rows(unique, uses, training), position
+            )
+        else:
+            values = self._local_rows(unique, position, uses, training)
+        shape = tf.concat([tf.shape(inputs), [self.output_dim]], 0)
+        values = tf.reshape(values, shape)
+        # The hash tables' lookups lose the static shape; restore it.
+        values.set_shape(tf.TensorShape(inputs.shape) + [self.output_dim])
+        return values
+
+    def _local_rows(self, unique, position, uses, training):
+        """One process: the rows of each lookup, from this table."""
         if training:
             rows = self.table.train_step(unique, uses)
         else:
@@ -198,12 +259,33 @@ class DynamicEmbedding(keras.layers.Layer):
         found = (rows >= 0)[:, None]
         values = keras.ops.take(self.embeddings, tf.maximum(rows, 0), axis=0)
         default = tf.cast(self.default_value, values.dtype)
-        values = tf.where(found, values, default[None, :])
-        shape = tf.concat([tf.shape(inputs), [self.output_dim]], 0)
-        values = tf.reshape(values, shape)
-        # The hash tables' lookups lose the static shape; restore it.
-        values.set_shape(tf.TensorShape(inputs.shape) + [self.output_dim])
-        return values
+        return tf.where(found, values, default[None, :])
+
+    def _owners_rows(self, unique, uses, training):
+        """Under `HybridStrategy`: the rows of the unique keys, from the
+        workers that own them (`dynamic.key_exchange`)."""
+        if (
+            keras_compat.in_symbolic_scope()
+            or use_discovery.active()
+            or prefetch.active()
+        ):
+            # A graph that is never run (Keras' output specs, the
+            # strategy's placement and prefetch traces): no collectives.
+            dtype = keras.backend.standardize_dtype(self.compute_dtype)
+            return tf.zeros([tf.size(unique), self.output_dim], dtype)
+        if training:
+            optimizer_slots.check_optimizers(
+                self.embeddings, self._communicator.size
+            )
+        return key_exchange.rows_of(
+            self._communicator,
+            self.table,
+            self.key_owners,
+            unique,
+            uses,
+            bool(training),
+            self.default_value,
+        )
 
     def compute_mask(self, inputs, mask=None):
         if not self.mask_zero:
@@ -281,7 +363,18 @@ class DynamicEmbedding(keras.layers.Layer):
         embedding.set_weights([np.vstack([np.atleast_2d(w) for w in weights])])
         return static
 
+    def _refuse_files_on_workers(self) -> None:
+        comm = self._communicator
+        if comm is not None and comm.size > 1:
+            raise NotImplementedError(
+                "A DynamicEmbedding on several workers cannot be saved or "
+                "loaded yet: each worker holds only its own keys' rows. "
+                f"Received: a layer on {comm.size} workers. Train it in "
+                "one process to save it."
+            )
+
     def save_own_variables(self, store) -> None:
+        self._refuse_files_on_workers()
         super().save_own_variables(store)
         keys = self.table.slot_keys.numpy()
         if self.key_dtype == "string":
@@ -293,6 +386,7 @@ class DynamicEmbedding(keras.layers.Layer):
             store["slot_keys"] = keys
 
     def load_own_variables(self, store) -> None:
+        self._refuse_files_on_workers()
         names = ("slot_keys", "slot_key_lengths")
         own = {k: store[k] for k in store.keys() if k not in names}
         super().load_own_variables(own)
@@ -336,6 +430,48 @@ class DynamicEmbedding(keras.layers.Layer):
             }
         )
         return config
+
+
+def _communicator_of_strategy(key_dtype: str):
+    """The `Communicator` of the `HybridStrategy` in scope, or None with
+    no strategy.
+
+    Raises:
+        NotImplementedError: Under another strategy, an elastic job, the
+            Horovod engine, or with string keys on several workers.
+    """
+    if not tf.distribute.has_strategy():
+        return None
+    strategy = tf.distribute.get_strategy()
+    if not is_hybrid(strategy):
+        raise NotImplementedError(
+            "DynamicEmbedding runs in one process or under "
+            "keras_hybrid.HybridStrategy. Received: a layer built under "
+            f"{type(strategy).__name__}. Build the model in "
+            "`keras_hybrid.HybridStrategy().scope()`, or without a strategy."
+        )
+    comm = strategy.extended.communicator
+    if getattr(comm, "membership", None) is not None:
+        raise NotImplementedError(
+            "DynamicEmbedding does not support elastic jobs yet: its "
+            "shards do not move on a resize. Received: a layer built "
+            "under an elastic HybridStrategy. Run a fixed number of "
+            "workers (no `--min-np`/`--max-np`)."
+        )
+    if not isinstance(comm, TFCommunicator):
+        raise NotImplementedError(
+            "DynamicEmbedding exchanges its keys on the TensorFlow "
+            "collectives engine only. Received: a layer built under the "
+            f"{type(comm).__name__} engine. Use HybridStrategy(engine='tf')."
+        )
+    if key_dtype == "string" and comm.size > 1:
+        raise NotImplementedError(
+            "DynamicEmbedding takes integer keys on several workers (keys "
+            "travel between workers as int64). Received: string keys on "
+            f"{comm.size} workers. Hash them to int64 first, e.g. "
+            "`tf.strings.to_hash_bucket_fast(keys, 2**62)`."
+        )
+    return comm
 
 
 def _key_dtype(dtype) -> str:

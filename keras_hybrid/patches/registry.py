@@ -7,10 +7,12 @@ its first `scope()`: one writer per path (`chief_summaries`,
 (`finite_check`), fenced collective calls (`collective_calls`), a random
 stream per worker (`worker_random`), state a step assigns averaged over
 workers (`state_averaging`), a model built from its dataset's spec
-(`build_from_spec`), losses scaled by each worker's share of the batch
-(`loss_scaling`), a progress bar that draws in place only on a terminal
-(`progress_bar`); an elastic strategy also scales losses by the current
-group size and resizes and recovers inside `fit` (`elastic_training`).
+(`build_from_spec`), optimizers that cannot train a model's dynamic
+tables refused at `compile` (`dynamic_compile`), losses scaled by each
+worker's share of the batch (`loss_scaling`), a progress bar that draws
+in place only on a terminal (`progress_bar`); an elastic strategy also
+scales losses by the current group size and resizes and recovers inside
+`fit` (`elastic_training`).
 
 `acquire(strategy, elastic)` puts in, under one lock, every set that the
 open strategies need, in the order of `SETS`, patch by patch; `release`
@@ -35,6 +37,7 @@ from keras_hybrid.patches import build_from_spec
 from keras_hybrid.patches import chief_summaries
 from keras_hybrid.patches import chief_writes
 from keras_hybrid.patches import collective_calls
+from keras_hybrid.patches import dynamic_compile
 from keras_hybrid.patches import elastic_training
 from keras_hybrid.patches import finite_check
 from keras_hybrid.patches import h5_streaming
@@ -56,6 +59,7 @@ SETS = (
     worker_random.PATCHES,
     state_averaging.PATCHES,
     build_from_spec.PATCHES,
+    dynamic_compile.PATCHES,
     loss_scaling.PATCHES,
     progress_bar.PATCHES,
     elastic_training.PATCHES,

@@ -9,10 +9,11 @@ normalize each worker's rows with different ones.
 
 After each train or test step of a multi-worker `HybridStrategy`, the
 floating-point non-trainable variables of the model that the step
-assigned are averaged over the workers in one fused all-reduce, so every
-worker holds the same state. This is the value tf.keras' mean-aggregated,
-sync-on-read moving statistics had under `MirroredStrategy`: an
-exponential moving average is linear in the batch statistics, so
+assigned are averaged over the workers (in the step's one all-reduce of
+its state, `step_state`), so every worker holds the same state. This is
+the value tf.keras' mean-aggregated, sync-on-read moving statistics had
+under `MirroredStrategy`: an exponential moving average is linear in the
+batch statistics, so
 averaging the copies after every step equals averaging them when read.
 `BatchNormalization(synchronized=True)` already computes global batch
 statistics, so its copies are equal before the mean (which keeps them so,
@@ -24,7 +25,8 @@ wrapped while a multi-worker strategy is open
 (`patches/state_averaging.py`) and notes the variables assigned inside
 `recording()`. Trainable weights (updated from all-reduced
 gradients), optimizer and metric state (handled elsewhere), integer state
-(seed generators, counters) and partitioned tables are never averaged.
+(seed generators, counters), partitioned tables and local variables
+(`local_variables`) are never averaged.
 Variables assigned directly through their TF variable are not seen.
 """
 
@@ -34,6 +36,7 @@ import threading
 import tensorflow as tf
 
 from keras_hybrid.sparse.sharded_table import ShardedTable
+from keras_hybrid.strategy import local_variables
 from keras_hybrid.strategy.global_read_variable import GlobalReadVariable
 
 _record = threading.local()
@@ -75,20 +78,12 @@ def averaged(model, assigned_ids) -> list:
     ]
 
 
-def average(variables, communicator) -> None:
-    """Assigns each variable the mean of its copies over the workers."""
-    if not variables or communicator.size == 1:
-        return
-    values = [tf.convert_to_tensor(v.value) for v in variables]
-    means = communicator.all_reduce(values, op="mean", path="dense")
-    for variable, mean in zip(variables, means, strict=True):
-        variable.value.assign(mean)
-
-
 def _is_replicated(variable) -> bool:
     """True if the variable is a replicated TF variable: not metric state,
     not a partitioned table."""
     value = getattr(variable, "value", None)
-    return isinstance(value, tf.Variable) and not isinstance(
-        value, (GlobalReadVariable, ShardedTable)
+    return (
+        isinstance(value, tf.Variable)
+        and not isinstance(value, (GlobalReadVariable, ShardedTable))
+        and not local_variables.is_local(value)
     )

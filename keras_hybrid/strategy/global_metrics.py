@@ -2,9 +2,10 @@
 
 Keras' step returns `model.get_metrics_result()`, computed from this
 worker's metric state. After the step, the state of all metrics is summed
-over workers in one fused all-reduce and each metric's result is recomputed
-from it with Keras' public `Metric.stateless_result`. Logs then hold exact
-global values (not a mean of per-worker means) on every rank.
+over workers (in the step's one fused all-reduce of its state,
+`strategy.step_state`) and each metric's result is recomputed from it with
+Keras' public `Metric.stateless_result`. Logs then hold exact global
+values (not a mean of per-worker means) on every rank.
 """
 
 import inspect
@@ -30,48 +31,47 @@ def keras_model_of_step(fn):
     return None
 
 
-def globalize_logs(model, logs, communicator):
-    """Replaces metric values in `logs` by their global values."""
+def metric_state(model, logs, communicator):
+    """This worker's copies of the state of `model`'s metrics, when `logs`
+    are to be made global: `(variables, local values)`, else `None`."""
     if not isinstance(logs, dict) or communicator.size == 1:
-        return logs
+        return None
     metrics = [m for m in model.metrics if m.variables]
     variables = [v for m in metrics for v in m.variables]
     if not variables or not all(
         isinstance(v.value, GlobalReadVariable) for v in variables
     ):
-        return logs
+        return None
     # This worker's copies: a global read here would reduce them once
-    # more (a collective per variable) before `_reduce` sums them.
+    # more (a collective per variable) before they are summed.
     with local_reads():
         local = [tf.convert_to_tensor(v.value) for v in variables]
-    reduced = iter(_reduce(communicator, variables, local))
-    global_logs = {}
-    for metric in metrics:
+    return variables, local
+
+
+def is_mean(variable) -> bool:
+    """True if the metric state `variable` is averaged, not summed, over
+    workers."""
+    return variable.value.reduce_op == "mean"
+
+
+def global_logs(model, logs, reduced):
+    """`logs` with each metric's value recomputed from `reduced`, its state
+    reduced over workers (in `metric_state`'s order)."""
+    reduced = iter(reduced)
+    values = {}
+    for metric in (m for m in model.metrics if m.variables):
         state = [next(reduced) for _ in metric.variables]
         result = metric.stateless_result(state)
         if isinstance(result, dict):
-            global_logs.update(result)
+            values.update(result)
         else:
-            global_logs[metric.name] = result
+            values[metric.name] = result
     # A step may report only some of its metrics (keras-rs' multi-task
     # example leaves its top-k metric out of training): those it reports
     # become global; a name that is not a metric's stays as the step
     # computed it.
     return {
         **logs,
-        **{name: v for name, v in global_logs.items() if name in logs},
+        **{name: v for name, v in values.items() if name in logs},
     }
-
-
-def _reduce(communicator, variables, local):
-    """Sums (or averages) metric state in as few collectives as possible."""
-    out = [None] * len(local)
-    for op in ("sum", "mean"):
-        picked = [i for i, v in enumerate(variables) if v.value.reduce_op == op]
-        if picked:
-            values = communicator.all_reduce(
-                [local[i] for i in picked], op=op, path="control"
-            )
-            for i, value in zip(picked, values, strict=True):
-                out[i] = value
-    return out

@@ -7,7 +7,8 @@ names; here they are implemented:
   `predict` outputs global;
 - `reduce_values`: dense gradients all-reduced, pushed table gradients
   taken as they are, other `IndexedSlices` summed as the cost rule chose;
-- `create_variable`: the `VariableRouter` places every variable;
+- `create_variable`: the `VariableRouter` places every variable, but
+  those created in `local_variables.scope()` stay this worker's own;
 - `update_variable`: the owner updates its rows (and row constraints);
 - `distribute_dataset`: each worker's slice of every global batch.
 
@@ -17,6 +18,7 @@ Keras' TF optimizer sends every gradient through the replica context's
 
 import contextlib
 import inspect
+import threading
 
 import keras
 import tensorflow as tf
@@ -36,6 +38,8 @@ from keras_hybrid.strategy import global_metrics
 from keras_hybrid.strategy import global_predictions
 from keras_hybrid.strategy import global_read_variable
 from keras_hybrid.strategy import input_sharding
+from keras_hybrid.strategy import local_variables
+from keras_hybrid.strategy import step_state
 from keras_hybrid.strategy.global_read_variable import GlobalReadVariable
 from keras_hybrid.strategy.variable_router import VariableRouter
 
@@ -44,6 +48,11 @@ _REDUCE_OPS = {
     tf.distribute.ReduceOp.SUM: "sum",
     tf.distribute.ReduceOp.MEAN: "mean",
 }
+
+
+# Set while a replica step runs on this thread: a replica call made inside
+# it is nested (`HybridExtended._run_nested`).
+_in_step = threading.local()
 
 
 class _HybridReplicaContext(tf.distribute.ReplicaContext):
@@ -106,6 +115,32 @@ class HybridExtended(OneProcessExtended):
     # -- replica execution
 
     def run_replica_step(self, fn, args, kwargs):
+        if getattr(_in_step, "active", False):
+            return self._run_nested(fn, args, kwargs)
+        _in_step.active = True
+        try:
+            return self._run_step(fn, args, kwargs)
+        finally:
+            _in_step.active = False
+
+    def _run_nested(self, fn, args, kwargs):
+        """A replica call made inside a step (Keras' `LossScaleOptimizer`
+        applies its gradients through `merge_call` and then
+        `call_for_each_replica`): its arguments are the step's gradients and
+        variables, not a batch, so none of a step's work applies (no
+        placement, no input slicing, no lookups traced ahead, no step-end
+        reduction); it runs in the step's replica context."""
+        strategy = self.container_strategy()
+        with (
+            tf.device(self.device),
+            _HybridReplicaContext(
+                strategy, replica_id_in_sync_group=self._communicator.rank
+            ),
+            global_read_variable.local_reads(),
+        ):
+            return fn(*args, **kwargs)
+
+    def _run_step(self, fn, args, kwargs):
         strategy = self.container_strategy()
         with (
             tf.device(self.device),
@@ -135,11 +170,8 @@ class HybridExtended(OneProcessExtended):
             if model is not None and not (
                 use_discovery.active() or prefetch.active()
             ):
-                averaged_state.average(
-                    averaged_state.averaged(model, assigned), self._communicator
-                )
-                outputs = global_metrics.globalize_logs(
-                    model, outputs, self._communicator
+                outputs = step_state.reduce_after_step(
+                    model, assigned, outputs, self._communicator
                 )
             outputs = global_predictions.gather_outputs(
                 outputs, self._communicator
@@ -335,6 +367,14 @@ class HybridExtended(OneProcessExtended):
         with tf.device(self.device):
             if kwargs.get("synchronization") == _ON_READ:
                 return self._create_global_read_variable(kwargs)
+            if local_variables.active() or local_variables.is_local(
+                kwargs.get("colocate_with")
+            ):
+                # This worker's own (a dynamic table's shard, or a slot
+                # of one): neither partitioned nor broadcast.
+                variable = next_creator(**kwargs)
+                local_variables.add(variable)
+                return variable
 
             def make_dense():
                 if self._communicator.size > 1:

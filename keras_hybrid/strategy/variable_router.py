@@ -37,6 +37,7 @@ from keras_hybrid.sparse import table_factory
 from keras_hybrid.sparse import table_init
 from keras_hybrid.sparse.hot_rows import HotRows
 from keras_hybrid.sparse.sharded_table import ShardedTable
+from keras_hybrid.strategy import local_variables
 
 
 @dataclasses.dataclass
@@ -349,7 +350,9 @@ class VariableRouter:
 
     def observe_gradient(self, variable, gradient) -> None:
         """Logs once per variable that a dense one got `IndexedSlices`."""
-        if isinstance(variable, ShardedTable):
+        if isinstance(variable, ShardedTable) or local_variables.is_local(
+            variable
+        ):
             return
         if not isinstance(gradient, tf.IndexedSlices):
             return

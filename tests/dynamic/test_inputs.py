@@ -1,9 +1,12 @@
 """DynamicEmbedding's arguments, inputs and reads outside training."""
 
+import tempfile
+
 import keras
 import numpy as np
 import tensorflow as tf
 
+import keras_hybrid
 from keras_hybrid.dynamic.initial_rows import InitialRows
 from keras_hybrid.layers import DynamicEmbedding
 from keras_hybrid.testing.test_case import TestCase
@@ -43,11 +46,13 @@ class BadInputTest(TestCase):
                 2, capacity=2, embeddings_initializer="glorot_uniform"
             )
 
-    def test_a_strategy_is_refused(self):
+    def test_another_strategy_is_refused(self):
         strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
         with strategy.scope():
             with self.assertRaisesRegex(
-                NotImplementedError, "without a tf.distribute strategy"
+                NotImplementedError,
+                "under keras_hybrid.HybridStrategy. Received: a layer built "
+                "under OneDeviceStrategy",
             ):
                 DynamicEmbedding(2, capacity=4)(np.array([[1]]))
 
@@ -170,3 +175,20 @@ class SparseGradientTest(TestCase):
         (grad,) = tape.gradient(loss, layer.trainable_variables)
         self.assertIsInstance(grad, tf.IndexedSlices)
         self.assertEqual(grad.values.shape[0], 3)
+
+
+class ShardedCheckpointTest(TestCase):
+    def test_a_model_with_a_dynamic_table_is_refused(self):
+        keys = keras.Input(shape=(1,), dtype="int64")
+        layer = DynamicEmbedding(2, capacity=4)
+        model = keras.Model(keys, keras.ops.sum(layer(keys), axis=(1, 2)))
+        model.compile(optimizer="sgd", loss="mse")
+        callback = keras_hybrid.callbacks.ShardedCheckpoint(
+            tempfile.mkdtemp(prefix="dynamic_ckpt_")
+        )
+        with self.assertRaisesRegex(
+            NotImplementedError, "does not save dynamic tables yet"
+        ):
+            model.fit(
+                np.array([[1]]), np.ones(1), callbacks=[callback], verbose=0
+            )

@@ -8,9 +8,10 @@ float and a ragged input made dense with `to_tensor()`
 (`workers/id_sources.py`). Each feeds partitioned tables in a pooled
 sequence model, a two-tower `Dot` model and a subclassed model, trained
 on N workers with the fused exchange, with one exchange per lookup, and
-(even N, on 2 emulated hosts) with the hierarchical exchange; each must
-equal one process on the same global batches (1e-5 for SGD, 1e-4 for
-Adam in float32). One launch per worker count trains its cases.
+(4 workers, 2 on each of 2 emulated hosts) with the hierarchical
+exchange; each must equal one process on the same global batches (1e-5
+for SGD, 1e-4 for Adam in float32). One launch per worker count trains
+its cases.
 
 The default suite runs a short matrix (every source once, each path and
 worker count a few times); `KERAS_HYBRID_ID_MATRIX=full` runs every
@@ -42,8 +43,9 @@ WORKER_COUNTS = (2, 3, 4)
 
 
 def _paths(workers: int) -> tuple:
-    # The hierarchical exchange needs as many workers on each of 2 hosts.
-    if workers % 2:
+    # The hierarchical exchange needs as many workers on each of 2 hosts,
+    # and at least 2 on each: with one per host it is the flat exchange.
+    if workers % 2 or workers < 4:
         return ("fused", "per_lookup")
     return cases.PATH_KINDS
 

@@ -72,6 +72,8 @@ def stock_objects() -> dict:
         objects[f"{short}.file_utils"] = module.file_utils
     for name in _MODEL_CALLS:
         objects[f"Model.{name}"] = keras.Model.__dict__.get(name)
+    # `dynamic_compile`: inherited from Keras' `Trainer`.
+    objects["Model.compile"] = keras.Model.__dict__.get("compile")
     return objects
 
 

@@ -12,6 +12,7 @@ import keras
 import mixed_precision_cases as cases  # noqa: I001  (sits beside this module)
 
 import keras_hybrid as kh
+from keras_hybrid.sparse import prefetch
 from keras_hybrid.sparse.sharded_table import ShardedTable
 
 
@@ -61,6 +62,20 @@ def record_exchange_dtypes(communicator) -> set:
     return seen
 
 
+def record_traced_ahead() -> list:
+    """Records the name of every function whose lookups the strategy
+    traces ahead (`sparse.prefetch.discover`) from now on."""
+    seen = []
+    original = prefetch.discover
+
+    def discover(fn, args, kwargs):
+        seen.append(getattr(fn, "__name__", repr(fn)))
+        return original(fn, args, kwargs)
+
+    prefetch.discover = discover
+    return seen, original
+
+
 def train_one(strategy, model_name, policy, opt_name):
     keras.utils.set_random_seed(cases.SEED + 1000 * strategy.rank)
     keras.mixed_precision.set_global_policy(policy)
@@ -80,6 +95,7 @@ def train_one(strategy, model_name, policy, opt_name):
     x, y = cases.make_data(model_name)
     log = LossScaleLog()
     dtypes = record_exchange_dtypes(strategy.communicator)
+    traced_ahead, discover = record_traced_ahead()
     try:
         history = model.fit(
             x,
@@ -92,6 +108,7 @@ def train_one(strategy, model_name, policy, opt_name):
         )
     finally:
         del strategy.communicator.all_to_all
+        prefetch.discover = discover
     table = model.get_layer("table")
     return {
         "initial": initial,
@@ -102,6 +119,7 @@ def train_one(strategy, model_name, policy, opt_name):
         "optimizer": type(model.optimizer).__name__,
         "loss_scale": log.steps,
         "exchange_dtypes": sorted(dtypes),
+        "traced_ahead": sorted(set(traced_ahead)),
         "table_dtype": table.embeddings.dtype,
         "table_compute_dtype": table.compute_dtype,
     }

@@ -1,0 +1,220 @@
+"""`DynamicEmbedding` on 1, 2 and 4 real workers under `HybridStrategy`.
+
+Each worker count's pool runs one scenario
+(`workers/dynamic_scenarios.py`) that fits {SGD, Adam} x {admit_after 1,
+3} on the same keys (12 steps of global batch 8, no eviction). Here,
+plain Keras trains a static Embedding over the same keys, admitted by
+the same rule ahead of training (`reference.admitted_rows`), read one
+row per distinct key (dense-gradient semantics, as under the strategy).
+The losses, every key's row, the head and the predictions must agree
+within 1e-5, every key must live on its owner only, and every worker
+must hold a table of its own capacity.
+"""
+
+import functools
+import os
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_hybrid.dynamic.initial_rows import InitialRows
+from keras_hybrid.dynamic.key_owners import KeyOwners
+from keras_hybrid.testing.pool import run_scenario
+from tests.dynamic import reference
+
+HERE = os.path.join(os.path.dirname(__file__), "workers")
+SCENARIO = os.path.join(HERE, "dynamic_scenarios.py")
+sys.path.insert(0, HERE)
+import dynamic_cases as cases  # noqa: E402
+
+pytestmark = pytest.mark.multiprocess
+
+ATOL = 1e-5
+WORKER_COUNTS = (1, 2, 4)
+CONFIGS = [(o, a) for o in cases.OPTIMIZERS for a in cases.ADMIT_AFTER]
+
+
+@functools.cache
+def launch(num_workers: int) -> dict:
+    """{rank: results} of one scenario of every config."""
+    run = run_scenario(
+        SCENARIO,
+        "train",
+        num_workers,
+        {"configs": [list(c) for c in CONFIGS]},
+        # 4 configs, each traced on every worker, on a shared 2-core machine.
+        timeout=480,
+    ).check()
+    assert sorted(run.results) == list(range(num_workers))
+    for result in run.results.values():
+        assert result["size"] == num_workers
+    return run.results
+
+
+_expected: dict = {}
+
+
+def expected(optimizer: str, admit_after: int, initial_head: list) -> dict:
+    """The plain-Keras reference of one config, from the head's initial
+    weights (rank 0's, which every rank gets)."""
+    cache_key = (optimizer, admit_after, *(w.tobytes() for w in initial_head))
+    if cache_key not in _expected:
+        _expected[cache_key] = _train_reference(
+            optimizer, admit_after, initial_head
+        )
+    return _expected[cache_key]
+
+
+def _train_reference(optimizer, admit_after, initial_head) -> dict:
+    keras.utils.clear_session()
+    keys, targets = cases.make_data()
+    steps = range(0, len(keys), cases.BATCH)
+    batches = [keys[i : i + cases.BATCH] for i in steps]
+    rows, order = reference.admitted_rows(batches * cases.EPOCHS, admit_after)
+    init = InitialRows("uniform")(tf.constant(order), cases.DIM).numpy()
+    model = reference.distinct_rows_model(init, cases.SEQ)
+    model.get_layer("head").set_weights(initial_head)
+    model.compile(optimizer=cases.make_optimizer(optimizer), loss="mse")
+    losses = []
+    for epoch in range(cases.EPOCHS):
+        # The reference's rows change between epochs as keys are
+        # admitted, so each epoch is its own fit.
+        epoch_rows = rows[epoch * len(batches) : (epoch + 1) * len(batches)]
+        losses += model.fit(
+            np.concatenate(epoch_rows),
+            targets,
+            batch_size=cases.BATCH,
+            epochs=1,
+            shuffle=False,
+            verbose=0,
+        ).history["loss"]
+    table = model.layers[1].get_weights()[0]
+    final = {key: i for i, key in enumerate(order)}
+    final_rows = np.vectorize(lambda k: final.get(k, -1))(keys)
+    return {
+        "loss": losses,
+        "rows": {key: table[i] for i, key in enumerate(order)},
+        "head": model.get_layer("head").get_weights(),
+        "predict": model.predict(final_rows, verbose=0),
+        "defaults": int((np.concatenate(rows) < 0).sum()),
+    }
+
+
+def _config(num_workers, optimizer, admit_after):
+    results = launch(num_workers)
+    key = cases.key(optimizer, admit_after)
+    got = {rank: results[rank][key] for rank in range(num_workers)}
+    head = [np.asarray(w) for w in got[0]["initial_head"]]
+    return got, expected(optimizer, admit_after, head)
+
+
+@pytest.mark.parametrize("num_workers", WORKER_COUNTS)
+@pytest.mark.parametrize("optimizer,admit_after", CONFIGS)
+def test_equals_static_embedding(num_workers, optimizer, admit_after):
+    got, want = _config(num_workers, optimizer, admit_after)
+    for result in got.values():
+        np.testing.assert_allclose(
+            result["loss"], want["loss"], atol=ATOL, rtol=0
+        )
+        for g, w in zip(result["final_head"], want["head"], strict=True):
+            np.testing.assert_allclose(g, w, atol=ATOL, rtol=0)
+        np.testing.assert_allclose(
+            result["predict"], want["predict"], atol=ATOL, rtol=0
+        )
+    # Every admitted key has exactly one row, on one worker.
+    live = np.concatenate([r["keys"] for r in got.values()])
+    assert sorted(live.tolist()) == sorted(want["rows"])
+    for result in got.values():
+        for key, row in zip(result["keys"], result["rows"], strict=True):
+            np.testing.assert_allclose(
+                row, want["rows"][key], atol=ATOL, rtol=0, err_msg=str(key)
+            )
+
+
+@pytest.mark.parametrize("num_workers", WORKER_COUNTS)
+def test_keys_live_on_their_owners(num_workers):
+    owners = KeyOwners.balanced(num_workers)
+    results = launch(num_workers)
+    for rank, result in results.items():
+        for optimizer, admit_after in CONFIGS:
+            got = result[cases.key(optimizer, admit_after)]
+            mine = got["keys"]
+            want = owners.owner_of(tf.constant(mine, tf.int64)).numpy()
+            assert (want == rank).all()
+            assert (got["owners"] == rank).all()
+            # Each worker's table has its own capacity; slots follow it.
+            assert got["table_shape"] == (cases.CAPACITY, cases.DIM)
+            assert all(s == got["table_shape"] for s in got["slot_shapes"])
+            assert got["stats"]["rows"] == len(mine)
+    if num_workers > 1:
+        # The keys are spread: no worker holds them all.
+        counts = [len(r[cases.key("sgd", 1)]["keys"]) for r in results.values()]
+        assert max(counts) < sum(counts)
+
+
+def test_admission_threshold_reads_default_rows():
+    # The threshold config must have read default rows, or it tests
+    # little about admission.
+    _, want = _config(1, "sgd", 3)
+    assert want["defaults"] > 0
+
+
+@pytest.mark.parametrize("num_workers", (2, 4))
+def test_one_exchange_of_keys_per_step(num_workers):
+    got = launch(num_workers)[0][cases.key("sgd", 1)]
+    steps = cases.EPOCHS * cases.SAMPLES // cases.BATCH
+    # Per train step: one all-to-all of keys, one of rows back (pull) and,
+    # backward, one of gradients (push); no all-gather of the table's
+    # gradient.
+    calls = got["calls"]
+    assert calls["ids"] == calls["sparse_pull"] == calls["sparse_push"]
+    assert calls["ids"] == steps, calls
+
+
+@pytest.mark.parametrize("num_workers", (2, 4))
+def test_traffic_is_the_unique_keys_of_peers(num_workers):
+    # Per step a worker sends each unique key of its slice that a peer
+    # owns once (16 bytes: key and lookups), receives its row and pushes
+    # its gradient row, and answers the keys its peers ask it: nothing
+    # more, padding apart (charged to `padding`).
+    keys, _ = cases.make_data()
+    owners = KeyOwners.balanced(num_workers)
+    share = cases.BATCH // num_workers
+    row_bytes = cases.DIM * 4
+    asks = np.zeros([num_workers, num_workers], np.int64)  # [asker, owner]
+    for start in range(0, cases.SAMPLES, cases.BATCH):
+        for rank in range(num_workers):
+            first = start + rank * share
+            mine = np.unique(keys[first : first + share])
+            owner = owners.owner_of(tf.constant(mine, tf.int64)).numpy()
+            asks[rank] += np.bincount(owner, minlength=num_workers)
+    asks *= cases.EPOCHS
+    np.fill_diagonal(asks, 0)
+    for rank, result in launch(num_workers).items():
+        got = result[cases.key("sgd", 1)]
+        sent = got["bytes"]
+        assert sent["ids"] == 16 * asks[rank].sum(), (rank, sent)
+        assert sent["sparse_push"] == row_bytes * asks[rank].sum()
+        assert got["pulled_bytes"] == row_bytes * asks[rank].sum()
+        assert sent["sparse_pull"] == row_bytes * asks[:, rank].sum()
+
+
+def test_refusals_on_two_workers():
+    run = run_scenario(SCENARIO, "refusals", 2, {}, timeout=240).check()
+    for result in run.results.values():
+        assert "string keys on 2 workers" in result["string_keys"]
+        assert (
+            "`Adafactor` cannot update a dynamic table" in result["Adafactor"]
+        )
+        assert "`Lamb` cannot update a dynamic table" in result["Lamb"]
+        assert "global_clipnorm" in result["global_clipnorm"]
+        assert (
+            "`embeddings_regularizer` is not supported"
+            in (result["regularizer"])
+        )
+        assert (
+            "`embeddings_constraint` is not supported" in (result["constraint"])
+        )

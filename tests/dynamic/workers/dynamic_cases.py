@@ -1,0 +1,49 @@
+"""Data, models and optimizers shared by the dynamic-table workers and the
+test that computes their plain-Keras reference.
+
+Keys come from the whole int64 range, drawn Zipf-skewed from a pool, so
+batches look some keys up several times, in several workers' slices.
+"""
+
+import keras
+import numpy as np
+
+from keras_hybrid.layers import DynamicEmbedding
+
+SEQ, DIM = 3, 4
+BATCH = 8  # global; 2 samples per worker on 4 workers
+SAMPLES = 48  # 6 steps per epoch
+EPOCHS = 2
+CAPACITY = 64  # per worker; the pool's 30 keys fit on one worker
+SEED = 11
+OPTIMIZERS = ("sgd", "adam")
+ADMIT_AFTER = (1, 3)
+
+
+def make_data():
+    """`(keys [SAMPLES, SEQ] int64, targets [SAMPLES, 1])`."""
+    rng = np.random.default_rng(SEED)
+    pool = rng.integers(-(2**63), 2**63 - 1, size=30, dtype=np.int64)
+    draw = np.minimum(rng.zipf(1.3, size=(SAMPLES, SEQ)) - 1, len(pool) - 1)
+    targets = np.linspace(-1, 1, SAMPLES, dtype="float32")[:, None]
+    return pool[draw], targets
+
+
+def make_optimizer(name: str):
+    if name == "sgd":
+        return keras.optimizers.SGD(0.1)
+    return keras.optimizers.Adam(0.01)
+
+
+def build_model(admit_after: int):
+    """`(model, layer)`: a DynamicEmbedding, Flatten and Dense(1)."""
+    keys = keras.Input(shape=(SEQ,), dtype="int64")
+    layer = DynamicEmbedding(
+        DIM, capacity=CAPACITY, admit_after=admit_after, name="dyn"
+    )
+    x = keras.layers.Flatten()(layer(keys))
+    return keras.Model(keys, keras.layers.Dense(1, name="head")(x)), layer
+
+
+def key(optimizer: str, admit_after: int) -> str:
+    return f"{optimizer}/admit_after={admit_after}"

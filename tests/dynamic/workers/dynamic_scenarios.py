@@ -1,0 +1,114 @@
+"""Pool scenarios of `DynamicEmbedding` under `HybridStrategy`.
+
+`train` fits every [optimizer, admit_after] config of `dynamic_cases`
+and returns, per config, this rank's live keys and their rows, the head's
+weights before and after, the losses and the (global) predictions. Ranks
+seed differently on purpose: dense weights are broadcast from rank 0 and
+rows drawn from their keys, so every rank and worker count must start
+alike anyway.
+
+`refusals` returns the messages of what the layer refuses on several
+workers.
+"""
+
+import dynamic_cases as cases  # noqa: I001  (sits beside this module)
+import keras
+import tensorflow as tf
+
+import keras_hybrid as kh
+
+
+def train(configs: list, timeout: float = 60) -> dict:
+    keys, targets = cases.make_data()
+    with kh.HybridStrategy(timeout_seconds=timeout) as strategy:
+        results = {"size": strategy.size, "rank": strategy.rank}
+        for optimizer, admit_after in configs:
+            results[cases.key(optimizer, admit_after)] = train_one(
+                strategy, optimizer, admit_after, keys, targets
+            )
+        return results
+
+
+def train_one(strategy, optimizer, admit_after, keys, targets) -> dict:
+    keras.utils.set_random_seed(cases.SEED + 1000 * strategy.rank)
+    with strategy.scope():
+        model, layer = cases.build_model(admit_after)
+        model.compile(optimizer=cases.make_optimizer(optimizer), loss="mse")
+    head = model.get_layer("head")
+    initial_head = head.get_weights()
+    before = strategy.communicator.stats.snapshot()
+    history = model.fit(
+        keys,
+        targets,
+        batch_size=cases.BATCH,
+        epochs=cases.EPOCHS,
+        shuffle=False,
+        verbose=0,
+    )
+    moved = strategy.communicator.stats.delta(before)
+    live_keys, live_rows = layer.live_keys()
+    owners = layer.key_owners.owner_of(tf.constant(live_keys, tf.int64))
+    return {
+        "initial_head": initial_head,
+        "final_head": head.get_weights(),
+        "loss": history.history["loss"],
+        "keys": live_keys,
+        "rows": layer.embeddings.numpy()[live_rows],
+        "owners": owners.numpy(),
+        "table_shape": tuple(layer.embeddings.shape),
+        "stats": layer.stats(),
+        "slot_shapes": [
+            tuple(v.shape)
+            for v in model.optimizer.variables
+            if v.path.startswith("dyn_")
+        ],
+        "predict": model.predict(keys, batch_size=cases.BATCH, verbose=0),
+        "calls": {
+            p: moved[p]["calls"] for p in ("ids", "sparse_pull", "sparse_push")
+        },
+        "bytes": {
+            p: int(moved[p]["bytes"])
+            for p in ("control", "ids", "sparse_pull", "sparse_push", "padding")
+        },
+        "pulled_bytes": int(moved["sparse_pull"]["received_bytes"]),
+    }
+
+
+def refusals(timeout: float = 60) -> dict:
+    """`{case: error message}` of what several workers refuse."""
+    out = {}
+    with kh.HybridStrategy(timeout_seconds=timeout) as strategy:
+        with strategy.scope():
+            try:
+                keys = keras.Input(shape=(2,), dtype="string")
+                kh.layers.DynamicEmbedding(4, capacity=8)(keys)
+            except NotImplementedError as error:
+                out["string_keys"] = str(error)
+            for name in ("regularizer", "constraint"):
+                keys = keras.Input(shape=(2,), dtype="int64")
+                argument = {
+                    "regularizer": {"embeddings_regularizer": "l2"},
+                    "constraint": {"embeddings_constraint": "non_neg"},
+                }[name]
+                try:
+                    kh.layers.DynamicEmbedding(4, capacity=8, **argument)(keys)
+                except NotImplementedError as error:
+                    out[name] = str(error)
+            for name in ("Adafactor", "Lamb"):
+                model, _ = cases.build_model(1)
+                try:
+                    model.compile(
+                        optimizer=getattr(keras.optimizers, name)(),
+                        loss="mse",
+                    )
+                except ValueError as error:
+                    out[name] = str(error)
+            model, _ = cases.build_model(1)
+            try:
+                model.compile(
+                    optimizer=keras.optimizers.SGD(global_clipnorm=1.0),
+                    loss="mse",
+                )
+            except NotImplementedError as error:
+                out["global_clipnorm"] = str(error)
+    return out

@@ -207,6 +207,7 @@ class DynamicEmbedding(keras.layers.Layer):
             self.initial_rows,
             self.admit_after,
             self.eviction,
+            self._communicator,
         )
         # Attributes of the layer, so that TensorFlow tracks the hash
         # tables and keys for `model.export` (a SavedModel).
@@ -298,9 +299,18 @@ class DynamicEmbedding(keras.layers.Layer):
 
     def stats(self) -> dict:
         """Dict of ints: live `rows` now, and since the layer was made,
-        `admissions`, `evictions`, `expirations` (TTL) and `rejections`
-        (keys ready for a row that found none)."""
+        `admissions` (rows given to keys), `evictions`, `expirations`
+        (TTL) and `rejections` (keys ready for a row that found none).
+
+        Under `HybridStrategy` the figures are summed over the workers,
+        and every worker must call it at the same time (a collective).
+        """
         return self.table.stats()
+
+    def worker_stats(self) -> list[dict]:
+        """`stats()` of each worker's own table, in rank order (one dict
+        in one process; a collective on several workers)."""
+        return self.table.worker_stats()
 
     def live_keys(self) -> tuple[np.ndarray, np.ndarray]:
         """`(keys, rows)`: every key that has a row, and its row, as NumPy

@@ -92,6 +92,10 @@ def test_resume_equals_an_uninterrupted_run(saved_on, num_workers):
         )
     live = np.concatenate([r["keys"] for r in got.values()])
     assert sorted(live.tolist()) == sorted(want["rows"])
+    for result in got.values():
+        # The counters travel too: admissions since the layer was made.
+        assert result["stats"]["rows"] == len(want["rows"])
+        assert result["stats"]["admissions"] == len(want["rows"])
     owners = KeyOwners.balanced(num_workers)
     for rank, result in got.items():
         mine = owners.owner_of(tf.constant(result["keys"], tf.int64)).numpy()

@@ -44,6 +44,7 @@ def train_one(strategy, optimizer, admit_after, keys, targets) -> dict:
         epochs=cases.EPOCHS,
         shuffle=False,
         verbose=0,
+        callbacks=[kh.callbacks.DynamicTableStats()],
     )
     moved = strategy.communicator.stats.delta(before)
     live_keys, live_rows = layer.live_keys()
@@ -52,11 +53,13 @@ def train_one(strategy, optimizer, admit_after, keys, targets) -> dict:
         "initial_head": initial_head,
         "final_head": head.get_weights(),
         "loss": history.history["loss"],
+        "history": history.history,
         "keys": live_keys,
         "rows": layer.embeddings.numpy()[live_rows],
         "owners": owners.numpy(),
         "table_shape": tuple(layer.embeddings.shape),
         "stats": layer.stats(),
+        "worker_stats": layer.worker_stats(),
         "slot_shapes": [
             tuple(v.shape)
             for v in model.optimizer.variables

@@ -1,5 +1,6 @@
 """Sharded checkpoints of dynamic tables, saved on N workers and resumed
-on M (real workers through the shared worker pool).
+on M, and `model.save` on several workers (real workers through the
+shared worker pool).
 
 A run on N workers trains the first of two epochs (Adam, admit_after 3,
 so optimizer slots and waiting keys' admission counts matter) and saves
@@ -13,6 +14,8 @@ owner among the M workers.
 import functools
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 
 import numpy as np
@@ -21,6 +24,7 @@ import tensorflow as tf
 
 from keras_hybrid.dynamic.key_owners import KeyOwners
 from keras_hybrid.testing.pool import run_scenario
+from tests.dynamic.test_dynamic_multiprocess import cases
 from tests.dynamic.test_dynamic_multiprocess import expected
 
 HERE = os.path.join(os.path.dirname(__file__), "workers")
@@ -104,3 +108,41 @@ def test_resume_equals_an_uninterrupted_run(saved_on, num_workers):
             np.testing.assert_allclose(
                 row, want["rows"][key], atol=ATOL, rtol=0, err_msg=str(key)
             )
+
+
+# Predicts with a `.keras` file in a fresh interpreter that cannot import
+# keras_hybrid.
+_CLEAN = """
+import sys
+sys.modules["keras_hybrid"] = None  # importing it now fails
+import keras
+import numpy as np
+model = keras.saving.load_model(sys.argv[1])
+out = model.predict(np.load(sys.argv[3]), batch_size=8, verbose=0)
+lookup = model.get_layer("dyn").layers[0]  # then the Embedding
+np.save(sys.argv[2], out)
+np.save(sys.argv[4], np.asarray(lookup.get_vocabulary()[1:], np.int64))
+"""
+
+
+@pytest.mark.parametrize("num_workers", (2, 4))
+def test_model_save_writes_every_workers_keys_for_stock_keras(num_workers):
+    path = os.path.join(_ROOT, f"stock{num_workers}.keras")
+    run = run_scenario(
+        SCENARIO, "save_stock", num_workers, {"path": path}, timeout=300
+    ).check()
+    keys = np.concatenate([r["keys"] for r in run.results.values()])
+    assert min(len(r["keys"]) for r in run.results.values()) > 0
+    data = os.path.join(_ROOT, "keys.npy")
+    np.save(data, cases.make_data()[0])
+    out = os.path.join(_ROOT, f"stock{num_workers}_out.npy")
+    vocabulary = os.path.join(_ROOT, f"stock{num_workers}_vocabulary.npy")
+    subprocess.run(
+        [sys.executable, "-c", _CLEAN, path, out, data, vocabulary],
+        check=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": ""},
+    )
+    assert sorted(np.load(vocabulary).tolist()) == sorted(keys.tolist())
+    for result in run.results.values():
+        np.testing.assert_array_equal(np.load(out), result["predict"])

@@ -184,3 +184,22 @@ def resume(
             "stats": layer.stats(),
             "predict": model.predict(keys, batch_size=cases.BATCH, verbose=0),
         }
+
+
+def save_stock(path: str, timeout: float = 60) -> dict:
+    """Trains one config and saves it with `model.save(path)` (outside the
+    scope); returns this rank's live keys and the predictions."""
+    keys, targets = cases.make_data()
+    with kh.HybridStrategy(timeout_seconds=timeout) as strategy:
+        keras.utils.set_random_seed(cases.SEED + 1000 * strategy.rank)
+        with strategy.scope():
+            model, layer = cases.build_model(1)
+            model.compile(optimizer=cases.make_optimizer("adam"), loss="mse")
+        model.fit(
+            keys, targets, batch_size=cases.BATCH, shuffle=False, verbose=0
+        )
+        model.save(path)
+        return {
+            "keys": layer.live_keys()[0],
+            "predict": model.predict(keys, batch_size=cases.BATCH, verbose=0),
+        }

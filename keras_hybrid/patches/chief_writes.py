@@ -19,7 +19,8 @@ redirects the other ranks' writes, like Keras 2 did for
   holds all of a dynamic table's keys.
 - `model.export` (SavedModel for serving) gathers the weights on every
   rank; the chief exports a single-device copy of the model built outside
-  the strategy, so the SavedModel holds whole tables and no collectives.
+  the strategy, so the SavedModel holds whole tables and no collectives
+  (of the stock-Keras equivalent for a model with dynamic tables).
 - `TensorBoard` writes through no-op summary writers on other ranks
   (`chief_summaries`);
 - the stock callbacks that write files themselves (`BackupAndRestore`'s
@@ -213,6 +214,7 @@ def _export_of(original):
             return original(model, filepath, *args, **kwargs)
         from keras_hybrid.checkpoint import single_device
 
+        model = _stock_model(model)
         # Every rank gathers the weights (a collective); only the chief
         # builds the copy it exports.
         copy = single_device.copy_model(model, build_copy=strategy.is_chief)

@@ -117,19 +117,27 @@ import sys
 sys.modules["keras_hybrid"] = None  # importing it now fails
 import keras
 import numpy as np
+import tensorflow as tf
 model = keras.saving.load_model(sys.argv[1])
 out = model.predict(np.load(sys.argv[3]), batch_size=8, verbose=0)
 lookup = model.get_layer("dyn").layers[0]  # then the Embedding
 np.save(sys.argv[2], out)
 np.save(sys.argv[4], np.asarray(lookup.get_vocabulary()[1:], np.int64))
+served = tf.saved_model.load(sys.argv[5])  # kept: it owns the variables
+np.save(sys.argv[6], served.serve(tf.constant(np.load(sys.argv[3]))).numpy())
 """
 
 
 @pytest.mark.parametrize("num_workers", (2, 4))
-def test_model_save_writes_every_workers_keys_for_stock_keras(num_workers):
+def test_save_and_export_hold_every_workers_keys_for_stock_keras(num_workers):
     path = os.path.join(_ROOT, f"stock{num_workers}.keras")
+    export = os.path.join(_ROOT, f"stock{num_workers}_savedmodel")
     run = run_scenario(
-        SCENARIO, "save_stock", num_workers, {"path": path}, timeout=300
+        SCENARIO,
+        "save_stock",
+        num_workers,
+        {"path": path, "export": export},
+        timeout=300,
     ).check()
     keys = np.concatenate([r["keys"] for r in run.results.values()])
     assert min(len(r["keys"]) for r in run.results.values()) > 0
@@ -137,8 +145,10 @@ def test_model_save_writes_every_workers_keys_for_stock_keras(num_workers):
     np.save(data, cases.make_data()[0])
     out = os.path.join(_ROOT, f"stock{num_workers}_out.npy")
     vocabulary = os.path.join(_ROOT, f"stock{num_workers}_vocabulary.npy")
+    served = os.path.join(_ROOT, f"stock{num_workers}_served.npy")
     subprocess.run(
-        [sys.executable, "-c", _CLEAN, path, out, data, vocabulary],
+        [sys.executable, "-c", _CLEAN, path, out, data, vocabulary]
+        + [export, served],
         check=True,
         timeout=300,
         env={**os.environ, "PYTHONPATH": ""},
@@ -146,3 +156,6 @@ def test_model_save_writes_every_workers_keys_for_stock_keras(num_workers):
     assert sorted(np.load(vocabulary).tolist()) == sorted(keys.tolist())
     for result in run.results.values():
         np.testing.assert_array_equal(np.load(out), result["predict"])
+        np.testing.assert_allclose(
+            np.load(served), result["predict"], atol=1e-6, rtol=0
+        )

@@ -186,9 +186,10 @@ def resume(
         }
 
 
-def save_stock(path: str, timeout: float = 60) -> dict:
-    """Trains one config and saves it with `model.save(path)` (outside the
-    scope); returns this rank's live keys and the predictions."""
+def save_stock(path: str, export: str, timeout: float = 60) -> dict:
+    """Trains one config, saves it with `model.save(path)` and exports it
+    to `export` (outside the scope); returns this rank's live keys and the
+    predictions."""
     keys, targets = cases.make_data()
     with kh.HybridStrategy(timeout_seconds=timeout) as strategy:
         keras.utils.set_random_seed(cases.SEED + 1000 * strategy.rank)
@@ -199,6 +200,7 @@ def save_stock(path: str, timeout: float = 60) -> dict:
             keys, targets, batch_size=cases.BATCH, shuffle=False, verbose=0
         )
         model.save(path)
+        model.export(export)
         return {
             "keys": layer.live_keys()[0],
             "predict": model.predict(keys, batch_size=cases.BATCH, verbose=0),

@@ -229,7 +229,9 @@ def _restore_table(saved: SavedTable, record: dict, read, world) -> None:
     # Every worker's step is the same; the counters are job totals, kept
     # by the first worker so that sums over workers stay right.
     table.state["step"].assign(scalars[:, 0].max())
-    totals = scalars[:, 1:].sum(0) if world.is_chief else np.zeros(4)
+    totals = scalars[:, 1:].sum(0)
+    if not world.is_chief:
+        totals = np.zeros_like(totals)
     for name, total in zip(dynamic_table.COUNTERS, totals, strict=True):
         table.state[name].assign(np.int64(total))
     table.reload()

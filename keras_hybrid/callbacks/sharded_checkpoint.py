@@ -5,7 +5,6 @@ import keras
 from keras_hybrid import checkpoint
 from keras_hybrid._compat import keras as keras_compat
 from keras_hybrid.checkpoint.save import DEFAULT_KEEP
-from keras_hybrid.dynamic.dynamic_table import tables_of
 
 
 class ShardedCheckpoint(keras.callbacks.Callback):
@@ -14,7 +13,9 @@ class ShardedCheckpoint(keras.callbacks.Callback):
     The `BackupAndRestore` of partitioned tables: every worker writes the
     rows it owns, in parallel, so no process ever holds a whole table, and
     a later run on any number of workers resumes from the newest complete
-    checkpoint (weights, optimizer state and epoch). Use it for tables too
+    checkpoint (weights, optimizer state and epoch). Dynamic tables are
+    saved by key (rows, optimizer slots, admission counts) and restored
+    onto the keys' owners on the new worker count. Use it for tables too
     big for one host, or when the worker count changes between runs. For
     models that fit in one host, stock `keras.callbacks.BackupAndRestore`
     and `ModelCheckpoint` also work under `HybridStrategy`.
@@ -70,14 +71,6 @@ class ShardedCheckpoint(keras.callbacks.Callback):
         self._batches = 0
 
     def on_train_begin(self, logs=None):
-        tables = tables_of(self.model.variables)
-        if tables:
-            raise NotImplementedError(
-                "ShardedCheckpoint does not save dynamic tables yet. "
-                f"Received: a model with dynamic tables "
-                f"{[t.name for t in tables]}. Drop the callback for this "
-                "model."
-            )
         if not self.restore:
             return
         if checkpoint.latest_checkpoint(self.directory) is None:

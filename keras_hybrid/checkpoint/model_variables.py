@@ -33,13 +33,16 @@ class Entry:
         return str(keras.backend.standardize_dtype(self.variable.dtype))
 
 
-def entries(model: keras.Model, build_optimizer: bool = False) -> list[Entry]:
+def entries(
+    model: keras.Model, build_optimizer: bool = False, skip: set = frozenset()
+) -> list[Entry]:
     """The model's weights, then its optimizer's variables, in order.
 
     Args:
         model: A built Keras model.
         build_optimizer: Boolean. Whether to build an unbuilt optimizer
             first, so its slots exist to be restored into.
+        skip: Set of variable ids saved otherwise (dynamic tables).
 
     Raises:
         ValueError: If the model is not built, or two variables share a path.
@@ -57,7 +60,7 @@ def entries(model: keras.Model, build_optimizer: bool = False) -> list[Entry]:
     variables = list(model.weights)
     if optimizer is not None and optimizer.built:
         variables += list(optimizer.variables)
-    result, seen_ids, seen_paths = [], set(), {}
+    result, seen_ids, seen_paths = [], set(skip), {}
     for v in variables:
         if id(v) in seen_ids:
             continue

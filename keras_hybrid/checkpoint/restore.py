@@ -11,6 +11,7 @@ import os
 import numpy as np
 from absl import logging
 
+from keras_hybrid.checkpoint import dynamic_tables
 from keras_hybrid.checkpoint import manifest as manifest_lib
 from keras_hybrid.checkpoint import model_variables
 from keras_hybrid.checkpoint import participants
@@ -55,9 +56,13 @@ def restore_checkpoint(model, path: str, strategy=None) -> dict:
     try:
         manifest = _read_manifest(found)
         entries = model_variables.entries(model, build_optimizer=True)
+        tables = dynamic_tables.of_model(model)
+        skip = dynamic_tables.variable_ids(tables)
+        entries = [e for e in entries if id(e.variable) not in skip]
         saved = _match(entries, manifest["variables"], found)
         for entry in entries:
             _restore_one(entry, saved[entry.path], found, manifest, world)
+        dynamic_tables.restore(tables, manifest, found, world)
     except Exception as e:  # re-raised by `agree`, on every worker
         error = e
     world.agree(error, f"Restoring {found!r}")

@@ -15,6 +15,7 @@ import time
 import numpy as np
 from absl import logging
 
+from keras_hybrid.checkpoint import dynamic_tables
 from keras_hybrid.checkpoint import manifest as manifest_lib
 from keras_hybrid.checkpoint import model_variables
 from keras_hybrid.checkpoint import participants
@@ -56,7 +57,10 @@ def save_checkpoint(
     if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
         raise ValueError(f"`keep` must be an int >= 1. Received: keep={keep!r}")
     world = participants.of_model(model, strategy)
-    entries = model_variables.entries(model)
+    tables = dynamic_tables.of_model(model)
+    entries = model_variables.entries(
+        model, skip=dynamic_tables.variable_ids(tables)
+    )
     step = _step(model)
     final = os.path.join(directory, manifest_lib.checkpoint_name(step))
     tmp = final + ".tmp"
@@ -71,14 +75,14 @@ def save_checkpoint(
     world.agree(error, f"Creating {tmp!r}")
     error = None
     try:
-        _write_own_files(entries, tmp, world)
+        _write_own_files(entries, tables, tmp, world)
     except Exception as e:  # re-raised by `agree`, on every worker
         error = e
     world.agree(error, f"Writing checkpoint {tmp!r}")
     error = None
     if world.is_chief:
         try:
-            _publish(entries, tmp, final, world, step, epoch)
+            _publish(entries, tables, tmp, final, world, step, epoch)
             _prune(directory, keep)
         except Exception as e:
             error = e
@@ -99,7 +103,7 @@ def _step(model) -> int:
     return int(np.asarray(optimizer.iterations.numpy()))
 
 
-def _write_own_files(entries, tmp, world) -> None:
+def _write_own_files(entries, tables, tmp, world) -> None:
     """Writes this worker's files, then its sidecar `{relative path:
     record}` that the chief reads back."""
     records = {}
@@ -122,10 +126,11 @@ def _write_own_files(entries, tmp, world) -> None:
             value = np.asarray(entry.variable.numpy())
             path = os.path.join(tmp, name)
             records[name] = shard_files.write_array(path, value)
+    records.update(dynamic_tables.write_own(tables, tmp, world))
     shard_files.write_json(os.path.join(tmp, own + ".json"), records)
 
 
-def _publish(entries, tmp, final, world, step, epoch) -> None:
+def _publish(entries, tables, tmp, final, world, step, epoch) -> None:
     """Chief: checks every worker's files, writes the manifest, renames."""
     files = {}
     for rank in range(world.size):
@@ -159,6 +164,7 @@ def _publish(entries, tmp, final, world, step, epoch) -> None:
             "num_workers": world.size,
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "variables": variables,
+            "dynamic_tables": dynamic_tables.manifest_records(tables, world),
             "files": files,
         },
     )

@@ -55,6 +55,8 @@ class DynamicTable:
         initial_rows: `InitialRows`.
         admit_after: Int. Steps that must see a key before it gets a row.
         eviction: `Eviction`.
+        communicator: The `Communicator` of the workers whose tables hold
+            the keys between them, or None for one process.
     """
 
     def __init__(
@@ -65,6 +67,7 @@ class DynamicTable:
         initial_rows: InitialRows,
         admit_after: int,
         eviction: Eviction,
+        communicator=None,
     ):
         self.embeddings = embeddings
         self.state = state
@@ -72,6 +75,7 @@ class DynamicTable:
         self.initial_rows = initial_rows
         self.admit_after = admit_after
         self.eviction = eviction
+        self.communicator = communicator
         key_dtype = slot_keys.dtype
         self.index = tf.lookup.experimental.MutableHashTable(
             key_dtype, tf.int64, default_value=-1, name="dynamic_index"
@@ -146,13 +150,23 @@ class DynamicTable:
         self.index.insert(tf.gather(self.slot_keys, live), live)
 
     def stats(self) -> dict:
-        """Dict of ints: `rows` (live now) and each of `COUNTERS`."""
-        stats = {
-            "rows": int(tf.reduce_sum(tf.cast(self.state["live"], "int64")))
-        }
-        for name in COUNTERS:
-            stats[name] = int(self.state[name].value)
-        return stats
+        """Dict of ints: `rows` (live now) and each of `COUNTERS`, summed
+        over the workers that hold the table (a collective on several
+        workers: every worker must call it)."""
+        per_worker = self.worker_stats()
+        return {k: sum(s[k] for s in per_worker) for k in per_worker[0]}
+
+    def worker_stats(self) -> list[dict]:
+        """`stats()` of each worker's own table, in rank order (a
+        collective on several workers)."""
+        names = ("rows", *COUNTERS)
+        live = tf.reduce_sum(tf.cast(self.state["live"], "int64"))
+        mine = tf.stack([live] + [self.state[n].value for n in COUNTERS])
+        comm = self.communicator
+        if comm is not None and comm.size > 1:
+            mine = comm.gather_fixed(mine[None, :])
+        rows = tf.reshape(mine, [-1, len(names)]).numpy().tolist()
+        return [dict(zip(names, map(int, r), strict=True)) for r in rows]
 
     def _admit(self, candidates: tf.Tensor, rows: tf.Tensor) -> tf.Tensor:
         """Gives rows to as many `candidates` as fit, in order; returns how

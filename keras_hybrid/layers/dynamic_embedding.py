@@ -207,6 +207,7 @@ class DynamicEmbedding(keras.layers.Layer):
             self.initial_rows,
             self.admit_after,
             self.eviction,
+            self._communicator,
         )
         # Attributes of the layer, so that TensorFlow tracks the hash
         # tables and keys for `model.export` (a SavedModel).
@@ -298,9 +299,18 @@ class DynamicEmbedding(keras.layers.Layer):
 
     def stats(self) -> dict:
         """Dict of ints: live `rows` now, and since the layer was made,
-        `admissions`, `evictions`, `expirations` (TTL) and `rejections`
-        (keys ready for a row that found none)."""
+        `admissions` (rows given to keys), `evictions`, `expirations`
+        (TTL) and `rejections` (keys ready for a row that found none).
+
+        Under `HybridStrategy` the figures are summed over the workers,
+        and every worker must call it at the same time (a collective).
+        """
         return self.table.stats()
+
+    def worker_stats(self) -> list[dict]:
+        """`stats()` of each worker's own table, in rank order (one dict
+        in one process; a collective on several workers)."""
+        return self.table.worker_stats()
 
     def live_keys(self) -> tuple[np.ndarray, np.ndarray]:
         """`(keys, rows)`: every key that has a row, and its row, as NumPy
@@ -310,29 +320,43 @@ class DynamicEmbedding(keras.layers.Layer):
         )
         return self.table.slot_keys.numpy()[live], live
 
+    def live_rows(self) -> tuple[np.ndarray, np.ndarray]:
+        """`(keys, values)`: every live key and its row's values, as NumPy
+        arrays. Under `HybridStrategy` on several workers, every worker's
+        keys in rank order (an all-gather: every worker must call it)."""
+        keys, rows = self.live_keys()
+        values = keras.ops.convert_to_numpy(self.embeddings)[rows]
+        comm = self._communicator
+        if comm is None or comm.size < 2:
+            return keys, values
+        gathered_keys, _ = comm.all_gather(tf.constant(keys, tf.int64))
+        gathered_values, _ = comm.all_gather(tf.constant(values))
+        return gathered_keys.numpy(), gathered_values.numpy()
+
     def static_equivalent(self) -> keras.Sequential:
         """A stock Keras layer that reads what this one reads now.
 
         `IntegerLookup` or `StringLookup` over the live keys (unknown keys
         to the out-of-vocabulary index), then an `Embedding` whose rows
         are the default row and the live keys' rows. It needs no
-        keras-hybrid to load or serve; it admits and evicts nothing.
+        keras-hybrid to load or serve; it admits and evicts nothing. On
+        several workers it holds every worker's keys (`live_rows`), and
+        every worker must call it at the same time.
 
         Raises:
             ValueError: If the table holds no key yet.
         """
-        keys, rows = self.live_keys()
-        table = keras.ops.convert_to_numpy(self.embeddings)
-        default = self.default_value.astype(table.dtype)
+        keys, values = self.live_rows()
+        default = self.default_value.astype(values.dtype)
         mask = None
         if self.mask_zero:
             # The lookup puts the mask key at index 0, which the
             # Embedding masks; it reads the key's row as this layer does.
             mask = "" if self.key_dtype == "string" else 0
             at_mask = np.flatnonzero(keys == np.asarray(mask, keys.dtype))
-            mask_row = table[rows[at_mask[0]]] if at_mask.size else default
+            mask_row = values[at_mask[0]] if at_mask.size else default
             keep = keys != np.asarray(mask, keys.dtype)
-            keys, rows = keys[keep], rows[keep]
+            keys, values = keys[keep], values[keep]
         if not len(keys):
             raise ValueError(
                 f"{self.name} holds no key yet, and a stock lookup needs at "
@@ -349,7 +373,7 @@ class DynamicEmbedding(keras.layers.Layer):
         lookup = lookup_class(
             vocabulary=keys, num_oov_indices=1, mask_token=mask
         )
-        weights = [default, table[rows]]
+        weights = [default, values]
         if self.mask_zero:
             weights = [mask_row, *weights]
         embedding = keras.layers.Embedding(
@@ -367,10 +391,12 @@ class DynamicEmbedding(keras.layers.Layer):
         comm = self._communicator
         if comm is not None and comm.size > 1:
             raise NotImplementedError(
-                "A DynamicEmbedding on several workers cannot be saved or "
-                "loaded yet: each worker holds only its own keys' rows. "
-                f"Received: a layer on {comm.size} workers. Train it in "
-                "one process to save it."
+                "The weights of a DynamicEmbedding on several workers "
+                "cannot be saved or loaded as Keras weights: each worker "
+                f"holds only its own keys' rows. Received: a layer on "
+                f"{comm.size} workers. Use `model.save` (it writes the "
+                "stock-Keras equivalent, `to_static`) or "
+                "`keras_hybrid.callbacks.ShardedCheckpoint` to resume."
             )
 
     def save_own_variables(self, store) -> None:

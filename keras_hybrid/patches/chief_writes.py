@@ -14,9 +14,13 @@ redirects the other ranks' writes, like Keras 2 did for
   when `save` returns anywhere. The chief writes a `.keras` or `.h5` file
   under a hidden name beside it and renames it once all succeeded: a
   worker killed in the save never leaves a file cut short at the path.
+  A model with dynamic tables is saved as its stock-Keras equivalent
+  (`layers.to_static`, over every worker's live keys), since no worker
+  holds all of a dynamic table's keys.
 - `model.export` (SavedModel for serving) gathers the weights on every
   rank; the chief exports a single-device copy of the model built outside
-  the strategy, so the SavedModel holds whole tables and no collectives.
+  the strategy, so the SavedModel holds whole tables and no collectives
+  (of the stock-Keras equivalent for a model with dynamic tables).
 - `TensorBoard` writes through no-op summary writers on other ranks
   (`chief_summaries`);
 - the stock callbacks that write files themselves (`BackupAndRestore`'s
@@ -41,6 +45,7 @@ import shutil
 import tempfile
 import threading
 
+import tensorflow as tf
 from absl import logging
 
 from keras_hybrid.checkpoint.participants import World
@@ -145,9 +150,41 @@ def _sibling(filepath) -> str:
     return os.path.join(folder, f".keras_hybrid_{os.getpid()}_{name}")
 
 
+def _stock_model(model):
+    """`model`, or on several workers, when it has dynamic tables, its
+    stock-Keras equivalent (`to_static`) over every worker's live keys:
+    each worker holds only its own keys, and the file must hold them all.
+    Every rank makes it (an all-gather per table).
+
+    Raises:
+        RuntimeError: Inside `strategy.scope()` (the copy's tables would
+            be made under the strategy).
+    """
+    from keras_hybrid.dynamic.dynamic_table import tables_of
+    from keras_hybrid.layers.static_copy import to_static
+
+    if _strategy() is None or not tables_of(model.weights):
+        return model
+    if tf.distribute.has_strategy():
+        raise RuntimeError(
+            "A model with dynamic tables on several workers is saved as "
+            "its stock-Keras equivalent, which must be made outside "
+            "`strategy.scope()`. Received: `model.save` inside the scope. "
+            "Call it after the `with strategy.scope():` block."
+        )
+    logging.info(
+        "keras-hybrid: saving %s as its stock-Keras equivalent "
+        "(`to_static`): its dynamic tables become lookups over every "
+        "worker's live keys.",
+        model.name,
+    )
+    return to_static(model)
+
+
 def _save_model_of(original):
     @call_fence.fences("model.save")
     def save_model(model, filepath, *args, **kwargs):
+        model = _stock_model(model)
         return _all_ranks_write(
             filepath,
             lambda path: original(model, path, *args, **kwargs),
@@ -177,6 +214,7 @@ def _export_of(original):
             return original(model, filepath, *args, **kwargs)
         from keras_hybrid.checkpoint import single_device
 
+        model = _stock_model(model)
         # Every rank gathers the weights (a collective); only the chief
         # builds the copy it exports.
         copy = single_device.copy_model(model, build_copy=strategy.is_chief)

@@ -148,11 +148,42 @@ def test_keys_live_on_their_owners(num_workers):
             # Each worker's table has its own capacity; slots follow it.
             assert got["table_shape"] == (cases.CAPACITY, cases.DIM)
             assert all(s == got["table_shape"] for s in got["slot_shapes"])
-            assert got["stats"]["rows"] == len(mine)
+            assert got["worker_stats"][rank]["rows"] == len(mine)
     if num_workers > 1:
         # The keys are spread: no worker holds them all.
         counts = [len(r[cases.key("sgd", 1)]["keys"]) for r in results.values()]
         assert max(counts) < sum(counts)
+
+
+@pytest.mark.parametrize("num_workers", WORKER_COUNTS)
+def test_stats_are_summed_over_workers(num_workers):
+    # `stats()` and `DynamicTableStats` give the job's figures on every
+    # worker, and each worker's own: its live keys and its admissions.
+    results = launch(num_workers)
+    for optimizer, admit_after in CONFIGS:
+        _, want = _config(num_workers, optimizer, admit_after)
+        got = {
+            r: v[cases.key(optimizer, admit_after)] for r, v in results.items()
+        }
+        total = len(want["rows"])
+        mine = [len(got[r]["keys"]) for r in range(num_workers)]
+        for result in got.values():
+            history = result["history"]
+            assert result["stats"]["rows"] == total
+            assert sum(history["dyn_embeddings_admissions"]) == total
+            assert history["dyn_embeddings_rows"][-1] == total
+            assert result["stats"]["evictions"] == 0
+            assert sum(history["dyn_embeddings_evictions"]) == 0
+            per_worker = [s["rows"] for s in result["worker_stats"]]
+            assert per_worker == mine
+            if num_workers == 1:
+                assert "dyn_embeddings_rows_worker0" not in history
+                continue
+            for rank in range(num_workers):
+                name = f"dyn_embeddings_admissions_worker{rank}"
+                assert sum(history[name]) == mine[rank]
+                rows = history[f"dyn_embeddings_rows_worker{rank}"]
+                assert rows[-1] == mine[rank]
 
 
 def test_admission_threshold_reads_default_rows():

@@ -44,6 +44,7 @@ def train_one(strategy, optimizer, admit_after, keys, targets) -> dict:
         epochs=cases.EPOCHS,
         shuffle=False,
         verbose=0,
+        callbacks=[kh.callbacks.DynamicTableStats()],
     )
     moved = strategy.communicator.stats.delta(before)
     live_keys, live_rows = layer.live_keys()
@@ -52,11 +53,13 @@ def train_one(strategy, optimizer, admit_after, keys, targets) -> dict:
         "initial_head": initial_head,
         "final_head": head.get_weights(),
         "loss": history.history["loss"],
+        "history": history.history,
         "keys": live_keys,
         "rows": layer.embeddings.numpy()[live_rows],
         "owners": owners.numpy(),
         "table_shape": tuple(layer.embeddings.shape),
         "stats": layer.stats(),
+        "worker_stats": layer.worker_stats(),
         "slot_shapes": [
             tuple(v.shape)
             for v in model.optimizer.variables
@@ -112,3 +115,93 @@ def refusals(timeout: float = 60) -> dict:
             except NotImplementedError as error:
                 out["global_clipnorm"] = str(error)
     return out
+
+
+def save_first_epoch(
+    optimizer: str, admit_after: int, directory: str, timeout: float = 60
+) -> dict:
+    """Trains the first of `cases.EPOCHS` epochs and saves a sharded
+    checkpoint of it in `directory`."""
+    keys, targets = cases.make_data()
+    with kh.HybridStrategy(timeout_seconds=timeout) as strategy:
+        keras.utils.set_random_seed(cases.SEED + 1000 * strategy.rank)
+        with strategy.scope():
+            model, layer = cases.build_model(admit_after)
+            model.compile(optimizer=cases.make_optimizer(optimizer), loss="mse")
+        initial_head = model.get_layer("head").get_weights()
+        history = model.fit(
+            keys,
+            targets,
+            batch_size=cases.BATCH,
+            epochs=1,
+            shuffle=False,
+            verbose=0,
+            callbacks=[kh.callbacks.ShardedCheckpoint(directory)],
+        )
+        return {
+            "initial_head": initial_head,
+            "loss": history.history["loss"],
+            "waiting": int(layer.table.counts.size()),
+            "keys": layer.live_keys()[0],
+        }
+
+
+def resume(
+    optimizer: str, admit_after: int, directory: str, timeout: float = 60
+) -> dict:
+    """Restores the checkpoint in `directory` and trains the remaining
+    epochs; returns what `train_one` returns (losses of those epochs)."""
+    keys, targets = cases.make_data()
+    with kh.HybridStrategy(timeout_seconds=timeout) as strategy:
+        # Other seeds than the saving run: everything must come from the
+        # checkpoint.
+        keras.utils.set_random_seed(cases.SEED + 77 + 1000 * strategy.rank)
+        with strategy.scope():
+            model, layer = cases.build_model(admit_after)
+            model.compile(optimizer=cases.make_optimizer(optimizer), loss="mse")
+        history = model.fit(
+            keys,
+            targets,
+            batch_size=cases.BATCH,
+            epochs=cases.EPOCHS,
+            shuffle=False,
+            verbose=0,
+            callbacks=[
+                kh.callbacks.ShardedCheckpoint(directory),
+                kh.callbacks.DynamicTableStats(),
+            ],
+        )
+        live_keys, live_rows = layer.live_keys()
+        owners = layer.key_owners.owner_of(tf.constant(live_keys, tf.int64))
+        return {
+            "size": strategy.size,
+            "loss": history.history["loss"],
+            "history": history.history,
+            "final_head": model.get_layer("head").get_weights(),
+            "keys": live_keys,
+            "rows": layer.embeddings.numpy()[live_rows],
+            "owners": owners.numpy(),
+            "stats": layer.stats(),
+            "predict": model.predict(keys, batch_size=cases.BATCH, verbose=0),
+        }
+
+
+def save_stock(path: str, export: str, timeout: float = 60) -> dict:
+    """Trains one config, saves it with `model.save(path)` and exports it
+    to `export` (outside the scope); returns this rank's live keys and the
+    predictions."""
+    keys, targets = cases.make_data()
+    with kh.HybridStrategy(timeout_seconds=timeout) as strategy:
+        keras.utils.set_random_seed(cases.SEED + 1000 * strategy.rank)
+        with strategy.scope():
+            model, layer = cases.build_model(1)
+            model.compile(optimizer=cases.make_optimizer("adam"), loss="mse")
+        model.fit(
+            keys, targets, batch_size=cases.BATCH, shuffle=False, verbose=0
+        )
+        model.save(path)
+        model.export(export)
+        return {
+            "keys": layer.live_keys()[0],
+            "predict": model.predict(keys, batch_size=cases.BATCH, verbose=0),
+        }

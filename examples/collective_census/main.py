@@ -1,7 +1,7 @@
 """How many collectives each train step launches, per example model.
 
     keras-hybrid-run -np 2 python -m examples.collective_census.main
-    keras-hybrid-run -np 2 python -m examples.collective_census.main \
+    keras-hybrid-run -np 2 python examples/collective_census/main.py \
         --models=recommender,batchnorm_mixed --out=census.json
 
 Each model (the example models' own `build_model`, compiled as their
@@ -15,6 +15,8 @@ by path; `--out` writes it as JSON.
 """
 
 import json
+import os
+import sys
 
 import keras
 import numpy as np
@@ -23,11 +25,21 @@ from absl import flags
 from absl import logging
 
 import keras_hybrid as kh
-from examples.dense_cnn import train as dense_cnn
-from examples.lm import train as lm
-from examples.nmt import train as nmt
-from examples.recommender import train as recommender
 from keras_hybrid.comm.comm_stats import PATHS
+
+if not __package__:
+    # Run as a script (`python examples/collective_census/main.py`): the
+    # example models are imported from the repository this file is in.
+    sys.path.insert(
+        0,
+        os.path.dirname(
+            os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        ),
+    )
+from examples.dense_cnn import train as dense_cnn  # noqa: E402
+from examples.lm import train as lm  # noqa: E402
+from examples.nmt import train as nmt  # noqa: E402
+from examples.recommender import train as recommender  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("steps", 5, "Steps per model (the first not counted).", 2)

@@ -83,16 +83,4 @@ def read_rows(table, rows):
     """Rows `rows` of `table`'s variable, whose gradient is marked as the
     owner's pushed gradient (`table_gradients.make`)."""
     storage = keras_compat.variable_storage(table.embeddings)
-
-    @tf.custom_gradient
-    def read(rows):
-        values = storage.sparse_read(rows)
-
-        def grad(d_values, variables):
-            del variables
-            d_values = tf.convert_to_tensor(d_values)
-            return None, [table_gradients.make(table, d_values, rows)]
-
-        return values, grad
-
-    return read(rows)
+    return table_gradients.marked_read(table, rows, storage.sparse_read)

@@ -93,22 +93,12 @@ def check_ids(table, flags, bad_ids):
 
 def read_rows(table, local_ids):
     """Owner-side gather whose gradient is the shard's (marked) gradient."""
-
-    @tf.custom_gradient
-    def read(local_ids):
-        rows = table.read_local_rows(local_ids)
-
-        def grad(d_rows, variables):
-            del variables
-            d_rows = tf.convert_to_tensor(d_rows)
-            return None, [table_gradients.make(table, d_rows, local_ids)]
-
-        return rows, grad
-
     # `custom_gradient` passes the variables it saw through an IdentityN;
     # they must read as the local rows, not as a whole-table stand-in.
     with shard_view():
-        return read(local_ids)
+        return table_gradients.marked_read(
+            table, local_ids, table.read_local_rows
+        )
 
 
 def send_back(comm, rows, plan, peers=None):

@@ -41,6 +41,24 @@ def make(table, values: tf.Tensor, local_ids: tf.Tensor) -> tf.IndexedSlices:
     return tf.IndexedSlices(values, local_ids, dense_shape)
 
 
+def marked_read(table, local_ids: tf.Tensor, gather) -> tf.Tensor:
+    """`gather(local_ids)`, rows of `table` on its owner, whose gradient is
+    the owner's marked gradient of `table` at `local_ids` (`make`)."""
+
+    @tf.custom_gradient
+    def read(local_ids):
+        rows = gather(local_ids)
+
+        def grad(d_rows, variables):
+            del variables
+            d_rows = tf.convert_to_tensor(d_rows)
+            return None, [make(table, d_rows, local_ids)]
+
+        return rows, grad
+
+    return read(local_ids)
+
+
 def table_of(value):
     """The table whose pushed gradient `value` is, or None."""
     if not isinstance(value, tf.IndexedSlices) or value.dense_shape is None:

@@ -95,7 +95,8 @@ horovod-wheel:
 
 test-horovod: $(HVD_STAMP)
 	KERAS_HYBRID_TEST_ENGINES=horovod $(HVD_PY) -m pytest -q -k horovod \
-		tests/comm tests/sparse tests/strategy tests/patches tests/horovod
+		tests/comm tests/sparse tests/strategy tests/patches tests/horovod \
+		tests/dynamic
 	$(HVD_PY) -m pytest -q tests/compat
 
 # Keras 3.15 resolves beside TF >= 2.16 in one install. The package goes

@@ -7,7 +7,6 @@ import numpy as np
 import tensorflow as tf
 
 from keras_hybrid._compat import keras as keras_compat
-from keras_hybrid.comm.tf_communicator import TFCommunicator
 from keras_hybrid.dynamic import key_exchange
 from keras_hybrid.dynamic import optimizer_slots
 from keras_hybrid.dynamic.dynamic_table import COUNTERS
@@ -89,10 +88,9 @@ class DynamicEmbedding(keras.layers.Layer):
         ValueError: For a bad `capacity`, `admit_after` or `eviction`.
         NotImplementedError: For an initializer that depends on the
             table's shape; when built under a `tf.distribute` strategy
-            other than `HybridStrategy`, under an elastic
-            `HybridStrategy` or its Horovod engine; for string keys on
-            several workers, or a regularizer or constraint on several
-            workers.
+            other than `HybridStrategy` or under an elastic
+            `HybridStrategy`; for string keys on several workers, or a
+            regularizer or constraint on several workers.
     """
 
     def __init__(
@@ -463,8 +461,8 @@ def _communicator_of_strategy(key_dtype: str):
     no strategy.
 
     Raises:
-        NotImplementedError: Under another strategy, an elastic job, the
-            Horovod engine, or with string keys on several workers.
+        NotImplementedError: Under another strategy, in an elastic job, or
+            with string keys on several workers.
     """
     if not tf.distribute.has_strategy():
         return None
@@ -483,12 +481,6 @@ def _communicator_of_strategy(key_dtype: str):
             "shards do not move on a resize. Received: a layer built "
             "under an elastic HybridStrategy. Run a fixed number of "
             "workers (no `--min-np`/`--max-np`)."
-        )
-    if not isinstance(comm, TFCommunicator):
-        raise NotImplementedError(
-            "DynamicEmbedding exchanges its keys on the TensorFlow "
-            "collectives engine only. Received: a layer built under the "
-            f"{type(comm).__name__} engine. Use HybridStrategy(engine='tf')."
         )
     if key_dtype == "string" and comm.size > 1:
         raise NotImplementedError(

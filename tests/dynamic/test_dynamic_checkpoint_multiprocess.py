@@ -23,6 +23,7 @@ import pytest
 import tensorflow as tf
 
 from keras_hybrid.dynamic.key_owners import KeyOwners
+from keras_hybrid.testing.multiprocess import engines_under_test
 from keras_hybrid.testing.pool import run_scenario
 from tests.dynamic.test_dynamic_multiprocess import cases
 from tests.dynamic.test_dynamic_multiprocess import expected
@@ -31,6 +32,7 @@ HERE = os.path.join(os.path.dirname(__file__), "workers")
 SCENARIO = os.path.join(HERE, "dynamic_scenarios.py")
 
 pytestmark = pytest.mark.multiprocess
+by_engine = pytest.mark.parametrize("engine", engines_under_test())
 
 ATOL = 1e-5
 CONFIG = {"optimizer": "adam", "admit_after": 3}
@@ -38,23 +40,24 @@ _ROOT = tempfile.mkdtemp(prefix="dynamic_ckpt_")
 
 
 @functools.cache
-def saved(num_workers: int) -> tuple:
+def saved(engine: str, num_workers: int) -> tuple:
     """`(directory, {rank: result})` of the first epoch on `num_workers`."""
-    directory = os.path.join(_ROOT, f"from{num_workers}")
+    directory = os.path.join(_ROOT, f"{engine}_from{num_workers}")
     run = run_scenario(
         SCENARIO,
         "save_first_epoch",
         num_workers,
         {**CONFIG, "directory": directory},
+        engine=engine,
         timeout=300,
     ).check()
     return directory, run.results
 
 
 @functools.cache
-def resumed(saved_on: int, num_workers: int) -> dict:
-    directory, _ = saved(saved_on)
-    copy = os.path.join(_ROOT, f"from{saved_on}to{num_workers}")
+def resumed(engine: str, saved_on: int, num_workers: int) -> dict:
+    directory, _ = saved(engine, saved_on)
+    copy = os.path.join(_ROOT, f"{engine}_from{saved_on}to{num_workers}")
     # Each resume saves again at its end: keep the source untouched.
     shutil.copytree(directory, copy)
     run = run_scenario(
@@ -62,6 +65,7 @@ def resumed(saved_on: int, num_workers: int) -> dict:
         "resume",
         num_workers,
         {**CONFIG, "directory": copy},
+        engine=engine,
         timeout=300,
     ).check()
     return run.results
@@ -70,14 +74,15 @@ def resumed(saved_on: int, num_workers: int) -> dict:
 RESIZES = [(2, 1), (2, 4), (4, 2), (1, 2)]
 
 
+@by_engine
 @pytest.mark.parametrize("saved_on,num_workers", RESIZES)
-def test_resume_equals_an_uninterrupted_run(saved_on, num_workers):
-    _, first = saved(saved_on)
+def test_resume_equals_an_uninterrupted_run(engine, saved_on, num_workers):
+    _, first = saved(engine, saved_on)
     # Keys wait for admission at the save: their counts must travel.
     assert sum(r["waiting"] for r in first.values()) > 0
     head = [np.asarray(w) for w in first[0]["initial_head"]]
     want = expected(CONFIG["optimizer"], CONFIG["admit_after"], head)
-    got = resumed(saved_on, num_workers)
+    got = resumed(engine, saved_on, num_workers)
     assert sorted(got) == list(range(num_workers))
     for result in first.values():
         np.testing.assert_allclose(
@@ -128,24 +133,29 @@ np.save(sys.argv[6], served.serve(tf.constant(np.load(sys.argv[3]))).numpy())
 """
 
 
+@by_engine
 @pytest.mark.parametrize("num_workers", (2, 4))
-def test_save_and_export_hold_every_workers_keys_for_stock_keras(num_workers):
-    path = os.path.join(_ROOT, f"stock{num_workers}.keras")
-    export = os.path.join(_ROOT, f"stock{num_workers}_savedmodel")
+def test_save_and_export_hold_every_workers_keys_for_stock_keras(
+    engine, num_workers
+):
+    stem = os.path.join(_ROOT, f"{engine}_stock{num_workers}")
+    path = f"{stem}.keras"
+    export = f"{stem}_savedmodel"
     run = run_scenario(
         SCENARIO,
         "save_stock",
         num_workers,
         {"path": path, "export": export},
+        engine=engine,
         timeout=300,
     ).check()
     keys = np.concatenate([r["keys"] for r in run.results.values()])
     assert min(len(r["keys"]) for r in run.results.values()) > 0
     data = os.path.join(_ROOT, "keys.npy")
     np.save(data, cases.make_data()[0])
-    out = os.path.join(_ROOT, f"stock{num_workers}_out.npy")
-    vocabulary = os.path.join(_ROOT, f"stock{num_workers}_vocabulary.npy")
-    served = os.path.join(_ROOT, f"stock{num_workers}_served.npy")
+    out = f"{stem}_out.npy"
+    vocabulary = f"{stem}_vocabulary.npy"
+    served = f"{stem}_served.npy"
     subprocess.run(
         [sys.executable, "-c", _CLEAN, path, out, data, vocabulary]
         + [export, served],

@@ -1,4 +1,5 @@
-"""`DynamicEmbedding` on 1, 2 and 4 real workers under `HybridStrategy`.
+"""`DynamicEmbedding` on 1, 2 and 4 real workers under `HybridStrategy`,
+on each engine under test (`make test-horovod` runs them on Horovod).
 
 Each worker count's pool runs one scenario
 (`workers/dynamic_scenarios.py`) that fits {SGD, Adam} x {admit_after 1,
@@ -22,6 +23,7 @@ import tensorflow as tf
 
 from keras_hybrid.dynamic.initial_rows import InitialRows
 from keras_hybrid.dynamic.key_owners import KeyOwners
+from keras_hybrid.testing.multiprocess import engines_under_test
 from keras_hybrid.testing.pool import run_scenario
 from tests.dynamic import reference
 
@@ -31,6 +33,7 @@ sys.path.insert(0, HERE)
 import dynamic_cases as cases  # noqa: E402
 
 pytestmark = pytest.mark.multiprocess
+by_engine = pytest.mark.parametrize("engine", engines_under_test())
 
 ATOL = 1e-5
 WORKER_COUNTS = (1, 2, 4)
@@ -38,19 +41,21 @@ CONFIGS = [(o, a) for o in cases.OPTIMIZERS for a in cases.ADMIT_AFTER]
 
 
 @functools.cache
-def launch(num_workers: int) -> dict:
+def launch(engine: str, num_workers: int) -> dict:
     """{rank: results} of one scenario of every config."""
     run = run_scenario(
         SCENARIO,
         "train",
         num_workers,
         {"configs": [list(c) for c in CONFIGS]},
+        engine=engine,
         # 4 configs, each traced on every worker, on a shared 2-core machine.
         timeout=480,
     ).check()
     assert sorted(run.results) == list(range(num_workers))
     for result in run.results.values():
         assert result["size"] == num_workers
+        assert result["engine"] == engine
     return run.results
 
 
@@ -103,18 +108,19 @@ def _train_reference(optimizer, admit_after, initial_head) -> dict:
     }
 
 
-def _config(num_workers, optimizer, admit_after):
-    results = launch(num_workers)
+def _config(engine, num_workers, optimizer, admit_after):
+    results = launch(engine, num_workers)
     key = cases.key(optimizer, admit_after)
     got = {rank: results[rank][key] for rank in range(num_workers)}
     head = [np.asarray(w) for w in got[0]["initial_head"]]
     return got, expected(optimizer, admit_after, head)
 
 
+@by_engine
 @pytest.mark.parametrize("num_workers", WORKER_COUNTS)
 @pytest.mark.parametrize("optimizer,admit_after", CONFIGS)
-def test_equals_static_embedding(num_workers, optimizer, admit_after):
-    got, want = _config(num_workers, optimizer, admit_after)
+def test_equals_static_embedding(engine, num_workers, optimizer, admit_after):
+    got, want = _config(engine, num_workers, optimizer, admit_after)
     for result in got.values():
         np.testing.assert_allclose(
             result["loss"], want["loss"], atol=ATOL, rtol=0
@@ -134,10 +140,11 @@ def test_equals_static_embedding(num_workers, optimizer, admit_after):
             )
 
 
+@by_engine
 @pytest.mark.parametrize("num_workers", WORKER_COUNTS)
-def test_keys_live_on_their_owners(num_workers):
+def test_keys_live_on_their_owners(engine, num_workers):
     owners = KeyOwners.balanced(num_workers)
-    results = launch(num_workers)
+    results = launch(engine, num_workers)
     for rank, result in results.items():
         for optimizer, admit_after in CONFIGS:
             got = result[cases.key(optimizer, admit_after)]
@@ -155,13 +162,14 @@ def test_keys_live_on_their_owners(num_workers):
         assert max(counts) < sum(counts)
 
 
+@by_engine
 @pytest.mark.parametrize("num_workers", WORKER_COUNTS)
-def test_stats_are_summed_over_workers(num_workers):
+def test_stats_are_summed_over_workers(engine, num_workers):
     # `stats()` and `DynamicTableStats` give the job's figures on every
     # worker, and each worker's own: its live keys and its admissions.
-    results = launch(num_workers)
+    results = launch(engine, num_workers)
     for optimizer, admit_after in CONFIGS:
-        _, want = _config(num_workers, optimizer, admit_after)
+        _, want = _config(engine, num_workers, optimizer, admit_after)
         got = {
             r: v[cases.key(optimizer, admit_after)] for r, v in results.items()
         }
@@ -189,13 +197,14 @@ def test_stats_are_summed_over_workers(num_workers):
 def test_admission_threshold_reads_default_rows():
     # The threshold config must have read default rows, or it tests
     # little about admission.
-    _, want = _config(1, "sgd", 3)
+    _, want = _config(engines_under_test()[0], 1, "sgd", 3)
     assert want["defaults"] > 0
 
 
+@by_engine
 @pytest.mark.parametrize("num_workers", (2, 4))
-def test_one_exchange_of_keys_per_step(num_workers):
-    got = launch(num_workers)[0][cases.key("sgd", 1)]
+def test_one_exchange_of_keys_per_step(engine, num_workers):
+    got = launch(engine, num_workers)[0][cases.key("sgd", 1)]
     steps = cases.EPOCHS * cases.SAMPLES // cases.BATCH
     # Per train step: one all-to-all of keys, one of rows back (pull) and,
     # backward, one of gradients (push); no all-gather of the table's
@@ -205,8 +214,9 @@ def test_one_exchange_of_keys_per_step(num_workers):
     assert calls["ids"] == steps, calls
 
 
+@by_engine
 @pytest.mark.parametrize("num_workers", (2, 4))
-def test_traffic_is_the_unique_keys_of_peers(num_workers):
+def test_traffic_is_the_unique_keys_of_peers(engine, num_workers):
     # Per step a worker sends each unique key of its slice that a peer
     # owns once (16 bytes: key and lookups), receives its row and pushes
     # its gradient row, and answers the keys its peers ask it: nothing
@@ -224,7 +234,7 @@ def test_traffic_is_the_unique_keys_of_peers(num_workers):
             asks[rank] += np.bincount(owner, minlength=num_workers)
     asks *= cases.EPOCHS
     np.fill_diagonal(asks, 0)
-    for rank, result in launch(num_workers).items():
+    for rank, result in launch(engine, num_workers).items():
         got = result[cases.key("sgd", 1)]
         sent = got["bytes"]
         assert sent["ids"] == 16 * asks[rank].sum(), (rank, sent)
@@ -233,8 +243,11 @@ def test_traffic_is_the_unique_keys_of_peers(num_workers):
         assert sent["sparse_pull"] == row_bytes * asks[:, rank].sum()
 
 
-def test_refusals_on_two_workers():
-    run = run_scenario(SCENARIO, "refusals", 2, {}, timeout=240).check()
+@by_engine
+def test_refusals_on_two_workers(engine):
+    run = run_scenario(
+        SCENARIO, "refusals", 2, {}, engine=engine, timeout=240
+    ).check()
     for result in run.results.values():
         assert "string keys on 2 workers" in result["string_keys"]
         assert (

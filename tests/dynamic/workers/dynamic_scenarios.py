@@ -21,7 +21,11 @@ import keras_hybrid as kh
 def train(configs: list, timeout: float = 60) -> dict:
     keys, targets = cases.make_data()
     with kh.HybridStrategy(timeout_seconds=timeout) as strategy:
-        results = {"size": strategy.size, "rank": strategy.rank}
+        results = {
+            "size": strategy.size,
+            "rank": strategy.rank,
+            "engine": strategy.engine,
+        }
         for optimizer, admit_after in configs:
             results[cases.key(optimizer, admit_after)] = train_one(
                 strategy, optimizer, admit_after, keys, targets

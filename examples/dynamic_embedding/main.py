@@ -1,18 +1,25 @@
-"""Step time of DynamicEmbedding next to a static Embedding, one process.
+"""Step time of DynamicEmbedding next to a static Embedding, on 1 or more
+workers.
 
 Keys are Zipf-distributed ranks, each mapped to a random 64-bit key (so
 keys come from the whole int64 range). The dynamic model looks the keys
-up in a table of `--capacity` rows with admission and eviction; the
-static model reads an `Embedding` of the same `--capacity` rows by
+up in a table of `--capacity` rows per worker with admission and
+eviction; the static model reads an `Embedding` of the same `--capacity`
+rows (partitioned over the workers by `HybridStrategy`'s plan) by
 `rank % capacity`. Both have the same head and optimizer, and are timed
-on the same batches (after `--warmup_steps` steps).
+on the same global batches (`--batch_size` per worker), after
+`--warmup_steps` steps, in this one run.
 
     python examples/dynamic_embedding/main.py --steps=200
+    keras-hybrid-run -np 2 python examples/dynamic_embedding/main.py
+    python -m examples.dynamic_embedding.scaling   # 1, 2 and 4 workers
 
-Logs, per model, ms per step and lookups per second, their ratio, and
-the dynamic table's stats.
+Logs, per model, ms per step, lookups per second per worker and resident
+memory, their ratio, and the dynamic table's stats; `--report` writes
+them as JSON (each rank its own, `<report>.rank<r>` beyond rank 0).
 """
 
+import json
 import time
 
 import keras
@@ -21,19 +28,21 @@ from absl import app
 from absl import flags
 from absl import logging
 
+import keras_hybrid as kh
 from keras_hybrid.layers import DynamicEmbedding
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("steps", 200, "Timed training steps per model.")
 flags.DEFINE_integer("warmup_steps", 20, "Untimed steps first.")
-flags.DEFINE_integer("batch_size", 256, "Samples per step.")
+flags.DEFINE_integer("batch_size", 256, "Samples per step and worker.")
 flags.DEFINE_integer("seq_len", 16, "Keys per sample.")
 flags.DEFINE_integer("dim", 32, "Row width.")
-flags.DEFINE_integer("capacity", 100_000, "Rows of each table.")
+flags.DEFINE_integer("capacity", 100_000, "Rows of each table (per worker).")
 flags.DEFINE_float("zipf", 1.1, "Zipf exponent of the key ranks.")
 flags.DEFINE_integer("admit_after", 2, "Steps that see a key before a row.")
 flags.DEFINE_string("eviction", "lfu", "Eviction policy of the dynamic table.")
 flags.DEFINE_integer("seed", 0, "Seed of the data.")
+flags.DEFINE_string("report", None, "Where to write the figures as JSON.")
 
 
 class _StepTimes(keras.callbacks.Callback):
@@ -49,10 +58,10 @@ class _StepTimes(keras.callbacks.Callback):
             self.times.append(time.perf_counter() - self._start)
 
 
-def make_keys(steps: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """`(keys, ranks)`, `[steps * batch, seq_len]` each."""
+def make_keys(num_samples: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """`(keys, ranks)`, `[num_samples, seq_len]` each."""
     rng = np.random.default_rng(seed)
-    shape = (steps * FLAGS.batch_size, FLAGS.seq_len)
+    shape = (num_samples, FLAGS.seq_len)
     ranks = rng.zipf(FLAGS.zipf, size=shape).astype(np.uint64)
     # splitmix64 of the rank: a random-looking key from the whole range.
     z = ranks * np.uint64(0x9E3779B97F4A7C15)
@@ -61,22 +70,23 @@ def make_keys(steps: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     return (z ^ (z >> np.uint64(31))).view(np.int64), ranks
 
 
-def build(embedding: keras.layers.Layer, dtype: str) -> keras.Model:
-    keys = keras.Input(shape=(FLAGS.seq_len,), dtype=dtype)
-    x = keras.ops.mean(embedding(keys), axis=1)
-    x = keras.layers.Dense(64, activation="relu")(x)
-    model = keras.Model(keys, keras.layers.Dense(1)(x))
-    model.compile(optimizer=keras.optimizers.Adam(1e-3), loss="mse")
+def build(strategy, embedding_fn, dtype: str) -> keras.Model:
+    with strategy.scope():
+        keys = keras.Input(shape=(FLAGS.seq_len,), dtype=dtype)
+        x = keras.ops.mean(embedding_fn()(keys), axis=1)
+        x = keras.layers.Dense(64, activation="relu")(x)
+        model = keras.Model(keys, keras.layers.Dense(1)(x))
+        model.compile(optimizer=keras.optimizers.Adam(1e-3), loss="mse")
     return model
 
 
-def time_fit(model: keras.Model, x: np.ndarray, y: np.ndarray) -> float:
+def time_fit(model: keras.Model, x, y, global_batch: int) -> float:
     """Median seconds per timed step."""
     timer = _StepTimes(FLAGS.warmup_steps)
     model.fit(
         x,
         y,
-        batch_size=FLAGS.batch_size,
+        batch_size=global_batch,
         epochs=1,
         shuffle=False,
         verbose=0,
@@ -85,31 +95,76 @@ def time_fit(model: keras.Model, x: np.ndarray, y: np.ndarray) -> float:
     return float(np.median(timer.times))
 
 
+def resident_mb() -> float:
+    """This process's resident memory now (VmRSS), in MB."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
 def main(argv) -> None:
     del argv
-    steps = FLAGS.steps + FLAGS.warmup_steps
-    keys, ranks = make_keys(steps, FLAGS.seed)
-    y = np.random.default_rng(1).normal(size=(len(keys), 1)).astype("float32")
-    dynamic = DynamicEmbedding(
-        FLAGS.dim,
-        capacity=FLAGS.capacity,
-        admit_after=FLAGS.admit_after,
-        eviction=FLAGS.eviction,
-    )
-    static = keras.layers.Embedding(FLAGS.capacity, FLAGS.dim)
-    rows = (ranks % np.uint64(FLAGS.capacity)).astype(np.int64)
-    t_static = time_fit(build(static, "int64"), rows, y)
-    t_dynamic = time_fit(build(dynamic, "int64"), keys, y)
-    lookups = FLAGS.batch_size * FLAGS.seq_len
-    logging.info(
-        "distinct keys: %d, steps timed: %d", len(np.unique(keys)), FLAGS.steps
-    )
-    for name, t in (("static", t_static), ("dynamic", t_dynamic)):
-        logging.info(
-            "%-8s %8.2f ms/step %12.0f lookups/s", name, t * 1e3, lookups / t
+    with kh.HybridStrategy() as strategy:
+        global_batch = FLAGS.batch_size * strategy.size
+        samples = (FLAGS.steps + FLAGS.warmup_steps) * global_batch
+        keys, ranks = make_keys(samples, FLAGS.seed)
+        rng = np.random.default_rng(1)
+        y = rng.normal(size=(len(keys), 1)).astype("float32")
+        rows = (ranks % np.uint64(FLAGS.capacity)).astype(np.int64)
+        layers = {}
+
+        def dynamic():
+            layers["dynamic"] = DynamicEmbedding(
+                FLAGS.dim,
+                capacity=FLAGS.capacity,
+                admit_after=FLAGS.admit_after,
+                eviction=FLAGS.eviction,
+            )
+            return layers["dynamic"]
+
+        report = {"workers": strategy.size, "rank": strategy.rank}
+        report["baseline_mb"] = resident_mb()
+        for name, fn, x in (
+            (
+                "static",
+                lambda: keras.layers.Embedding(FLAGS.capacity, FLAGS.dim),
+                rows,
+            ),
+            ("dynamic", dynamic, keys),
+        ):
+            seconds = time_fit(build(strategy, fn, "int64"), x, y, global_batch)
+            report[name] = {
+                "ms_per_step": seconds * 1e3,
+                "lookups_per_second_per_worker": (
+                    FLAGS.batch_size * FLAGS.seq_len / seconds
+                ),
+                "resident_mb_after": resident_mb(),
+            }
+        report["ratio"] = (
+            report["dynamic"]["ms_per_step"] / report["static"]["ms_per_step"]
         )
-    logging.info("dynamic / static step time: %.2f", t_dynamic / t_static)
-    logging.info("dynamic table: %s", dynamic.stats())
+        report["distinct_keys"] = int(len(np.unique(keys)))
+        report["dynamic_stats"] = layers["dynamic"].stats()
+        report["plan"] = str(strategy.plan)
+    for name in ("static", "dynamic"):
+        figures = report[name]
+        logging.info(
+            "%-8s %8.2f ms/step %12.0f lookups/s per worker %8.0f MB",
+            name,
+            figures["ms_per_step"],
+            figures["lookups_per_second_per_worker"],
+            figures["resident_mb_after"],
+        )
+    logging.info("dynamic / static step time: %.2f", report["ratio"])
+    logging.info("dynamic table: %s", report["dynamic_stats"])
+    if FLAGS.report:
+        path = FLAGS.report
+        if report["rank"]:
+            path = f"{path}.rank{report['rank']}"
+        with open(path, "w") as f:
+            json.dump(report, f, indent=1, default=str)
 
 
 if __name__ == "__main__":

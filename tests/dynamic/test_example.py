@@ -1,7 +1,10 @@
-"""examples/dynamic_embedding: `main()` and the memory script, with tiny
-flags."""
+"""examples/dynamic_embedding: `main()`, the memory script and the scaling
+driver (1 and 2 workers), with tiny flags."""
 
+import json
+import os
 import sys
+import tempfile
 import unittest
 
 from tests.examples.main_test_case import ExampleMainTestCase
@@ -43,3 +46,59 @@ class MemoryScriptTest(unittest.TestCase):
         self.assertRegex(result.stderr, r"resident \d+ MB, peak \d+ MB")
         # 128 new keys a step, 100 rows: the table stays full.
         self.assertIn("{'rows': 100,", result.stderr)
+
+
+class ScalingScriptTest(unittest.TestCase):
+    def test_both_models_on_each_worker_count_side_by_side(self):
+        out = os.path.join(tempfile.mkdtemp(), "scaling.json")
+        result = run_example(
+            [
+                sys.executable,
+                "-m",
+                "examples.dynamic_embedding.scaling",
+                "--workers=1,2",
+                "--steps=3",
+                "--warmup_steps=1",
+                "--batch_size=8",
+                "--capacity=50",
+                f"--out={out}",
+            ],
+            timeout=600,
+        )
+        self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+        self.assertIn("lookups/s/worker", result.stdout)
+        self.assertIn("launch 2 of 2: 2 workers", result.stderr)
+        with open(out) as f:
+            runs = json.load(f)
+        self.assertEqual(sorted(runs), ["1", "2"])
+        for count, reports in runs.items():
+            self.assertEqual(
+                [r["rank"] for r in reports], list(range(int(count)))
+            )
+            for report in reports:
+                self.assertEqual(report["workers"], int(count))
+                for name in ("static", "dynamic"):
+                    figures = report[name]
+                    # 8 samples x 16 keys per worker and step.
+                    self.assertAlmostEqual(
+                        figures["lookups_per_second_per_worker"]
+                        * figures["ms_per_step"]
+                        / 1e3,
+                        8 * 16,
+                        places=3,
+                    )
+                    self.assertGreater(
+                        figures["resident_mb_after"], report["baseline_mb"]
+                    )
+                self.assertAlmostEqual(
+                    report["ratio"],
+                    report["dynamic"]["ms_per_step"]
+                    / report["static"]["ms_per_step"],
+                )
+                # The job's rows, summed over the workers, on every rank.
+                self.assertGreater(report["dynamic_stats"]["rows"], 0)
+                self.assertEqual(
+                    report["dynamic_stats"], reports[0]["dynamic_stats"]
+                )
+            # The static table is placed by the plan (50 rows: replicated).
+            self.assertIn("embedding/embeddings", reports[0]["plan"])

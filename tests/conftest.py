@@ -43,14 +43,24 @@ def _live_descendants() -> dict:
     while todo:
         pid = todo.pop()
         try:
-            for task in os.listdir(f"/proc/{pid}/task"):
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue  # gone
+        for task in tasks:
+            # Each thread lists the children it started; a thread that
+            # ends meanwhile must not hide its siblings' children.
+            try:
                 with open(f"/proc/{pid}/task/{task}/children") as f:
                     todo.extend(int(c) for c in f.read().split())
-            if pid != os.getpid():
-                with open(f"/proc/{pid}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-                seen[pid] = (int(fields[11]) + int(fields[12])) / ticks
-        except (OSError, ValueError):
+            except OSError:
+                continue
+        if pid == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            seen[pid] = (int(fields[11]) + int(fields[12])) / ticks
+        except (OSError, ValueError, IndexError):
             continue
     return seen
 

@@ -31,6 +31,13 @@ from absl import logging
 import keras_hybrid as kh
 from keras_hybrid.layers import DynamicEmbedding
 
+# Run as a script its siblings are top-level modules; as
+# `-m examples.dynamic_embedding.<name>`, modules of the package.
+if __package__:
+    from .resident import resident_mb
+else:
+    from resident import resident_mb
+
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("steps", 200, "Timed training steps per model.")
 flags.DEFINE_integer("warmup_steps", 20, "Untimed steps first.")
@@ -70,10 +77,10 @@ def make_keys(num_samples: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     return (z ^ (z >> np.uint64(31))).view(np.int64), ranks
 
 
-def build(strategy, embedding_fn, dtype: str) -> keras.Model:
+def build(strategy, embedding: keras.layers.Layer) -> keras.Model:
     with strategy.scope():
-        keys = keras.Input(shape=(FLAGS.seq_len,), dtype=dtype)
-        x = keras.ops.mean(embedding_fn()(keys), axis=1)
+        keys = keras.Input(shape=(FLAGS.seq_len,), dtype="int64")
+        x = keras.ops.mean(embedding(keys), axis=1)
         x = keras.layers.Dense(64, activation="relu")(x)
         model = keras.Model(keys, keras.layers.Dense(1)(x))
         model.compile(optimizer=keras.optimizers.Adam(1e-3), loss="mse")
@@ -95,15 +102,6 @@ def time_fit(model: keras.Model, x, y, global_batch: int) -> float:
     return float(np.median(timer.times))
 
 
-def resident_mb() -> float:
-    """This process's resident memory now (VmRSS), in MB."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
-
-
 def main(argv) -> None:
     del argv
     with kh.HybridStrategy() as strategy:
@@ -113,40 +111,32 @@ def main(argv) -> None:
         rng = np.random.default_rng(1)
         y = rng.normal(size=(len(keys), 1)).astype("float32")
         rows = (ranks % np.uint64(FLAGS.capacity)).astype(np.int64)
-        layers = {}
-
-        def dynamic():
-            layers["dynamic"] = DynamicEmbedding(
-                FLAGS.dim,
-                capacity=FLAGS.capacity,
-                admit_after=FLAGS.admit_after,
-                eviction=FLAGS.eviction,
-            )
-            return layers["dynamic"]
-
+        dynamic = DynamicEmbedding(
+            FLAGS.dim,
+            capacity=FLAGS.capacity,
+            admit_after=FLAGS.admit_after,
+            eviction=FLAGS.eviction,
+        )
+        static = keras.layers.Embedding(FLAGS.capacity, FLAGS.dim)
         report = {"workers": strategy.size, "rank": strategy.rank}
-        report["baseline_mb"] = resident_mb()
-        for name, fn, x in (
-            (
-                "static",
-                lambda: keras.layers.Embedding(FLAGS.capacity, FLAGS.dim),
-                rows,
-            ),
+        report["baseline_mb"] = resident_mb()[0]
+        for name, embedding, x in (
+            ("static", static, rows),
             ("dynamic", dynamic, keys),
         ):
-            seconds = time_fit(build(strategy, fn, "int64"), x, y, global_batch)
+            seconds = time_fit(build(strategy, embedding), x, y, global_batch)
             report[name] = {
                 "ms_per_step": seconds * 1e3,
                 "lookups_per_second_per_worker": (
                     FLAGS.batch_size * FLAGS.seq_len / seconds
                 ),
-                "resident_mb_after": resident_mb(),
+                "resident_mb_after": resident_mb()[0],
             }
         report["ratio"] = (
             report["dynamic"]["ms_per_step"] / report["static"]["ms_per_step"]
         )
         report["distinct_keys"] = int(len(np.unique(keys)))
-        report["dynamic_stats"] = layers["dynamic"].stats()
+        report["dynamic_stats"] = dynamic.stats()
         report["plan"] = str(strategy.plan)
     for name in ("static", "dynamic"):
         figures = report[name]

@@ -24,6 +24,13 @@ from absl import logging
 from keras_hybrid.dynamic import key_hash
 from keras_hybrid.layers import DynamicEmbedding
 
+# Run as a script its siblings are top-level modules; as
+# `-m examples.dynamic_embedding.<name>`, modules of the package.
+if __package__:
+    from .resident import resident_mb
+else:
+    from resident import resident_mb
+
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("distinct_keys", 10_000_000, "Keys fed, all new.")
 flags.DEFINE_integer("capacity", 100_000, "Rows of the table.")
@@ -38,16 +45,6 @@ flags.DEFINE_bool(
     "Measure a static Embedding of `capacity` rows instead, read by "
     "key % capacity (the baseline of the same rows and slots).",
 )
-
-
-def resident_mb() -> tuple[float, float]:
-    """`(VmRSS, VmHWM)` of this process in MB."""
-    fields = {}
-    with open("/proc/self/status") as status:
-        for line in status:
-            name, _, value = line.partition(":")
-            fields[name] = value.split()
-    return float(fields["VmRSS"][0]) / 1024, float(fields["VmHWM"][0]) / 1024
 
 
 def dataset(count: int) -> tf.data.Dataset:

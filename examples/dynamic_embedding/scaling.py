@@ -1,9 +1,10 @@
 """DynamicEmbedding next to a static Embedding on 1, 2 and 4 workers, side
 by side in one run.
 
-Launches `main.py` through `keras-hybrid-run -np N` for each N of
-`--workers` (one launch each, every launch timing both models on the same
-global batches) and prints, per worker count: ms per step of each model,
+Launches `main.py` on N workers for each N of `--workers` (one launch
+each, through `keras_hybrid.launch.launch`, what `keras-hybrid-run -np N`
+runs; every launch times both models on the same global batches) and
+prints, per worker count: ms per step of each model,
 their ratio, lookups per second per worker, and each worker's resident
 memory after each model (the largest over the workers).
 
@@ -16,13 +17,15 @@ memory after each model (the largest over the workers).
 import glob
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
 from absl import app
 from absl import flags
 from absl import logging
+
+from keras_hybrid.launch import launch
+from keras_hybrid.launch.worker_streams import OutputSettings
 
 MAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "main.py")
 PASSED = ("steps", "warmup_steps", "batch_size", "capacity", "admit_after")
@@ -39,26 +42,21 @@ flags.DEFINE_float("timeout", 1800, "Seconds each launch may take.")
 flags.DEFINE_string("out", None, "Where to write every rank's report.")
 
 
-def launch(num_workers: int, directory: str) -> list:
+def run(num_workers: int, directory: str) -> list:
     """Every rank's report of one launch on `num_workers`."""
     report = os.path.join(directory, f"np{num_workers}.json")
-    command = [
-        *(sys.executable, "-m", "keras_hybrid.run"),
-        *("-np", str(num_workers), "--threads", str(FLAGS.threads)),
-        *(sys.executable, MAIN, f"--report={report}"),
-        *(f"--{name}={getattr(FLAGS, name)}" for name in PASSED),
-    ]
-    done = subprocess.run(
-        command,
-        capture_output=True,
-        text=True,
+    code = launch(
+        [sys.executable, MAIN, f"--report={report}"]
+        + [f"--{name}={getattr(FLAGS, name)}" for name in PASSED],
+        num_workers,
+        threads=FLAGS.threads,
+        env={"TF_CPP_MIN_LOG_LEVEL": "2"},
         timeout=FLAGS.timeout,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        output=OutputSettings(quiet_tf_banners=True),
     )
-    if done.returncode:
+    if code:
         raise RuntimeError(
-            f"{num_workers} workers exited {done.returncode}:\n"
-            f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+            f"{num_workers} workers exited {code} (their output is above)."
         )
     reports = []
     for path in [report] + sorted(glob.glob(f"{report}.rank*")):
@@ -107,7 +105,7 @@ def main(argv) -> None:
                 num_workers,
                 FLAGS.steps + FLAGS.warmup_steps,
             )
-            runs[num_workers] = launch(num_workers, directory)
+            runs[num_workers] = run(num_workers, directory)
             logging.info(
                 "%d workers: dynamic / static %.2f",
                 num_workers,

@@ -8,6 +8,7 @@ two, so padding is less than 1/16 of the payload. Counts must be below
 2**30.
 """
 
+import numpy as np
 import tensorflow as tf
 
 _EXACT = 32
@@ -17,43 +18,35 @@ _STEPS = 16
 NUM_BUCKETS = _EXACT + 1 + _STEPS * 25
 
 
-def _bit_length(x: tf.Tensor) -> tf.Tensor:
-    """Bit length of positive int64 `x`, exact (float log, then fixed)."""
-    guess = (
-        tf.cast(
-            tf.math.floor(
-                tf.math.log(tf.cast(x, tf.float64))
-                / tf.math.log(tf.constant(2.0, tf.float64))
-            ),
-            tf.int64,
-        )
-        + 1
-    )
-    one = tf.ones_like(guess)
-    too_big = tf.bitwise.right_shift(x, guess - one) == 0
-    guess = tf.where(too_big, guess - 1, guess)
-    too_small = tf.bitwise.right_shift(x, guess) != 0
-    return tf.where(too_small, guess + 1, guess)
+def _ladder() -> np.ndarray:
+    """Capacity of every bucket, ascending: `i` up to 32, then mantissas
+    17..32 shifted left by exponents 1..25."""
+    rel = np.arange(NUM_BUCKETS - _EXACT - 1, dtype=np.int64)
+    scaled = (rel % _STEPS + 17) << (rel // _STEPS + 1)
+    return np.concatenate([np.arange(_EXACT + 1, dtype=np.int64), scaled])
+
+
+# A step's exchanges look a bucket up per pair and direction, so the lookup
+# is one `searchsorted` and one `gather` over this constant: a handful of
+# graph ops where arithmetic on the bits took about thirty.
+_CAPACITIES = _ladder()
 
 
 def bucket_index(count: tf.Tensor) -> tf.Tensor:
     """Returns the index of the smallest capacity >= `count` (int32)."""
     count = tf.cast(count, tf.int64)
-    safe = tf.maximum(count - 1, _EXACT)
-    exponent = _bit_length(safe) - 5  # (count - 1) >> e lies in [16, 31].
-    mantissa = tf.bitwise.right_shift(safe, exponent) + 1
-    index = _EXACT + 1 + (exponent - 1) * _STEPS + (mantissa - 17)
-    return tf.cast(tf.where(count <= _EXACT, count, index), tf.int32)
+    # `tf.searchsorted` wraps this op in a dozen reshapes of its own.
+    index = tf.raw_ops.LowerBound(
+        sorted_inputs=tf.constant(_CAPACITIES[None]),
+        values=tf.reshape(count, [1, -1]),
+        out_type=tf.int32,
+    )
+    return tf.reshape(index, tf.shape(count))
 
 
 def bucket_capacity(index: tf.Tensor) -> tf.Tensor:
     """Returns the capacity of bucket `index` (int32)."""
-    index = tf.cast(index, tf.int64)
-    rel = tf.maximum(index - (_EXACT + 1), 0)
-    exponent = rel // _STEPS + 1
-    mantissa = rel % _STEPS + 17
-    capacity = tf.bitwise.left_shift(mantissa, exponent)
-    return tf.cast(tf.where(index <= _EXACT, index, capacity), tf.int32)
+    return tf.gather(tf.constant(_CAPACITIES.astype(np.int32)), index)
 
 
 def pair_capacity(index: tf.Tensor) -> tf.Tensor:

@@ -4,9 +4,11 @@ by side in one run.
 Launches `main.py` on N workers for each N of `--workers` (one launch
 each, through `keras_hybrid.launch.launch`, what `keras-hybrid-run -np N`
 runs; every launch times both models on the same global batches) and
-prints, per worker count: ms per step of each model,
-their ratio, lookups per second per worker, and each worker's resident
-memory after each model (the largest over the workers).
+prints, per worker count: ms per step of each model (the static table
+holds the dynamic one's capacity on all workers, the `live` one only the
+rows the dynamic table filled), the dynamic model's ratio to each,
+lookups per second per worker, and each worker's resident memory after
+each model (the largest over the workers).
 
     python -m examples.dynamic_embedding.scaling
     python -m examples.dynamic_embedding.scaling --workers=1,2 --steps=50
@@ -35,7 +37,7 @@ flags.DEFINE_list("workers", ["1", "2", "4"], "Worker counts to launch.")
 flags.DEFINE_integer("steps", 100, "Timed steps per model.")
 flags.DEFINE_integer("warmup_steps", 10, "Untimed steps first.")
 flags.DEFINE_integer("batch_size", 256, "Samples per step and worker.")
-flags.DEFINE_integer("capacity", 100_000, "Rows of each table.")
+flags.DEFINE_integer("capacity", 100_000, "Dynamic table rows per worker.")
 flags.DEFINE_integer("admit_after", 2, "Steps that see a key before a row.")
 flags.DEFINE_integer("threads", 1, "TF threads per worker.")
 flags.DEFINE_float("timeout", 1800, "Seconds each launch may take.")
@@ -72,6 +74,7 @@ def run(num_workers: int, directory: str) -> list:
 def table(runs: dict) -> str:
     lines = [
         f"{'workers':>7} {'static ms':>10} {'dynamic ms':>11} {'ratio':>6} "
+        f"{'live rows':>10} {'live ms':>8} {'ratio':>6} "
         f"{'lookups/s/worker':>17} {'static MB':>10} {'dynamic MB':>11}"
     ]
     for num_workers, reports in runs.items():
@@ -84,6 +87,9 @@ def table(runs: dict) -> str:
             f"{num_workers:>7} {first['static']['ms_per_step']:>10.2f} "
             f"{first['dynamic']['ms_per_step']:>11.2f} "
             f"{first['ratio']:>6.2f} "
+            f"{first['static_live_rows']:>10} "
+            f"{first['static_live']['ms_per_step']:>8.2f} "
+            f"{first['ratio_live']:>6.2f} "
             f"{first['dynamic']['lookups_per_second_per_worker']:>17.0f} "
             f"{peak['static']:>10.0f} {peak['dynamic']:>11.0f}"
         )
@@ -107,9 +113,10 @@ def main(argv) -> None:
             )
             runs[num_workers] = run(num_workers, directory)
             logging.info(
-                "%d workers: dynamic / static %.2f",
+                "%d workers: dynamic / static %.2f, / live-row static %.2f",
                 num_workers,
                 runs[num_workers][0]["ratio"],
+                runs[num_workers][0]["ratio_live"],
             )
     print(table(runs))
     if FLAGS.out:

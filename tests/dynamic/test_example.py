@@ -27,6 +27,8 @@ class DynamicEmbeddingExampleTest(ExampleMainTestCase):
         self.assertRegex(log, r"static +[\d.]+ ms/step")
         self.assertRegex(log, r"dynamic +[\d.]+ ms/step")
         self.assertRegex(log, r"dynamic / static step time: [\d.]+")
+        self.assertRegex(log, r"static_live +[\d.]+ ms/step")
+        self.assertRegex(log, r"dynamic / static of the \d+ live rows: [\d.]+")
         self.assertIn("'rows': ", log)
 
 
@@ -77,7 +79,7 @@ class ScalingScriptTest(unittest.TestCase):
             )
             for report in reports:
                 self.assertEqual(report["workers"], int(count))
-                for name in ("static", "dynamic"):
+                for name in ("static", "dynamic", "static_live"):
                     figures = report[name]
                     # 8 samples x 16 keys per worker and step.
                     self.assertAlmostEqual(
@@ -95,10 +97,23 @@ class ScalingScriptTest(unittest.TestCase):
                     report["dynamic"]["ms_per_step"]
                     / report["static"]["ms_per_step"],
                 )
+                self.assertAlmostEqual(
+                    report["ratio_live"],
+                    report["dynamic"]["ms_per_step"]
+                    / report["static_live"]["ms_per_step"],
+                )
+                # The static table holds the dynamic one's capacity on all
+                # workers; the live-row one what the dynamic one filled.
+                self.assertEqual(report["static_rows"], 50 * int(count))
                 # The job's rows, summed over the workers, on every rank.
                 self.assertGreater(report["dynamic_stats"]["rows"], 0)
                 self.assertEqual(
+                    report["static_live_rows"],
+                    max(report["dynamic_stats"]["rows"], int(count)),
+                )
+                self.assertEqual(
                     report["dynamic_stats"], reports[0]["dynamic_stats"]
                 )
-            # The static table is placed by the plan (50 rows: replicated).
+            # The static table is placed by the plan (50 or 100 rows:
+            # replicated).
             self.assertIn("embedding/embeddings", reports[0]["plan"])

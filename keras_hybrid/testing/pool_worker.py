@@ -24,6 +24,7 @@ one in the process) and the next scenario starts a fresh one. The worker
 exits when the job is `None` or when the test process is gone.
 """
 
+import gc
 import importlib.util
 import os
 import pickle
@@ -50,6 +51,12 @@ def main(argv: list[str]) -> None:
 
     import keras_hybrid  # noqa: F401
 
+    # What the imports made lives as long as the process: frozen, it is
+    # out of every later collection (each `clear_session`, and each
+    # variable whose path collides with an earlier scenario's model),
+    # which then scans only what the scenarios made.
+    gc.collect()
+    gc.freeze()
     baseline = _Baseline(keras)
     write_pickle(os.path.join(pool_dir, f"ready{rank}.pkl"), os.getpid())
     number = 0

@@ -1,6 +1,7 @@
 """`HybridStrategy`: synchronous data parallelism, one replica per process."""
 
 import atexit
+import dataclasses
 import functools
 import os
 import weakref
@@ -11,6 +12,7 @@ from absl import logging
 
 from keras_hybrid import checkpoint
 from keras_hybrid.comm import engines
+from keras_hybrid.dynamic import dynamic_table
 from keras_hybrid.elastic import joining
 from keras_hybrid.patches import registry
 from keras_hybrid.plan.cost_rule import Link
@@ -323,9 +325,13 @@ class HybridStrategy(tf.distribute.Strategy):
     @property
     def plan(self):
         """`RoutingPlan` of the trainable variables created so far: kind
-        (dense or sparse), shape, bytes, and row layout of each.
+        (dense or sparse), shape, bytes, and row layout of each, and the
+        tables of `DynamicEmbedding` layers (kind dynamic).
         `print(strategy.plan)` shows it as a table."""
-        return self.extended.router.plan()
+        plan = self.extended.router.plan()
+        return dataclasses.replace(
+            plan, dynamic=dynamic_table.plan_entries(self.communicator)
+        )
 
     # -- helpers for users
 

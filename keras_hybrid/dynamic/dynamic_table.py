@@ -13,6 +13,7 @@ key holds the key's initial value, and its optimizer slots their initial
 values, when the key is first read.
 """
 
+import itertools
 import weakref
 
 import keras
@@ -22,6 +23,7 @@ from keras_hybrid._compat import keras as keras_compat
 from keras_hybrid.dynamic import optimizer_slots
 from keras_hybrid.dynamic.eviction import Eviction
 from keras_hybrid.dynamic.initial_rows import InitialRows
+from keras_hybrid.plan import routing_plan
 
 # A waiting key's count table value is `count * _STEPS + step % _STEPS`.
 _STEPS = 2**32
@@ -29,6 +31,50 @@ _STEPS = 2**32
 COUNTERS = ("admissions", "evictions", "expirations", "rejections")
 # Every table made in this process, for callbacks that report on a model's.
 _TABLES: "weakref.WeakSet[DynamicTable]" = weakref.WeakSet()
+# Creation order of the tables.
+_NUMBERS = itertools.count()
+
+
+def plan_entries(communicator) -> tuple:
+    """`DynamicTablePlan`s of the tables whose keys are spread over
+    `communicator`'s workers, in creation order, the newest of each
+    path."""
+    newest = {}
+    for table in sorted(_TABLES, key=lambda t: t.number):
+        if table.communicator is communicator:
+            # A dropped model's table lives on until a collection; a
+            # newer layer of the same path is the one in use.
+            newest[table.embeddings.path] = table
+    out = []
+    for table in sorted(newest.values(), key=lambda t: t.number):
+        capacity, dim = (int(d) for d in table.embeddings.shape)
+        size = communicator.size
+        where = (
+            "on each worker, the rows of the keys whose hash it owns"
+            if size > 1
+            else "in this process"
+        )
+        admit = (
+            "admitted at first sight"
+            if table.admit_after <= 1
+            else f"admitted after {table.admit_after} steps that see it"
+        )
+        eviction = {
+            None: "no eviction (a full table admits nothing)",
+            "ttl": f"rows unused for {table.eviction.ttl} steps expire",
+        }.get(table.eviction.kind, f"{table.eviction.kind} eviction")
+        out.append(
+            routing_plan.DynamicTablePlan(
+                path=table.embeddings.path,
+                shape=(capacity, dim),
+                bytes=capacity * dim * tf.as_dtype(table.embeddings.dtype).size,
+                reason=(
+                    f"dynamic table: up to {capacity} rows {where}; a key is "
+                    f"{admit}; {eviction}"
+                ),
+            )
+        )
+    return tuple(out)
 
 
 def tables_of(variables) -> list:
@@ -83,6 +129,7 @@ class DynamicTable:
         self.counts = tf.lookup.experimental.MutableHashTable(
             key_dtype, tf.int64, default_value=0, name="dynamic_counts"
         )
+        self.number = next(_NUMBERS)
         _TABLES.add(self)
 
     @property

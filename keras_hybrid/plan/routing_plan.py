@@ -73,32 +73,61 @@ class VariablePlan:
 
 
 @dataclasses.dataclass(frozen=True)
+class DynamicTablePlan:
+    """The rows of a `DynamicEmbedding`: each worker holds up to
+    `shape[0]` rows, of the keys it owns.
+
+    Attributes:
+        path: String. The rows' variable path.
+        shape: Tuple of ints. Rows and width on each worker (capacity).
+        bytes: Int. Bytes of the rows on each worker.
+        reason: String. Where keys live and how they are admitted.
+        kind: `"dynamic"`.
+    """
+
+    path: str
+    shape: tuple
+    bytes: int
+    reason: str = ""
+    kind: str = "dynamic"
+
+    def bytes_per_worker(self) -> int:
+        return self.bytes
+
+
+@dataclasses.dataclass(frozen=True)
 class RoutingPlan:
-    """The plan for all variables of a model; `str(plan)` is a table."""
+    """The plan for all variables of a model; `str(plan)` is a table.
+    `dynamic` lists the tables of `DynamicEmbedding` layers, which the
+    plan does not place: each worker holds its own keys' rows."""
 
     variables: tuple[VariablePlan, ...]
     num_shards: int
+    dynamic: tuple[DynamicTablePlan, ...] = ()
 
-    def __getitem__(self, path: str) -> VariablePlan:
-        for entry in self.variables:
+    def __getitem__(self, path: str) -> VariablePlan | DynamicTablePlan:
+        for entry in self.variables + self.dynamic:
             if entry.path == path:
                 return entry
         raise KeyError(
             f"No variable {path!r} in the plan. Known: "
-            f"{[v.path for v in self.variables]}"
+            f"{[v.path for v in self.variables + self.dynamic]}"
         )
 
-    def of_kind(self, kind: str) -> tuple[VariablePlan, ...]:
-        return tuple(v for v in self.variables if v.kind == kind)
+    def of_kind(self, kind: str) -> tuple:
+        return tuple(v for v in self.variables + self.dynamic if v.kind == kind)
 
     def __str__(self) -> str:
         header = f"{'kind':6} {'shape':>13} {'MB/worker':>9}  variable"
         lines = [header, "-" * WIDTH]
         room = WIDTH - len(header) + len("variable")
-        for v in self.variables:
+        for v in self.variables + self.dynamic:
             shape = "x".join(str(d) for d in v.shape) or "()"
+            kind = f"{v.kind:6}"
+            # "dynamic" takes a column of the shape's.
+            width = 13 - (len(kind) - 6)
             lines.append(
-                f"{v.kind:6} {shape:>13} {v.bytes_per_worker() / 2**20:9.2f}"
+                f"{kind} {shape:>{width}} {v.bytes_per_worker() / 2**20:9.2f}"
                 f"  {_elided(v.path, room)}"
             )
             lines += textwrap.wrap(
@@ -107,7 +136,7 @@ class RoutingPlan:
                 initial_indent=" " * 4,
                 subsequent_indent=" " * 6,
             )
-            if v.partition is not None:
+            if getattr(v, "partition", None) is not None:
                 lines.append(f"    rows per worker {_rows(v)}")
         return "\n".join(lines)
 

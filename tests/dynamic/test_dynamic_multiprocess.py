@@ -164,6 +164,26 @@ def test_keys_live_on_their_owners(engine, num_workers):
 
 @by_engine
 @pytest.mark.parametrize("num_workers", WORKER_COUNTS)
+def test_the_plan_lists_the_dynamic_table(engine, num_workers):
+    for result in launch(engine, num_workers).values():
+        got = result[cases.key("sgd", 3)]
+        entry = got["plan_entry"]
+        assert entry["kind"] == "dynamic"
+        assert tuple(entry["shape"]) == (cases.CAPACITY, cases.DIM)
+        assert entry["bytes"] == cases.CAPACITY * cases.DIM * 4
+        assert "admitted after 3 steps" in entry["reason"]
+        where = "in this process" if num_workers == 1 else "whose hash it owns"
+        assert where in entry["reason"]
+        line = next(
+            line
+            for line in got["plan"].splitlines()
+            if got["table_path"] in line
+        )
+        assert line.split()[:2] == ["dynamic", f"{cases.CAPACITY}x{cases.DIM}"]
+
+
+@by_engine
+@pytest.mark.parametrize("num_workers", WORKER_COUNTS)
 def test_stats_are_summed_over_workers(engine, num_workers):
     # `stats()` and `DynamicTableStats` give the job's figures on every
     # worker, and each worker's own: its live keys and its admissions.

@@ -11,6 +11,8 @@ alike anyway.
 workers.
 """
 
+import dataclasses
+
 import dynamic_cases as cases  # noqa: I001  (sits beside this module)
 import keras
 import tensorflow as tf
@@ -62,6 +64,9 @@ def train_one(strategy, optimizer, admit_after, keys, targets) -> dict:
         "rows": layer.embeddings.numpy()[live_rows],
         "owners": owners.numpy(),
         "table_shape": tuple(layer.embeddings.shape),
+        "table_path": layer.embeddings.path,
+        "plan": str(strategy.plan),
+        "plan_entry": dataclasses.asdict(strategy.plan[layer.embeddings.path]),
         "stats": layer.stats(),
         "worker_stats": layer.worker_stats(),
         "slot_shapes": [

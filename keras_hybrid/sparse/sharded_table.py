@@ -46,7 +46,10 @@ from keras_hybrid.sparse.shard_view import shard_view
 ROLES = ("table", "slot")
 BLOCK_BYTES = 16 * 2**20  # rows gathered per collective when saving
 _SHAPE_OPS = ("Shape", "ShapeN")
-# graph -> [(stand-in tensor, table)] of whole reads made while tracing.
+# graph -> [(stand-in tensor's name, table path)] of whole reads made while
+# tracing. Names, not the tensor and table: a value that referred to its
+# graph (as a tensor does) would keep its weak key, and with it the graph
+# and the table, alive for the life of the process.
 _whole_reads: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 __all__ = ["ShardedTable", "check_whole_reads", "shard_view"]
@@ -229,7 +232,9 @@ class ShardedTable(tf_compat.ConvertibleVariable):
         )
         if not tf.executing_eagerly():
             graph = tf.compat.v1.get_default_graph()
-            _whole_reads.setdefault(graph, []).append((stand_in, self))
+            _whole_reads.setdefault(graph, []).append(
+                (stand_in.name, self.path)
+            )
         return stand_in
 
     @call_fence.fences("variable.numpy")
@@ -346,7 +351,8 @@ def check_whole_reads(graph) -> None:
         ValueError: Naming the table and the op that used the whole value.
     """
     reads = _whole_reads.pop(graph, [])
-    for stand_in, table in reads:
+    for name, path in reads:
+        stand_in = graph.get_tensor_by_name(name)
         # `ops.take` asks for the row count (to wrap negative ids); with
         # zero rows, negative ids stay negative and are reported.
         users = [op for op in stand_in.consumers() if op.type not in _SHAPE_OPS]
@@ -359,13 +365,13 @@ def check_whole_reads(graph) -> None:
                     "`tf.Variable`), or use `ops.take`/`tf.gather`."
                 )
             raise ValueError(
-                f"Partitioned table {table.path!r} was read as a whole "
+                f"Partitioned table {path!r} was read as a whole "
                 f"tensor by op {users[0].name!r} ({users[0].type}). A "
                 "table split over workers can only be read by id "
                 "(`ops.take`, `tf.gather`, `tf.nn.embedding_lookup`)."
                 f"{hint} If the layer needs the whole value, keep the "
                 "variable dense: `HybridStrategy(variable_kinds="
-                f"{{{table.path!r}: 'dense'}})`."
+                f"{{{path!r}: 'dense'}})`."
             )
 
 

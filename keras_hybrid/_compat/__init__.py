@@ -44,6 +44,9 @@ TensorFlow (`tf.py`, `one_process_extended.py`):
   variable it replaces;
 - `in_shape_query`: the Python stack, for `array_ops.shape_internal`
   (eager `tf.shape` converts a Keras variable's whole value).
+- `custom_gradient_owned_by_graph`: `ops._gradient_registry`'s entries
+  (their `"type"`), where `tf.custom_gradient` leaves each graph-mode
+  call's gradient function for the life of the process.
 
 Keras (`keras.py`):
 

@@ -272,3 +272,66 @@ def shard_files(dataset: tf.data.Dataset, rank: int, size: int):
     batch_sizes = tf_data.batch_sizes_for_worker(batch_size, size, 1, rank)
     dataset = dataset.rebatch(batch_sizes)
     return input_ops.auto_shard_dataset(dataset, size, rank, size)
+
+
+# -- gradients (sparse/table_gradients.py, lookup.py, hot_rows.py,
+# shard_regularizers.py)
+
+# The graph collection that owns the gradient functions moved out of TF's
+# registry (`custom_gradient_owned_by_graph`).
+_OWNED = "keras_hybrid_custom_gradients"
+
+
+def custom_gradient_owned_by_graph(fn, *args):
+    """`fn(*args)` for a `tf.custom_gradient` function `fn`, with the
+    gradient function of each call owned by the graph being traced.
+
+    In a graph, each `tf.custom_gradient` call registers its gradient
+    function in TF's global gradient registry (`ops._gradient_registry`,
+    under a new `CustomGradient-<uid>` name, one the call's `IdentityN`
+    op names) for the life of the process, and that function refers to
+    the call's tensors (so to their graph) and to the variables it read:
+    every traced step would keep its graph, and the tables it read, alive
+    after its model is gone. Here each new entry's function goes into a
+    collection of the graph (`Graph.add_to_collection`), the registry
+    keeps a stand-in that reaches it through a weak reference to the
+    graph, and the name leaves the registry when the graph is collected.
+    Eagerly nothing is registered and nothing changes.
+    """
+    import weakref
+
+    from tensorflow.python.framework import ops
+
+    entries = ops._gradient_registry._registry
+    before = len(entries)
+    result = fn(*args)
+    added = len(entries) - before
+    if added <= 0:
+        return result
+    names = []
+    for name in reversed(entries):
+        names.append(name)
+        if len(names) == added:
+            break
+    graph = ops.get_default_graph()
+    graph_ref = weakref.ref(graph)
+    for name in names:
+        entry = entries[name]
+        graph.add_to_collection(_OWNED, (name, entry["type"]))
+        entry["type"] = _OwnedGradient(graph_ref, name)
+        weakref.finalize(graph, entries.pop, name, None)
+    return result
+
+
+class _OwnedGradient:
+    """A registry entry that calls the gradient function its graph owns."""
+
+    def __init__(self, graph_ref, name: str) -> None:
+        self._graph_ref, self._name = graph_ref, name
+
+    def __call__(self, *args, **kwargs):
+        graph = self._graph_ref()
+        if graph is None:
+            raise LookupError(f"The graph of {self._name} is gone.")
+        owned = dict(graph.get_collection(_OWNED))
+        return owned[self._name](*args, **kwargs)

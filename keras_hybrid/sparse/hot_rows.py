@@ -190,7 +190,11 @@ def values_of(tables: list) -> list:
         return totals, grad
 
     with shard_view():
-        return list(gathered(*[local for _, local in owned]))
+        return list(
+            tf_compat.custom_gradient_owned_by_graph(
+                gathered, *[local for _, local in owned]
+            )
+        )
 
 
 def pick(ids: np.ndarray, counts: np.ndarray, k: int) -> np.ndarray:

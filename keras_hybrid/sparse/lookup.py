@@ -16,6 +16,7 @@ the padding of the capacity ladder, which `CommStats` counts.
 
 import tensorflow as tf
 
+from keras_hybrid._compat import tf as tf_compat
 from keras_hybrid.sparse import hot_rows
 from keras_hybrid.sparse import table_gradients
 from keras_hybrid.sparse.shard_view import shard_view
@@ -126,4 +127,4 @@ def send_back(comm, rows, plan, peers=None):
 
         return back, grad
 
-    return exchange(rows)
+    return tf_compat.custom_gradient_owned_by_graph(exchange, rows)

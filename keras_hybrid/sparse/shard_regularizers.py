@@ -24,6 +24,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_hybrid._compat import keras as keras_compat
+from keras_hybrid._compat import tf as tf_compat
 from keras_hybrid.plan import use_discovery
 from keras_hybrid.sparse import sharded_table
 from keras_hybrid.sparse import table_gradients
@@ -81,7 +82,9 @@ def _shard_penalty(table, regularizer, comm):
     # `custom_gradient` passes the variables it saw through an IdentityN;
     # they must read as the local rows, not as a whole-table stand-in.
     with sharded_table.shard_view():
-        return penalty(tf.constant(0.0))
+        return tf_compat.custom_gradient_owned_by_graph(
+            penalty, tf.constant(0.0)
+        )
 
 
 def install(placed, communicator) -> str:

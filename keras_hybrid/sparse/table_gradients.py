@@ -9,9 +9,13 @@ second time. TensorFlow keeps the first gradient's `dense_shape` object
 when it adds the gradients of several lookups of one table, so the
 registration survives that too.
 
-The registry maps `id(dense_shape)` to a weak reference to the tensor and
+The registry maps `id(dense_shape)` to weak references to the tensor and
 its table; a lookup checks identity (ids are reused after a tensor dies),
-and an entry is dropped when its tensor is collected.
+and an entry is dropped when its tensor is collected. Nothing here keeps
+a dropped model's table or traced step alive: the custom gradient's
+function belongs to the step's graph
+(`_compat.tf.custom_gradient_owned_by_graph`), not to TF's global
+registry.
 """
 
 import dataclasses
@@ -19,13 +23,15 @@ import weakref
 
 import tensorflow as tf
 
+from keras_hybrid._compat import tf as tf_compat
+
 
 @dataclasses.dataclass(frozen=True)
 class _Entry:
-    """A registered `dense_shape` tensor (weakly) and its table."""
+    """A registered `dense_shape` tensor and its table (both weakly)."""
 
     dense_shape: weakref.ref
-    table: object
+    table: weakref.ref
 
 
 # Dict operations are atomic; no lock, since entries are also dropped from
@@ -56,7 +62,7 @@ def marked_read(table, local_ids: tf.Tensor, gather) -> tf.Tensor:
 
         return rows, grad
 
-    return read(local_ids)
+    return tf_compat.custom_gradient_owned_by_graph(read, local_ids)
 
 
 def table_of(value):
@@ -66,7 +72,7 @@ def table_of(value):
     entry = _registry.get(id(value.dense_shape))
     if entry is None or entry.dense_shape() is not value.dense_shape:
         return None
-    return entry.table
+    return entry.table()
 
 
 def aggregate(value: tf.IndexedSlices) -> tf.IndexedSlices:
@@ -92,4 +98,4 @@ def _register(dense_shape: tf.Tensor, table) -> None:
         if entry is not None and entry.dense_shape is ref:
             del _registry[key]
 
-    _registry[key] = _Entry(weakref.ref(dense_shape, drop), table)
+    _registry[key] = _Entry(weakref.ref(dense_shape, drop), weakref.ref(table))

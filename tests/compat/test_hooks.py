@@ -8,6 +8,7 @@ environment of the version matrix: `make test` (TF 2.21), `make
 test-horovod` (TF 2.15.1) and `make test-matrix` (MATRIX_TF).
 """
 
+import gc
 import inspect
 import json
 import logging
@@ -930,6 +931,57 @@ class CompatFunctionsTest(TestCase):
         self.assertIn(ops["kept"], graph.control_outputs)
         with tf.Graph().as_default():
             self.assertFalse(tf_compat.run_independently(tf.constant(1.0).op))
+
+    def test_custom_gradients_owned_by_their_graph(self):
+        """`sparse/table_gradients.py` and the other custom gradients: in a
+        graph, `tf.custom_gradient` leaves its gradient function in
+        `ops._gradient_registry` (the key the call's IdentityN names); the
+        hook moves it onto the graph, and the name leaves with the graph."""
+        from tensorflow.python.framework import ops
+
+        table = tf.Variable(tf.ones([5, 2]))
+        registry = ops._gradient_registry._registry
+
+        @tf.custom_gradient
+        def read(ids):
+            rows = table.sparse_read(ids)
+
+            def grad(d_rows, variables):
+                del variables
+                return None, [tf.IndexedSlices(3.0 * d_rows, ids, [5, 2])]
+
+            return rows, grad
+
+        def step(ids):
+            with tf.GradientTape() as tape:
+                rows = tf_compat.custom_gradient_owned_by_graph(read, ids)
+                loss = tf.reduce_sum(rows)
+            by_tape = tape.gradient(loss, table)
+            # The registry's path (graph gradients through the IdentityN).
+            by_graph = tf.gradients(loss, [table])[0]
+            return tf.convert_to_tensor(by_tape), tf.convert_to_tensor(by_graph)
+
+        before = len(registry)
+        traced = tf.function(step)
+        by_tape, by_graph = traced(tf.constant([1, 3], tf.int64))
+        want = np.zeros([5, 2])
+        want[[1, 3]] = 3.0
+        self.assertAllClose(by_tape, want)
+        self.assertAllClose(by_graph, want)
+        self.assertEqual(len(registry), before + 1)
+        graph = traced.get_concrete_function(
+            tf.TensorSpec([None], tf.int64)
+        ).graph
+        self.assertEqual(len(graph.get_collection(tf_compat._OWNED)), 1)
+        del traced, graph
+        gc.collect()
+        self.assertEqual(len(registry), before)
+        # Eagerly nothing is registered.
+        rows = tf_compat.custom_gradient_owned_by_graph(
+            read, tf.constant([1, 3], tf.int64)
+        )
+        self.assertAllClose(rows, np.ones([2, 2]))
+        self.assertEqual(len(registry), before)
 
     def test_convertible_variable_sends_whole_reads_to_to_tensor(self):
         class Doubled(tf_compat.ConvertibleVariable):

@@ -304,18 +304,26 @@ def custom_gradient_owned_by_graph(fn, *args):
 
     entries = ops._gradient_registry._registry
     before = len(entries)
+    graph = ops.get_default_graph()
+    first_op = len(graph.get_operations()) if not tf.executing_eagerly() else 0
     result = fn(*args)
     added = len(entries) - before
     if added <= 0:
         return result
+    # The names this call's ops use (the IdentityN's gradient override),
+    # not another thread's that registered meanwhile.
+    used = {
+        op.get_attr("_gradient_op_type").decode()
+        for op in graph.get_operations()[first_op:]
+        if "_gradient_op_type" in op.node_def.attr
+    }
     names = []
     for name in reversed(entries):
         names.append(name)
         if len(names) == added:
             break
-    graph = ops.get_default_graph()
     graph_ref = weakref.ref(graph)
-    for name in names:
+    for name in (n for n in names if n in used):
         entry = entries[name]
         graph.add_to_collection(_OWNED, (name, entry["type"]))
         entry["type"] = _OwnedGradient(graph_ref, name)

@@ -3,7 +3,7 @@ by side in one run.
 
 Launches `main.py` on N workers for each N of `--workers` (one launch
 each, through `keras_hybrid.launch.launch`, what `keras-hybrid-run -np N`
-runs; every launch times both models on the same global batches) and
+runs; every launch times the three models on the same global batches) and
 prints, per worker count: ms per step of each model (the static table
 holds the dynamic one's capacity on all workers, the `live` one only the
 rows the dynamic table filled), the dynamic model's ratio to each,

@@ -298,6 +298,7 @@ def custom_gradient_owned_by_graph(fn, *args):
     graph, and the name leaves the registry when the graph is collected.
     Eagerly nothing is registered and nothing changes.
     """
+    import itertools
     import weakref
 
     from tensorflow.python.framework import ops
@@ -317,13 +318,9 @@ def custom_gradient_owned_by_graph(fn, *args):
         for op in graph.get_operations()[first_op:]
         if "_gradient_op_type" in op.node_def.attr
     }
-    names = []
-    for name in reversed(entries):
-        names.append(name)
-        if len(names) == added:
-            break
+    new = set(itertools.islice(reversed(entries), added))
     graph_ref = weakref.ref(graph)
-    for name in (n for n in names if n in used):
+    for name in new & used:
         entry = entries[name]
         graph.add_to_collection(_OWNED, (name, entry["type"]))
         entry["type"] = _OwnedGradient(graph_ref, name)

@@ -27,7 +27,7 @@ def _ladder() -> np.ndarray:
 
 
 # A step's exchanges look a bucket up per pair and direction, so the lookup
-# is one `searchsorted` and one `gather` over this constant: a handful of
+# is one `LowerBound` and one `gather` over this constant: a handful of
 # graph ops where arithmetic on the bits took about thirty.
 _CAPACITIES = _ladder()
 

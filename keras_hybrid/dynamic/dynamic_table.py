@@ -45,15 +45,14 @@ def plan_entries(communicator) -> tuple:
             # A dropped model's table lives on until a collection; a
             # newer layer of the same path is the one in use.
             newest[table.embeddings.path] = table
+    where = (
+        "on each worker, the rows of the keys whose hash it owns"
+        if communicator.size > 1
+        else "in this process"
+    )
     out = []
     for table in sorted(newest.values(), key=lambda t: t.number):
         capacity, dim = (int(d) for d in table.embeddings.shape)
-        size = communicator.size
-        where = (
-            "on each worker, the rows of the keys whose hash it owns"
-            if size > 1
-            else "in this process"
-        )
         admit = (
             "admitted at first sight"
             if table.admit_after <= 1

@@ -142,6 +142,14 @@ class LostWorkers:
         survivors once discovery reports `min_np` slots (joiners then grow
         the job back); returns the job's exit code (1) when `wait_seconds`
         ran out."""
+        if not self.members:
+            logger.error(
+                "lost task(s) %s: no worker is left to hold the last commit "
+                "(every member was lost since it was taken); stopping the "
+                "job. Restart it from a checkpoint.",
+                self._short_lost,
+            )
+            return self._stop_all(signal.SIGTERM, 1)
         slots = sum(n for _, n in self._discover())
         if slots >= self.min_np:
             self._short_since = None

@@ -136,3 +136,12 @@ def test_a_joiner_that_keeps_failing_stops_the_job(tmp_path):
     assert proc.stderr.count("a joiner that was not admitted yet") == 3
     assert "the members go on" in proc.stderr
     assert "3 joiners failed in a row; stopping the job" in proc.stderr
+
+
+def test_every_member_lost_stops_with_a_clear_error(tmp_path):
+    # Discovery still reports slots, but no survivor holds the commit:
+    # the launcher stops, naming why, instead of recovering nobody.
+    proc, _ = _run(tmp_path, "localhost:2", 1, 2, "0,1")
+    assert proc.returncode == 1, proc.stderr
+    assert "no worker is left to hold the last commit" in proc.stderr
+    assert "Traceback" not in proc.stderr

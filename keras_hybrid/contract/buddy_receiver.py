@@ -14,17 +14,30 @@ arrived, then answers. A copy cut short (its sender died) is dropped: a
 copy that `read` returns is whole, and a sender that got the answer
 knows its buddy holds the copy.
 
+A sender on the same host (as the cluster names both) sends no bytes:
+it wrote its commit into a `shared_memory.SharedBuffer` of its own, and
+the receiver maps that buffer (`map_peer`) instead of copying it. The
+pages then outlive whichever of the two dies first, which is all a buddy
+copy is for, at no copy beyond the sender's own snapshot (over loopback
+TCP each copy went through the kernel twice, on the cores that train). A
+receiver that cannot map it (another PID namespace behind one name) asks
+for the blob on the socket instead.
+
 Each request names the commits its sender keeps; the receiver drops that
-member's other copies.
+member's other copies, and answers with the ids of that member's buffers
+it still maps: the sender writes a later commit only into a buffer no
+buddy maps.
 
 Imports nothing heavy: the contract runs without TensorFlow.
 """
 
 import threading
 
-from keras_hybrid.contract import commit_blob
 from keras_hybrid.contract.blob_stream import BlobReader
 from keras_hybrid.contract.blob_stream import BlobWriter
+from keras_hybrid.contract.blob_stream import write_all
+from keras_hybrid.contract.shared_memory import SharedBuffer
+from keras_hybrid.contract.shared_memory import map_peer
 from keras_hybrid.contract.tcp_service import TcpService
 
 
@@ -45,8 +58,13 @@ class BuddyReceiver:
         self.port = int(self.address.rpartition(":")[2])
         self.authkey = self._service.authkey
         self._lock = threading.Lock()
-        self._copies: dict[tuple, bytearray] = {}  # (task, folder): blob
-        self._spares: dict[int, list] = {}  # task: buffers no longer kept
+        # (task, folder): the blob, in a buffer of this process (read from
+        # the socket) or a mapping of the sender's buffer (`_Mapped`).
+        self._copies: dict[tuple, object] = {}
+        self._spares: dict[int, list] = {}  # task: own buffers not kept
+        # How the copies arrived: mapped from a sender of this host, or
+        # read from the socket.
+        self.arrivals = {"mapped": 0, "streamed": 0}
 
     def __repr__(self) -> str:
         return f"the buddy copies received at {self.address}"
@@ -63,11 +81,13 @@ class BuddyReceiver:
         with self._lock:
             return (int(task), folder) in self._copies
 
-    def read(self, folder: str, task: int) -> bytearray | None:
-        """`task`'s blob of `folder` (not a copy: read it before the
-        next commits of `task` arrive), or None if it is not here."""
+    def read(self, folder: str, task: int):
+        """`task`'s blob of `folder`, bytes-like (not a copy: read it
+        before the next commits of `task` arrive), or None if it is not
+        here."""
         with self._lock:
-            return self._copies.get((int(task), folder))
+            buffer = self._copies.get((int(task), folder))
+        return None if buffer is None else buffer.map
 
     def folders(self, task: int) -> list[str]:
         """The folders of the copies of `task`'s rows kept here."""
@@ -79,56 +99,91 @@ class BuddyReceiver:
             conn.send((False, f"Unknown request {op!r}."))
             return
         task, folder, size, keep = int(args[0]), args[1], int(args[2]), args[3]
-        buffer = self._buffer(task, size)
-        try:
-            got = BlobReader(conn).read_into(buffer)
-        except ValueError as error:
-            conn.send((False, str(error)))
-            return
-        if got != size:
-            conn.send((False, f"A blob of {got} bytes, not {size}, arrived."))
-            return
+        shared = args[4] if len(args) > 4 else None
+        buffer = None
+        if shared is not None:
+            mapped = map_peer(shared[0], size)
+            buffer = mapped and _Mapped(mapped, shared[1])
+            conn.send("mapped" if buffer else "stream")
+        if buffer is None:
+            buffer = self._buffer(task, size)
+            try:
+                got = BlobReader(conn).read_into(buffer.map)
+            except ValueError as error:
+                conn.send((False, str(error)))
+                return
+            if got != size:
+                conn.send(
+                    (False, f"A blob of {got} bytes, not {size}, arrived.")
+                )
+                return
         with self._lock:
+            how = "mapped" if isinstance(buffer, _Mapped) else "streamed"
+            self.arrivals[how] += 1
             self._copies[(task, folder)] = buffer
             kept = {*keep, folder}
             for key in [k for k in self._copies if k[0] == task]:
                 if key[1] not in kept:
                     spare = self._copies.pop(key)
-                    self._spares.setdefault(task, []).append(spare)
-        conn.send((True, None))
+                    if not isinstance(spare, _Mapped):
+                        self._spares.setdefault(task, []).append(spare)
+            held = [
+                b.id
+                for k, b in self._copies.items()
+                if k[0] == task and isinstance(b, _Mapped)
+            ]
+        conn.send((True, held))
 
-    def _buffer(self, task: int, size: int) -> bytearray:
+    def _buffer(self, task: int, size: int) -> SharedBuffer:
         with self._lock:
             spares = self._spares.get(task, [])
             for i, spare in enumerate(spares):
                 if len(spare) == size:
                     return spares.pop(i)
             spares.clear()  # of another size: a new layout
-        return bytearray(size)
+        return SharedBuffer(size, shared=False)
 
 
-def send_copy(client, task: int, folder: str, arrays, keep) -> int:
-    """Sends `task`'s rows of the commit `folder` (`arrays`, the blob's
-    arrays in order) to the `BuddyReceiver` that `client` reaches, and
-    waits until it holds all of them; returns the blob's length.
+class _Mapped:
+    """A copy kept as a mapping of the sender's buffer `id`."""
+
+    def __init__(self, mapped, buffer_id: int) -> None:
+        self.map, self.id = mapped, int(buffer_id)
+
+
+def send_copy(client, task: int, folder: str, blob, keep, shared=None):
+    """Gives `task`'s rows of the commit `folder` to the `BuddyReceiver`
+    that `client` reaches, and waits until it holds all of them.
 
     Args:
         client: `tcp_service.TcpClient` of the receiver.
         task: Int. The sender's task.
         folder: String. The commit's folder name
             (`commit_files.folder_name`).
-        arrays: NumPy arrays, sent from their memory.
+        blob: Bytes-like. The blob of the rows (`commit_blob`), sent from
+            its memory if it is not mapped.
         keep: List of strings. The sender's other kept commits' folders.
+        shared: `SharedBuffer` holding `blob`, if the receiver is on this
+            host (as the cluster names it): the receiver maps it (the
+            sender must not write it again while the receiver holds it).
+
+    Returns:
+        The ids of the sender's buffers the receiver maps now.
 
     Raises:
         OSError, EOFError: If the receiver cannot be reached, or fails.
     """
-    size = commit_blob.blob_layout(arrays)[1]
+    size = memoryview(blob).nbytes
+    offer = (
+        () if shared is None or not shared.name else ((shared.name, shared.id),)
+    )
 
     def upload(conn):
+        if offer and conn.recv() == "mapped":
+            return conn.recv()
         stream = BlobWriter(conn)
         try:
-            commit_blob.write_blob(stream, arrays)
+            write_all(stream, blob)
         except BaseException:
             # The receiver drops a blob cut short with its connection.
             conn.close()
@@ -136,9 +191,9 @@ def send_copy(client, task: int, folder: str, arrays, keep) -> int:
         stream.finish()
         return conn.recv()
 
-    ok, message = client.request(
-        "copy", int(task), folder, size, list(keep), exchange=upload
+    ok, answer = client.request(
+        "copy", int(task), folder, size, list(keep), *offer, exchange=upload
     )
     if not ok:
-        raise OSError(f"The buddy at {client.address} failed: {message}")
-    return size
+        raise OSError(f"The buddy at {client.address} failed: {answer}")
+    return answer

@@ -58,6 +58,27 @@ def blob_layout(arrays) -> tuple:
     return records, offset
 
 
+def fill_blob(buffer, arrays) -> list:
+    """Writes the blob of `arrays` into `buffer` (writable, of the blob's
+    length: `blob_layout`); returns each array's view in it, in order."""
+    records, size = blob_layout(arrays)
+    if len(memoryview(buffer).cast("B")) != size:
+        raise ValueError(
+            f"A blob of {size} bytes does not fit a buffer of "
+            f"{len(memoryview(buffer).cast('B'))}."
+        )
+    views = []
+    for (header, offset), array in zip(records, arrays, strict=True):
+        array = np.asarray(array)
+        buffer[offset - len(header) : offset] = header
+        view = np.ndarray(
+            array.shape, array.dtype, buffer=buffer, offset=offset
+        )
+        np.copyto(view, array)
+        views.append(view)
+    return views
+
+
 def write_blob(f, arrays) -> None:
     """Writes the blob of `arrays` to the binary file `f` (buffered or
     raw: a raw file may write part of a piece)."""

@@ -50,21 +50,14 @@ class MappedBlobs:
             arrays: NumPy arrays (views of the variables' memory).
         """
         arrays = [np.asarray(a) for a in arrays]
-        records, size = commit_blob.blob_layout(arrays)
+        size = commit_blob.blob_layout(arrays)[1]
         temp = self.files.reserve(self.task)
         try:
             mapped = self._mapping(temp, size)
         except BaseException:
             os.remove(temp)
             raise
-        views = []
-        for (header, offset), array in zip(records, arrays, strict=True):
-            mapped[offset - len(header) : offset] = header
-            view = np.ndarray(
-                array.shape, array.dtype, buffer=mapped, offset=offset
-            )
-            np.copyto(view, array)
-            views.append(view)
+        views = commit_blob.fill_blob(mapped, arrays)
         return temp, views
 
     def publish(self, temp: str, folder: str, keep: list) -> None:

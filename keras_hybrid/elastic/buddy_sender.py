@@ -2,10 +2,17 @@
 
 At each commit the training thread copies this member's rows of every
 partitioned table and slot (one copy of each shard from the variable's
-own memory, into arrays of a commit it no longer keeps, as the served
-store does: `file_store.snapshot`), then a background thread sends them
-to each of the next `copies` members in ring order over TCP
-(`contract.buddy_receiver.send_copy`), while the next steps run. No
+own memory) into one blob (`commit_blob`) in a buffer of shared memory
+(`contract.shared_memory.SharedBuffer`), which is this member's own copy
+of the commit; then a background thread gives it to each of the next
+`copies` members in ring order (`contract.buddy_receiver.send_copy`),
+while the next steps run. A buddy on this host (as the cluster names
+both) maps the buffer: no byte is copied again, and the pages outlive
+either process. A buddy on another host gets the blob over TCP.
+
+A buffer is written again only when this member no longer keeps its
+commit and no buddy maps it any more (each answer names the buffers the
+buddy still maps), so a copy a buddy holds never changes under it. No
 collective runs at a commit, but once per generation of the members:
 one small all-reduce in which every member gives the port and key of
 its `BuddyReceiver` (its host is the one the current cluster names).
@@ -26,12 +33,13 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from keras_hybrid.contract import commit_blob
 from keras_hybrid.contract.buddy_receiver import BuddyReceiver
 from keras_hybrid.contract.buddy_receiver import send_copy
 from keras_hybrid.contract.commit_files import folder_name
+from keras_hybrid.contract.shared_memory import SharedBuffer
 from keras_hybrid.contract.tcp_service import TcpClient
 from keras_hybrid.elastic.file_store import TableCopy
-from keras_hybrid.elastic.file_store import snapshot
 
 PATH = "commit"  # the `CommStats` path of the bytes of buddy copies
 _WORDS = 3  # per member in the exchange: port and two words of its key
@@ -55,10 +63,11 @@ class BuddySender:
             )
         self.receiver = membership.buddy_receiver
         self._peers: dict[int, TcpClient] = {}
+        self._local: set = set()  # buddies on this host, by task
         self._peers_generation: int | None = None
         self._thread: threading.Thread | None = None
         self._failures: list = []  # (task, error) of the last sends
-        self._snapshots: dict[str, list] = {}  # folder: own rows
+        self._blobs: list[_Blob] = []  # this member's commit buffers
 
     def take(self, tables, members, global_step, generation, keep):
         """Snapshots `tables` (with their slots) and starts sending them.
@@ -69,7 +78,7 @@ class BuddySender:
             global_step: Int. The commit's global step.
             generation: Int. The members' generation.
             keep: List of strings. Folders of this member's other kept
-                commits; the arrays of any other are reused.
+                commits; the buffers of any other may be reused.
 
         Returns:
             `{"members", "tables": [TableCopy], "bytes", "copies",
@@ -86,9 +95,10 @@ class BuddySender:
         # A member alone has no buddy (and nothing to survive).
         copies = min(self._membership.buddy_copies, len(members) - 1)
         folder = folder_name(global_step, generation)
-        spare = self._release(keep)
-        own = [snapshot(t.stored_tensor_shared(), spare) for t in tables]
-        self._snapshots[folder] = own
+        arrays = [np.asarray(t.stored_tensor_shared()) for t in tables]
+        blob = self._blob(commit_blob.blob_layout(arrays)[1], keep)
+        own = self._fill(blob.buffer.map, arrays)
+        blob.folder = folder
         rank = members.index(self._membership.task)
         buddies = [
             members[(rank + k) % len(members)] for k in range(1, 1 + copies)
@@ -102,7 +112,7 @@ class BuddySender:
         )
         self._thread = threading.Thread(
             target=self._send,
-            args=(buddies, folder, own, list(keep)),
+            args=(buddies, blob, list(keep)),
             name="keras_hybrid_elastic_buddy_sender",
             daemon=True,
         )
@@ -152,14 +162,25 @@ class BuddySender:
                 "names; else use --commit-store served."
             ) from error
 
-    def _send(self, buddies, folder, own, keep) -> None:
+    def _send(self, buddies, blob, keep) -> None:
         for task in buddies:
             try:
-                send_copy(
-                    self._peers[task], self._membership.task, folder, own, keep
+                held = send_copy(
+                    self._peers[task],
+                    self._membership.task,
+                    blob.folder,
+                    blob.buffer.map,
+                    keep,
+                    shared=blob.buffer if task in self._local else None,
                 )
             except (OSError, EOFError, AuthenticationError) as error:
                 self._failures.append((task, error))
+                continue
+            for other in self._blobs:
+                if other.buffer.id in held:
+                    other.holders.add(task)
+                else:
+                    other.holders.discard(task)
 
     def _exchange(self, members: list, generation: int) -> None:
         """Learns every member's receiver (one all-reduce, a collective of
@@ -173,22 +194,51 @@ class BuddySender:
         everyone = np.asarray(everyone).reshape(len(members), _WORDS)
         for client in self._peers.values():
             client.abort()
-        self._peers = {}
+        self._peers, self._local = {}, set()
+        here = self._membership.host_of(self._membership.task)
         for task, (port, *key) in zip(members, everyone.tolist(), strict=True):
             if task == self._membership.task:
                 continue
-            address = f"{self._membership.host_of(task)}:{port}"
+            host = self._membership.host_of(task)
             authkey = np.array(key, np.int64).tobytes()
-            self._peers[task] = TcpClient(address, authkey)
+            self._peers[task] = TcpClient(f"{host}:{port}", authkey)
+            if host == here:
+                self._local.add(task)
+        for blob in self._blobs:  # a lost member maps nothing any more
+            blob.holders &= set(members)
         self._peers_generation = generation
 
-    def _release(self, keep) -> list:
-        """The arrays of this member's commits not in `keep` (their sends
-        ended: `take` waited), which it no longer holds."""
-        kept, spare = set(keep), []
-        for folder in [f for f in self._snapshots if f not in kept]:
-            spare.extend(self._snapshots.pop(folder))
-        return spare
+    def _fill(self, buffer, arrays) -> list:
+        """Writes the blob of `arrays` into `buffer`; their views in it."""
+        return commit_blob.fill_blob(buffer, arrays)
+
+    def _blob(self, size: int, keep) -> "_Blob":
+        """A buffer of `size` bytes for the next commit: one of a commit
+        this member no longer keeps (not in `keep`) that no buddy maps,
+        else a new one. Free buffers of another size are dropped."""
+        kept, found = set(keep), None
+        for blob in list(self._blobs):
+            if blob.folder in kept or blob.holders:
+                continue
+            if found is None and len(blob.buffer) == size:
+                found = blob
+            else:
+                self._blobs.remove(blob)
+        if found is None:
+            found = _Blob(SharedBuffer.create(size))
+            self._blobs.append(found)
+        found.folder = None
+        return found
+
+
+class _Blob:
+    """One of this member's commit buffers: the commit it holds (`folder`,
+    None while free) and the buddies that map it (`holders`)."""
+
+    def __init__(self, buffer: SharedBuffer) -> None:
+        self.buffer = buffer
+        self.folder: str | None = None
+        self.holders: set = set()
 
 
 def _received(tables, own, rank: int, copies: int) -> int:

@@ -7,6 +7,7 @@ tasks [0, 1, 2]). The multi-process runs are in
 
 import numpy as np
 
+from keras_hybrid.contract import commit_blob
 from keras_hybrid.elastic import buddy_store
 from keras_hybrid.elastic.buddy_sender import BuddySender
 from keras_hybrid.sharding.row_partition import RowPartition
@@ -30,14 +31,15 @@ class _Shard:
 
 
 class _Membership:
-    def __init__(self, task: int, copies: int = 1):
+    def __init__(self, task: int, copies: int = 1, hosts=None):
         self.task = task
         self.members = list(MEMBERS)
         self.buddy_copies = copies
         self.buddy_receiver = None
+        self.hosts = hosts or {}
 
     def host_of(self, task):
-        return "127.0.0.1"
+        return self.hosts.get(task, "127.0.0.1")
 
 
 class _Stats:
@@ -86,12 +88,15 @@ class _Communicator:
 class BuddySenderTest(TestCase):
     def setUp(self):
         super().setUp()
+        self._start()
+
+    def _start(self, hosts=None):
         self.bus = _Bus()
         self.shards = {t: _Shard(t) for t in MEMBERS}
         self.senders = {}
         for task in MEMBERS:
             sender = BuddySender(
-                _Membership(task), _Communicator(self.bus, task)
+                _Membership(task, hosts=hosts), _Communicator(self.bus, task)
             )
             self.bus.senders.append(sender)
             self.senders[task] = sender
@@ -129,6 +134,40 @@ class BuddySenderTest(TestCase):
         stats = self.senders[0]._comm.stats.recorded
         self.assertEqual(stats, [("commit", 32, 32)])
         self.assertEqual(commits[0]["bytes"], 32)
+        # One host: each copy was written into its buddy's memory.
+        for sender in self.senders.values():
+            self.assertEqual(
+                sender.receiver.arrivals, {"mapped": 1, "streamed": 0}
+            )
+
+    def test_a_buddy_the_cluster_names_on_another_host_gets_a_stream(self):
+        for sender in self.senders.values():
+            sender.receiver.close()
+        # Task 0 is "localhost" and the others "127.0.0.1": names of one
+        # machine, but two hosts as the cluster names them.
+        self._start(hosts={0: "localhost"})
+        commits = self._commit(10)
+        arrivals = {t: s.receiver.arrivals for t, s in self.senders.items()}
+        self.assertEqual(arrivals[1], {"mapped": 0, "streamed": 1})  # from 0
+        self.assertEqual(arrivals[2], {"mapped": 1, "streamed": 0})  # from 1
+        self.assertEqual(arrivals[0], {"mapped": 0, "streamed": 1})  # from 2
+        (rows,) = buddy_store._received_rows(commits[1], 0)
+        np.testing.assert_array_equal(rows, self.shards[0].value)
+
+    def test_a_copy_a_buddy_maps_is_never_written_again(self):
+        kept = {}  # task 1's copy of task 0's rows, by folder
+        for step in range(6):
+            folder = f"commit-{step}-g0"
+            keep = [f"commit-{step - 1}-g0"] if step else []
+            self.shards[0].value = TABLE[PARTITION.ids_on_shard(0)] + step
+            self._commit(step, keep=keep)
+            kept[folder] = self.shards[0].value.copy()
+            receiver = self.senders[1].receiver
+            for held in receiver.folders(0):
+                (rows,) = commit_blob.read_blob(receiver.read(held, 0))
+                np.testing.assert_array_equal(rows, kept[held])
+        # Two kept commits and one a buddy still mapped: three buffers.
+        self.assertEqual(len(self.senders[0]._blobs), 3)
 
     def test_the_copy_is_the_rows_at_the_commit(self):
         sender = self.senders[0]

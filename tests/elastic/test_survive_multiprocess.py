@@ -112,10 +112,9 @@ class SurviveTest(TestCase):
         )
 
     def test_a_worker_lost_while_sending_its_buddy_copy(self):
-        # Rank 1 of 3 dies in the background send of its buddy copy of
-        # step 10, after the blob's first array: task 2 holds no whole
-        # copy of it, so the survivors go on from the commit before
-        # (step 0), never from a half copy.
+        # Rank 1 of 3 dies in its commit of step 10, its blob written,
+        # before its buddy got it: task 2 holds no copy of it, so the
+        # survivors go on from the commit before (step 0).
         record, _ = self._run(
             Scenario(
                 name="half-copy",
@@ -127,7 +126,7 @@ class SurviveTest(TestCase):
         )
         (fired,) = record["fired"]
         self.assertEqual((fired["task"], fired["global_step"]), (1, 10))
-        self.assertIn("blob cut after its first array", fired["where"])
+        self.assertIn("its buddy blob written, not given", fired["where"])
         self.assertIn("resumes from the commit of global step 0", self.output)
         self.assertNotIn(
             "resumes from the commit of global step 10", self.output

@@ -9,8 +9,9 @@ the job's global step from which it is armed, and the moment:
 - `commit`: in the middle of writing a commit: a file written through
   its mapping (the directory store, and the served store's workers on
   the launcher's host) before it is renamed into the commit's folder; an
-  upload (the served store's other hosts) or a buddy copy's send after
-  the first array of its blob, so it is cut short;
+  upload (the served store's other hosts) after the first array of its
+  blob, so it is cut short; the buddy store's blob written into this
+  worker's buffer, before any buddy got it;
 - `row_move`: as a resize's (or a recovery's) row move starts;
 - `save`: inside `model.save`, after the archive's first entries, before
   its weights (a half-written file on the chief);
@@ -38,6 +39,7 @@ import keras
 from keras_hybrid.checkpoint import shard_files
 from keras_hybrid.contract import commit_blob
 from keras_hybrid.contract.mapped_blobs import MappedBlobs
+from keras_hybrid.elastic.buddy_sender import BuddySender
 from keras_hybrid.sparse import resharding
 
 MOMENTS = ("step", "commit", "row_move", "save", "checkpoint")
@@ -105,6 +107,7 @@ class Injector:
         hooks = (
             (commit_blob, "write_blob", self._write_blob),
             (MappedBlobs, "publish", self._publish),
+            (BuddySender, "_fill", self._fill),
             (resharding, "_move_all", self._move_all),
             (shard_files, "write_blocks", self._write_blocks),
             (zipfile.ZipFile, "writestr", self._writestr),
@@ -188,6 +191,16 @@ class Injector:
             return original(blobs, *args, **kwargs)
 
         return publish
+
+    def _fill(self, original):
+        def fill(sender, buffer, arrays):
+            views = original(sender, buffer, arrays)
+            index = self.armed("commit")
+            if index is not None:
+                self.fire(index, "commit: its buddy blob written, not given")
+            return views
+
+        return fill
 
     def _move_all(self, original):
         def move_all(*args, **kwargs):

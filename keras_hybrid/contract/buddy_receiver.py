@@ -104,7 +104,8 @@ class BuddyReceiver:
         if shared is not None:
             mapped = map_peer(shared[0], size)
             buffer = mapped and _Mapped(mapped, shared[1])
-            conn.send("mapped" if buffer else "stream")
+            if buffer is None:
+                conn.send("stream")
         if buffer is None:
             buffer = self._buffer(task, size)
             try:
@@ -179,8 +180,11 @@ def send_copy(client, task: int, folder: str, blob, keep, shared=None):
     )
 
     def upload(conn):
-        if offer and conn.recv() == "mapped":
-            return conn.recv()
+        # A mapped buffer's answer comes at once (one message: a second
+        # small one would wait for the first's delayed ACK); else the
+        # receiver asks for the blob.
+        if offer and (answer := conn.recv()) != "stream":
+            return answer
         stream = BlobWriter(conn)
         try:
             write_all(stream, blob)

@@ -14,6 +14,9 @@ import tensorflow as tf
 from keras_hybrid.comm import capacity
 
 ID_BYTES = 8  # `lookup.pull` sends ids as int64 local row indices
+# A dynamic table's key goes to its owner with its lookup count: an
+# int64 pair (`dynamic.key_exchange`).
+KEY_BYTES = 16
 COUNT_BYTES = 4  # int32 counts of `all_gather`
 # `plan_exchange` sends each peer an int32 count, flag and largest count.
 PLAN_BYTES_PER_PEER = 12

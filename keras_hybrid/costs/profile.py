@@ -44,6 +44,10 @@ class VariableStats:
             together (the ids of the table's gradient) at each of
             `batch_sizes`, or empty if not measured. The fused exchange
             dedupes a table's calls together, so it moves these.
+        dynamic: Bool. Whether it is a `DynamicEmbedding`'s table: its ids
+            are keys (counted at the layer's input, admitted or not, as
+            its exchange moves them), `shape[0]` is its capacity per
+            worker, and each key travels with its lookup count.
     """
 
     path: str
@@ -55,6 +59,7 @@ class VariableStats:
     batch_sizes: tuple = ()
     unique: tuple = ()
     table_unique: tuple = ()
+    dynamic: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

@@ -10,6 +10,7 @@ stage. The count matrices are drawn in `table_draws`; `count_matrices`
 and `exchange_bytes` give the exact bytes of known ids instead.
 """
 
+import dataclasses
 import math
 
 import numpy as np
@@ -18,6 +19,7 @@ from keras_hybrid.costs import table_draws
 from keras_hybrid.costs.design import Design
 from keras_hybrid.costs.exchange import COUNT_BYTES
 from keras_hybrid.costs.exchange import ID_BYTES
+from keras_hybrid.costs.exchange import KEY_BYTES
 from keras_hybrid.costs.exchange import PLAN_BYTES_PER_PEER
 from keras_hybrid.costs.exchange import Exchange
 from keras_hybrid.sharding.row_partition import RowPartition
@@ -95,8 +97,26 @@ def hybrid_tables(
         per_host: Int. Workers per host (used by `design.hierarchical`).
     """
     design = design or Design()
+    dynamic = [(v, s) for v, s in tables if getattr(v, "dynamic", False)]
+    if dynamic:
+        # As built, a dynamic table keeps one flat exchange per lookup
+        # call (`dynamic.key_exchange`): not fused, not hierarchical, no
+        # hot rows.
+        static = [(v, s) for v, s in tables if (v, s) not in dynamic]
+        apart = dataclasses.replace(
+            design, fused=False, hierarchical=False, hot_rows=0
+        )
+        out = hybrid_tables(static, workers, batch, design, per_host)
+        return out + _per_call(dynamic, workers, batch, apart, per_host)
+    if not tables:
+        return []
     if design.fused:
         return _fused(tables, workers, batch, design, per_host)
+    return _per_call(tables, workers, batch, design, per_host)
+
+
+def _per_call(tables, workers, batch, design, per_host) -> list:
+    """Each table's and call's own exchanges (`Design.fused` False)."""
     hosts = workers // per_host
     hierarchical = design.hierarchical and per_host > 1 and hosts > 1
     stages = []  # (lookup index, path, scope, sent, padded sent, padded recv)
@@ -110,7 +130,7 @@ def hybrid_tables(
             )
             for scope, counts in found:
                 for path in ("ids", "sparse_pull", "sparse_push"):
-                    unit = ID_BYTES if path == "ids" else var.row_bytes
+                    unit = _id_bytes(var) if path == "ids" else var.row_bytes
                     sent, padded, recv = table_draws.stage_bytes(
                         counts,
                         path == "sparse_pull",
@@ -131,6 +151,11 @@ def hybrid_tables(
                 controls.append((lookups, peers, scope))
             lookups += 1
     return _exchanges(stages, controls, lookups, hierarchical)
+
+
+def _id_bytes(var) -> int:
+    """Bytes per id of a lookup's id exchange."""
+    return KEY_BYTES if getattr(var, "dynamic", False) else ID_BYTES
 
 
 def _fused(tables, workers, batch, design, per_host) -> list:

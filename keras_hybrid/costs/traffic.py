@@ -22,6 +22,11 @@ Modes (names as in `python -m keras_hybrid.benchmark`):
 - `allgather`: tables replicated, their `IndexedSlices` all-gathered
   (rows and ids, no dedupe: stock TensorFlow).
 
+A dynamic table (`VariableStats.dynamic`) has only the hybrid's exchange,
+in every mode but `dense`: its keys with their counts (16 bytes each) go
+to their owners per lookup call, not fused, not hierarchical, without
+hot rows, as `dynamic.key_exchange` runs it.
+
 The exchanges of partitioned tables are drawn in `table_exchange`; the
 `Exchange` record and its units are in `exchange`.
 """
@@ -152,14 +157,18 @@ def step_exchanges(
     for seed, var in enumerate(tables):
         if mode == "dense":
             continue
-        if mode == "allgather" or var.rows < workers:
+        if not var.dynamic and (mode == "allgather" or var.rows < workers):
             # A table with fewer rows than shards stays replicated.
             out += allgather_table(var, workers, batch)
         else:
             partitioned.append((var, seed))
     if partitioned:
         out += hybrid_tables(partitioned, workers, batch, design, per_host)
-        hot = [min(design.hot_rows, v.rows) for v, _ in partitioned]
+        # Hot rows are static tables' (a dynamic table has none).
+        hot = [
+            0 if v.dynamic else min(design.hot_rows, v.rows)
+            for v, _ in partitioned
+        ]
         # As built (`sparse/hot_rows.py`): one all-reduce of the hot rows'
         # values (forward) and one of their gradient (backward) per table.
         dense += [

@@ -14,6 +14,7 @@ from keras_hybrid.dynamic.dynamic_table import DynamicTable
 from keras_hybrid.dynamic.eviction import Eviction
 from keras_hybrid.dynamic.initial_rows import InitialRows
 from keras_hybrid.dynamic.key_owners import KeyOwners
+from keras_hybrid.layers import key_watch
 from keras_hybrid.plan import use_discovery
 from keras_hybrid.sparse import prefetch
 from keras_hybrid.strategy import local_variables
@@ -235,6 +236,7 @@ class DynamicEmbedding(keras.layers.Layer):
 
     def call(self, inputs, training=None):
         keys = tf.reshape(_as_keys(inputs, self.key_dtype), [-1])
+        key_watch.saw(self, keys)
         unique, position, uses = tf.unique_with_counts(keys, tf.int64)
         if self._communicator is not None:
             values = tf.gather(

@@ -3,7 +3,9 @@
 A table is what the design calls one: a variable whose gradient is
 `tf.IndexedSlices`. Its ids are read off that gradient (`indices` holds one
 id per lookup, duplicates included), so any model works, whatever layer
-looks the table up.
+looks the table up. A `DynamicEmbedding`'s table is counted by the keys
+the layer looks up instead (`layers.key_watch`), admitted or not: its
+exchange moves them all, and its gradient holds admitted keys only.
 """
 
 import time
@@ -15,6 +17,7 @@ from absl import logging
 
 from keras_hybrid.costs.profile import Profile
 from keras_hybrid.costs.profile import VariableStats
+from keras_hybrid.layers import key_watch
 
 
 def profile_model(
@@ -79,8 +82,8 @@ def profile_model(
         logging.info("Profiling unique ids at batch size %d", b)
         for i in range(batches):
             x, y = make_batch(b, i)
-            for path, (n, u, index_bytes) in _lookups(model, x, y).items():
-                ids.setdefault(path, []).append((b, n, u, index_bytes))
+            for path, found in _lookups(model, x, y).items():
+                ids.setdefault(path, []).append((b, *found))
             for path, names in (call_inputs or {}).items():
                 calls.setdefault(path, []).append(_per_call(x, names, b))
     seconds = []
@@ -89,10 +92,17 @@ def profile_model(
             _step_seconds(model, make_batch, b, warmup_steps, timed_steps)
         )
         logging.info("Batch size %d: %.2f ms per step", b, 1e3 * seconds[-1])
+    dynamic = {p for p, found in ids.items() if found[0][4]}
     return Profile(
         name=name,
         variables=tuple(
-            _stats(v, ids.get(v.path), batch_sizes, calls.get(v.path))
+            _stats(
+                v,
+                ids.get(v.path),
+                batch_sizes,
+                calls.get(v.path),
+                v.path in dynamic,
+            )
             for v in model.trainable_variables
         ),
         batch_sizes=batch_sizes,
@@ -122,9 +132,10 @@ def _check_args(model, batch_sizes, batches, timed_steps) -> tuple:
 
 
 def _lookups(model, x, y) -> dict:
-    """`{path: (lookups, unique ids, id bytes)}` of one batch's tables."""
+    """`{path: (lookups, unique ids, id bytes, dynamic)}` of one batch's
+    tables."""
     variables = model.trainable_variables
-    with tf.GradientTape() as tape:
+    with key_watch.watching() as seen, tf.GradientTape() as tape:
         y_pred = model(x, training=True)
         loss = model.compute_loss(x=x, y=y, y_pred=y_pred)
     grads = tape.gradient(loss, [v.value for v in variables])
@@ -136,7 +147,11 @@ def _lookups(model, x, y) -> dict:
                 indices.size,
                 np.unique(indices).size,
                 indices.dtype.itemsize,
+                False,
             )
+    for layer, keys in seen.items():
+        keys = np.concatenate(keys)
+        out[layer.embeddings.path] = (keys.size, np.unique(keys).size, 8, True)
     return out
 
 
@@ -160,16 +175,17 @@ def _step_seconds(model, make_batch, batch_size, warmup, steps) -> float:
     return float(np.median(times))
 
 
-def _stats(variable, lookups, batch_sizes, calls) -> VariableStats:
+def _stats(variable, lookups, batch_sizes, calls, dynamic) -> VariableStats:
     """Stats of one variable; `calls` is `[per batch][per call]` of
-    `(lookups per sample, unique)` (batches in `batch_sizes` order)."""
+    `(lookups per sample, unique)` (batches in `batch_sizes` order);
+    `dynamic`: whether it is a `DynamicEmbedding`'s table."""
     dtype_bytes = tf.as_dtype(variable.dtype).size
     shape = tuple(int(d) for d in variable.shape)
     if not lookups:
         return VariableStats(variable.path, "dense", shape, dtype_bytes)
-    per_sample = np.mean([n / b for b, n, _, _ in lookups])
+    per_sample = np.mean([n / b for b, n, *_ in lookups])
     unique = tuple(
-        float(np.mean([u for b2, _, u, _ in lookups if b2 == b]))
+        float(np.mean([u for b2, _, u, *_ in lookups if b2 == b]))
         for b in batch_sizes
     )
     # The gradient holds every call's ids: with several calls, its unique
@@ -199,4 +215,5 @@ def _stats(variable, lookups, batch_sizes, calls) -> VariableStats:
         batch_sizes=batch_sizes,
         unique=unique,
         table_unique=table_unique,
+        dynamic=bool(dynamic),
     )

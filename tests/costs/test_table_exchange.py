@@ -12,6 +12,7 @@ import numpy as np
 
 from keras_hybrid.costs import cost_model
 from keras_hybrid.costs import table_exchange
+from keras_hybrid.costs import traffic
 from keras_hybrid.costs.cluster_spec import ClusterSpec
 from keras_hybrid.costs.design import Design
 from keras_hybrid.costs.profile import Profile
@@ -100,3 +101,45 @@ class CallsTogetherTest(unittest.TestCase):
         self.assertEqual(ids.bytes["padding"], 8 / 2)
         # Per peer: 2 table counts, a flag, largest of ids and of floats.
         self.assertEqual(got[0].bytes["control"], 5 * 4)
+
+
+class DynamicTableTest(unittest.TestCase):
+    """A dynamic table's exchange as built: per lookup call, keys with
+    their counts (16 bytes), not fused, not hierarchical, no hot rows."""
+
+    def _var(self, dynamic: bool):
+        return VariableStats(
+            path="t",
+            kind="sparse",
+            shape=(100_000, 32),
+            dtype_bytes=4,
+            index_bytes=8,
+            lookups_per_sample=(20.0,),
+            batch_sizes=(32, 64),
+            unique=((500.0, 900.0),),
+            dynamic=dynamic,
+        )
+
+    def test_keys_cost_twice_an_id_and_stay_apart(self):
+        design = Design(fused=True, hierarchical=True, hot_rows=100)
+        static = table_exchange.hybrid_tables(
+            [(self._var(False), 0)], 8, 64, Design(fused=False)
+        )
+        dynamic = table_exchange.hybrid_tables(
+            [(self._var(True), 0)], 8, 64, design, per_host=2
+        )
+        got = {e.kind: e for e in dynamic}
+        self.assertEqual(set(got), {e.kind for e in static})
+        self.assertTrue(all(e.scope == "flat" for e in dynamic))
+        sums = [traffic.bytes_per_path(x) for x in (static, dynamic)]
+        self.assertEqual(sums[1]["ids"], 2 * sums[0]["ids"])
+        for path in ("sparse_pull", "sparse_push", "control"):
+            self.assertEqual(sums[1][path], sums[0][path], path)
+
+    def test_a_dynamic_table_has_no_hot_rows_and_is_never_gathered(self):
+        profile = Profile("p", (self._var(True),), (32, 64), (0.01, 0.02))
+        for mode in ("hybrid", "allgather"):
+            exchanges = traffic.step_exchanges(
+                profile, mode, 8, 64, design=Design(hot_rows=100)
+            )
+            self.assertEqual({e.kind for e in exchanges}, {"all_to_all"}, mode)

@@ -138,3 +138,70 @@ class TrafficAgainstCountersTest(TestCase):
             msg=f"padding: predicted {predicted['padding']}, "
             f"measured {padding}, payload {measured}",
         )
+
+
+class DynamicTableTrafficTest(TestCase):
+    """A `DynamicEmbedding` of hashed keys (admitted at their second
+    lookup): the simulator's bytes from a one-process profile against
+    the counters of a 2-worker run."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.results = _launch("dynamic")
+
+        def make_batch(batch_size, index):
+            ids, labels = tm.make_data(batch_size, seed=100 + index)
+            return tm.to_keys(ids), labels
+
+        cls.profile = profiler.profile_model(
+            tm.build_dynamic_model(), make_batch, (8, 16, 32), 4, 1
+        )
+
+    def _sent(self, path: str) -> np.ndarray:
+        paths = list(self.results[0]["paths"])
+        return np.stack(
+            [self.results[r]["sent"][:, paths.index(path)] for r in range(N)], 1
+        )
+
+    def test_the_profile_counts_keys_not_admitted_rows(self):
+        (table,) = self.profile.of_kind("sparse")
+        self.assertTrue(table.dynamic)
+        self.assertEqual(table.rows, tm.VOCAB)  # the capacity per worker
+        # Keys admitted at their second lookup: the gradient's rows are
+        # fewer than the keys the exchange moves; the profile has the keys.
+        ids, _ = tm.make_data(32, seed=100)
+        keys = np.unique(tm.to_keys(ids)).size
+        self.assertAlmostEqual(table.unique[0][-1], keys, delta=0.3 * keys)
+
+    def test_each_key_travels_with_its_count(self):
+        # One [key, uses] int64 pair per key sent, one row pushed back.
+        np.testing.assert_array_equal(
+            self._sent("ids") * 4 * tm.DIM, self._sent("sparse_push") * 16
+        )
+
+    def test_dynamic_bytes_from_the_profile_are_close(self):
+        predicted = cost_model.predict(
+            self.profile,
+            "hybrid",
+            cluster_spec.ClusterSpec(workers=N),
+            tm.SEQS_PER_WORKER,
+        ).bytes
+        payload = ("ids", "sparse_pull", "sparse_push")
+        measured = sum(self._sent(p).mean() for p in payload)
+        guess = sum(predicted[p] for p in payload)
+        self.assertLess(
+            abs(guess / measured - 1),
+            PAYLOAD_TOLERANCE,
+            msg=f"predicted {guess}, measured {measured}",
+        )
+        self.assertEqual(
+            predicted["ids"] * 4 * tm.DIM, predicted["sparse_push"] * 16
+        )
+        padding = self._sent("padding").mean()
+        self.assertLess(
+            abs(predicted["padding"] - padding) / measured,
+            PADDING_TOLERANCE,
+            msg=f"padding: predicted {predicted['padding']}, "
+            f"measured {padding}, payload {measured}",
+        )

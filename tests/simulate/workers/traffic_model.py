@@ -38,6 +38,40 @@ def build_model() -> keras.Model:
     return model
 
 
+# Token id -> a key spread over the int64 range (a bijection: odd
+# multiplier modulo 2^63), as a hashed feature would be.
+_KEY_MULTIPLIER = 0x9E3779B97F4A7C15 % 2**63 | 1
+
+
+def to_keys(ids) -> np.ndarray:
+    """Keys of the `DynamicEmbedding` model for token `ids`."""
+    ids = np.asarray(ids).astype(object)
+    return ((ids * _KEY_MULTIPLIER) % 2**63).astype(np.int64)
+
+
+def build_dynamic_model() -> keras.Model:
+    """`build_model` with a `DynamicEmbedding` of keys (`to_keys`) in
+    place of the `Embedding`; keys admitted at their second lookup."""
+    import keras_hybrid as kh
+
+    model = keras.Sequential(
+        [
+            keras.Input((SEQ_LEN,), dtype="int64"),
+            kh.layers.DynamicEmbedding(
+                DIM, capacity=VOCAB, admit_after=2, name="tokens"
+            ),
+            keras.layers.GlobalAveragePooling1D(),
+            keras.layers.Dense(32, activation="relu"),
+            keras.layers.Dense(CLASSES),
+        ]
+    )
+    model.compile(
+        optimizer=keras.optimizers.SGD(0.1),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    return model
+
+
 def worker_slices(ids, size: int, global_batch: int):
     """`[step][worker]` ids: worker i gets rows `[i b / N, (i + 1) b / N)`
     of each global batch of `b` (HybridStrategy's input sharding)."""

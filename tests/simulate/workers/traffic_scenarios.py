@@ -4,7 +4,8 @@ per step.
 Run by `test_traffic_multiprocess.py` on the pool of 2 workers. With
 `mode="hybrid"` the table is partitioned; with `mode="allgather"` it is
 kept replicated (`variable_kinds`), so its `IndexedSlices` gradient is
-all-gathered as stock TensorFlow does.
+all-gathered as stock TensorFlow does. With `mode="dynamic"` the model has
+a `DynamicEmbedding` of the ids' keys (`traffic_model.to_keys`).
 """
 
 import keras
@@ -14,7 +15,7 @@ import traffic_model as tm  # noqa: I001  (sits beside this module)
 import keras_hybrid as kh
 from keras_hybrid.comm.comm_stats import PATHS
 
-MODES = ("hybrid", "allgather")
+MODES = ("hybrid", "allgather", "dynamic")
 
 
 class StepBytes(keras.callbacks.Callback):
@@ -46,19 +47,23 @@ def measure(mode: str, warmup_steps: int, steps: int) -> dict:
     kinds = {
         ".*tokens/embeddings": "dense" if mode == "allgather" else "sparse"
     }
+    if mode == "dynamic":
+        kinds = None  # a dynamic table has its own placement
     # allgather: stock TF's path, whatever the cost rule would choose.
     slices = "allgather" if mode == "allgather" else None
     with kh.HybridStrategy(
         variable_kinds=kinds, indexed_slices=slices
     ) as strategy:
-        return _measure(strategy, warmup_steps, steps)
+        return _measure(strategy, warmup_steps, steps, mode == "dynamic")
 
 
-def _measure(strategy, warmup_steps: int, steps: int) -> dict:
+def _measure(strategy, warmup_steps: int, steps: int, dynamic: bool) -> dict:
     global_batch = tm.SEQS_PER_WORKER * strategy.size
     ids, labels = tm.make_data((warmup_steps + steps) * global_batch)
+    if dynamic:
+        ids = tm.to_keys(ids)
     with strategy.scope():
-        model = tm.build_model()
+        model = tm.build_dynamic_model() if dynamic else tm.build_model()
     split = warmup_steps * global_batch
     fit = dict(batch_size=global_batch, shuffle=False, verbose=0)
     model.fit(ids[:split], labels[:split], **fit)

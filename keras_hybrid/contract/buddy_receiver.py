@@ -102,8 +102,9 @@ class BuddyReceiver:
         shared = args[4] if len(args) > 4 else None
         buffer = None
         if shared is not None:
-            mapped = map_peer(shared[0], size)
-            buffer = mapped and _Mapped(mapped, shared[1])
+            name, buffer_id, inode = shared
+            mapped = map_peer(name, size, inode)
+            buffer = mapped and _Mapped(mapped, buffer_id)
             if buffer is None:
                 conn.send("stream")
         if buffer is None:
@@ -176,7 +177,9 @@ def send_copy(client, task: int, folder: str, blob, keep, shared=None):
     """
     size = memoryview(blob).nbytes
     offer = (
-        () if shared is None or not shared.name else ((shared.name, shared.id),)
+        ()
+        if shared is None or not shared.name
+        else ((shared.name, shared.id, shared.inode),)
     )
 
     def upload(conn):

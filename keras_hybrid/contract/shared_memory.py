@@ -30,6 +30,8 @@ class SharedBuffer:
         map: `mmap.mmap` (a `bytearray` without shared memory).
         name: String. The path another process opens to map it (None if
             none can).
+        inode: Int. The buffer's inode: what a peer checks it opened
+            (`name` in another PID namespace may be another process's).
         id: Int. Unique in this process (a descriptor's number is not:
             it is reused once closed).
     """
@@ -37,13 +39,14 @@ class SharedBuffer:
     def __init__(self, size: int, shared: bool = True) -> None:
         self.id = next(_IDS)
         if not shared:
-            self.map, self.name = bytearray(size), None
+            self.map, self.name, self.inode = bytearray(size), None, None
             return
         fd = os.memfd_create("keras_hybrid_buddy_copy", os.MFD_CLOEXEC)
         weakref.finalize(self, os.close, fd)
         os.ftruncate(fd, size)
         self.map = mmap.mmap(fd, size)
         self.name = f"/proc/{os.getpid()}/fd/{fd}"
+        self.inode = os.fstat(fd).st_ino
 
     @classmethod
     def create(cls, size: int) -> "SharedBuffer":
@@ -54,16 +57,18 @@ class SharedBuffer:
         return len(self.map)
 
 
-def map_peer(name: str, size: int):
+def map_peer(name: str, size: int, inode: int):
     """A read-only mapping of another process's `SharedBuffer` of `size`
-    bytes, opened at `name`, or None if this process cannot open it
-    (another machine, or another PID namespace behind one host name)."""
+    bytes and `inode`, opened at `name`, or None if this process cannot
+    open it or opens another file there (another machine, or another PID
+    namespace behind one host name)."""
     try:
         fd = os.open(name, os.O_RDONLY)
     except OSError:
         return None
     try:
-        if os.fstat(fd).st_size != size:
+        found = os.fstat(fd)
+        if found.st_size != size or found.st_ino != inode:
             return None
         return mmap.mmap(fd, size, prot=mmap.PROT_READ)
     finally:

@@ -189,16 +189,19 @@ class BuddyReceiverTest(TestCase):
 
     def test_a_buffer_the_receiver_cannot_map_is_streamed(self):
         # E.g. the sender is in another PID namespace behind one host name:
-        # the name it gives does not open here.
+        # the name it gives does not open here, or opens another process's
+        # buffer of the same size.
         buffer = _shared(_arrays(4))
-        buffer.name = "/proc/0/fd/0"
-        held = send_copy(
-            self.client, 6, "commit-10-g0", buffer.map, [], shared=buffer
-        )
-        self.assertEqual(held, [])
-        self.assertEqual(self.receiver.arrivals, {"mapped": 0, "streamed": 1})
-        got = commit_blob.read_blob(self.receiver.read("commit-10-g0", 6))
-        np.testing.assert_array_equal(got[1], _arrays(4)[1])
+        other = _shared(_arrays(5))
+        for name in ("/proc/0/fd/0", other.name):
+            buffer.name = name
+            held = send_copy(
+                self.client, 6, "commit-10-g0", buffer.map, [], shared=buffer
+            )
+            self.assertEqual(held, [])
+            got = commit_blob.read_blob(self.receiver.read("commit-10-g0", 6))
+            np.testing.assert_array_equal(got[1], _arrays(4)[1])
+        self.assertEqual(self.receiver.arrivals, {"mapped": 0, "streamed": 2})
 
     def test_a_sender_without_the_key_is_refused(self):
         stranger = TcpClient(self.receiver.address, b"0" * 16)

@@ -15,6 +15,7 @@ from keras_hybrid.comm import padded_blocks
 from keras_hybrid.comm import pair_moves
 from keras_hybrid.comm.communicator import Communicator
 from keras_hybrid.comm.communicator import split_flat
+from keras_hybrid.comm.exchange_order import ExchangeOrder
 from keras_hybrid.comm.tf_row_moves import RowMoves
 
 _GROUP_KEY = 1
@@ -55,9 +56,11 @@ class TFCommunicator(RowMoves, Communicator):
     rounds of a fixed permutation, each waiting for the one before: in
     round k a worker sends to `(rank + k) % size` and receives from
     `(rank - k) % size`. A broadcast receive pulls its data from the
-    sender, so a receiver has one sender at a time. Only the order
-    changes, never the values; eager calls keep the round-robin order
-    that cannot deadlock.
+    sender, so a receiver has one sender at a time. A dense all-reduce
+    traced after such an exchange in the same graph starts once it has
+    finished (`ExchangeOrder`), so its ring is not a second flow into each
+    receiver. Only the order changes, never the values; eager calls keep
+    the round-robin order that cannot deadlock.
 
     ```python
     strategy.communicator.exchange_schedule = "rounds"
@@ -80,6 +83,7 @@ class TFCommunicator(RowMoves, Communicator):
         # When a traced pairwise exchange's moves start, one of
         # `EXCHANGE_SCHEDULES`.
         self.exchange_schedule = "concurrent"
+        self._exchange_order = ExchangeOrder()
 
     # -- all-reduce ---------------------------------------------------------
 
@@ -91,13 +95,17 @@ class TFCommunicator(RowMoves, Communicator):
             key = self._keys.base_key(
                 f"all_reduce/{op}/{instance_keys.describe(tensors)}"
             )
-            reduced = self._collective(
-                tf_compat.all_reduce,
-                flat,
-                key,
-                merge_op=_MERGE_OPS[op],
-                final_op="Div" if op == "mean" else "Id",
-            )
+            waits = []
+            if path == "dense" and self.exchange_schedule == "rounds":
+                waits = self._exchange_order.waits()
+            with tf.control_dependencies(waits):
+                reduced = self._collective(
+                    tf_compat.all_reduce,
+                    flat,
+                    key,
+                    merge_op=_MERGE_OPS[op],
+                    final_op="Div" if op == "mean" else "Id",
+                )
             nbytes = byte_sizes.bytes_of(flat)
             self.stats.record(path, 2 * (self.size - 1) * nbytes // self.size)
         return split_flat(reduced, tensors)
@@ -280,6 +288,8 @@ class TFCommunicator(RowMoves, Communicator):
             with tf.control_dependencies(previous):
                 done = [run[kind](peer) for kind, peer in moves if peer in talk]
             previous = done or previous
+        if self.exchange_schedule == "rounds":
+            self._exchange_order.record(previous)
         sent_rows = tf.reduce_sum(send_counts) - send_counts[self.rank]
         recv_rows = tf.reduce_sum(recv_counts) - recv_counts[self.rank]
         self._charge_rows(

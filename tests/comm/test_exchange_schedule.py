@@ -13,14 +13,20 @@ _PAIR_OPS = ("CollectiveBcastSendV2", "CollectiveBcastRecvV2")
 
 
 def _trace(rank: int, schedule: str) -> tf.Graph:
+    """Traces an all-to-all, then a dense all-reduce of its output."""
     comm = make_communicator("tf", rank, _SIZE, 10.0, 1024)
     comm.exchange_schedule = schedule
     spec = (
         tf.TensorSpec([None, 3], tf.float32),
         tf.TensorSpec([_SIZE], tf.int32),
+        tf.TensorSpec([5], tf.float32),
     )
-    step = tf.function(lambda x, counts: comm.all_to_all(x, counts))
-    return step.get_concrete_function(*spec).graph
+
+    def step(x, counts, dense):
+        received, _ = comm.all_to_all(x, counts)
+        return received, comm.all_reduce([dense], path="dense")
+
+    return tf.function(step).get_concrete_function(*spec).graph
 
 
 def _peer(op, rank: int) -> int:
@@ -43,6 +49,15 @@ def _pair_ancestors(op) -> set:
         seen.add(node)
         stack += list(node.control_inputs) + [t.op for t in node.inputs]
     return {node for node in seen if node.type in _PAIR_OPS}
+
+
+def _all_reduce_waits(schedule: str) -> int:
+    """How many pair ops the traced dense all-reduce waits for."""
+    graph = _trace(0, schedule)
+    (op,) = [
+        op for op in graph.get_operations() if op.type == "CollectiveReduceV2"
+    ]
+    return len(_pair_ancestors(op))
 
 
 def _moves_by_wait(rank: int, schedule: str) -> list:
@@ -83,6 +98,12 @@ class ExchangeScheduleTest(TestCase):
         moves = _moves_by_wait(1, "concurrent")
         self.assertEqual(len(moves), 2 * (_SIZE - 1))
         self.assertEqual({waited for waited, _, _ in moves}, {0})
+
+    def test_dense_all_reduce_waits_for_the_exchange_in_rounds(self):
+        # In rounds, every send and receive; concurrent: none (its input
+        # does not depend on the exchange).
+        self.assertEqual(_all_reduce_waits("rounds"), 2 * (_SIZE - 1))
+        self.assertEqual(_all_reduce_waits("concurrent"), 0)
 
     def test_unknown_schedule_raises(self):
         with self.assertRaisesRegex(ValueError, "`exchange_schedule` must"):

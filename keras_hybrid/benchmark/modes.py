@@ -8,6 +8,7 @@ registry so that new engines plug in with one `register(Mode(...))`.
 | --- | --- | --- |
 | `hybrid` | partitioned, pull/push | all-gathered (tiny tables only) |
 | `hybrid_padded` | as `hybrid`, blocks padded to the largest | as `hybrid` |
+| `hybrid_rounds` | as `hybrid`, all-to-all in rounds | as `hybrid` |
 | `hybrid_per_call` | as `hybrid`, one exchange per lookup | as `hybrid` |
 | `hybrid_hot` | as `hybrid`, `--hot_rows` rows all-reduced | as `hybrid` |
 | `hybrid_flat` | as `hybrid`, one exchange among all workers | as `hybrid` |
@@ -205,6 +206,16 @@ register(
         "(one AllToAllV2, as elastic jobs run it)",
         (("variable_kinds", TABLES_SPARSE),),
         communicator_settings=(("exchange", "padded"),),
+    )
+)
+register(
+    Mode(
+        "hybrid_rounds",
+        "hybrid, the pairwise all-to-all in N-1 rounds of a shifted "
+        "permutation, each worker receiving from one peer at a time "
+        "(communicator.exchange_schedule='rounds')",
+        (("variable_kinds", TABLES_SPARSE),),
+        communicator_settings=(("exchange_schedule", "rounds"),),
     )
 )
 register(

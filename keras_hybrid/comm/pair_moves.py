@@ -3,7 +3,10 @@
 The TF engine's pairwise exchanges are a send and a receive per peer, each
 in the pair's own 2-member group. Eagerly each send and receive blocks
 until its peer has met it, so pairs meet in the rounds of a round-robin
-tournament (`pairing_order`), the lower rank sending first.
+tournament (`pairing_order`), the lower rank sending first. In a traced
+step the sends and receives do not block the caller, so they may instead
+run in the rounds of a shifted permutation (`shift_rounds`): a receiver
+then has one sender at a time.
 
 A row move whose counts every worker knows already (a resize's rows, a
 buddy copy: `Communicator.move_rows`) lets only the pairs that move rows
@@ -36,6 +39,24 @@ def pairing_order(rank: int, size: int) -> list[int]:
         if peer < size:
             order.append(peer)
     return order
+
+
+def shift_rounds(rank: int, size: int) -> list[tuple[int, int]]:
+    """`(send_to, receive_from)` of this worker in each of `size - 1`
+    rounds: in round k it sends to `(rank + k) % size` and receives from
+    `(rank - k) % size`.
+
+    Every worker's round-k peer sends to it in the same round, so when
+    each round waits for the one before, each worker receives from one
+    peer and sends to one peer at a time (no incast). Only for
+    non-blocking sends and receives: played eagerly, round 1 is a cycle
+    of blocked sends and deadlocks.
+
+    ```python
+    shift_rounds(1, 4)  # [(2, 0), (3, 3), (0, 2)]
+    ```
+    """
+    return [((rank + k) % size, (rank - k) % size) for k in range(1, size)]
 
 
 def block_rows(matrix) -> np.ndarray:

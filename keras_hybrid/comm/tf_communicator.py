@@ -15,6 +15,7 @@ from keras_hybrid.comm import padded_blocks
 from keras_hybrid.comm import pair_moves
 from keras_hybrid.comm.communicator import Communicator
 from keras_hybrid.comm.communicator import split_flat
+from keras_hybrid.comm.exchange_order import ExchangeOrder
 from keras_hybrid.comm.tf_row_moves import RowMoves
 
 _GROUP_KEY = 1
@@ -22,6 +23,12 @@ _GROUP_KEY = 1
 # count's ladder step; "padded": one AllToAllV2 whose blocks are all padded
 # to the largest count of all pairs.
 EXCHANGES = ("pairwise", "padded")
+# When the pairwise exchange's sends and receives start in a traced step:
+# "concurrent", all at once; "rounds", `size - 1` rounds in which each
+# worker sends to one peer and receives from one (`pair_moves.shift_rounds`),
+# so no receiver has several senders at once (incast into shallow switch
+# buffers).
+EXCHANGE_SCHEDULES = ("concurrent", "rounds")
 _MERGE_OPS = {"sum": "Add", "mean": "Add", "max": "Max"}
 
 
@@ -42,6 +49,23 @@ class TFCommunicator(RowMoves, Communicator):
     every worker knows) talks only between the pairs that move rows, in an
     elastic job too, over groups keyed per membership generation.
 
+    `exchange_schedule` orders a traced step's pairwise sends and receives
+    (`EXCHANGE_SCHEDULES`). `"concurrent"` (the default) issues them all
+    at once: each worker receives from all its peers together, which
+    overflows shallow switch buffers (incast). `"rounds"` runs `size - 1`
+    rounds of a fixed permutation, each waiting for the one before: in
+    round k a worker sends to `(rank + k) % size` and receives from
+    `(rank - k) % size`. A broadcast receive pulls its data from the
+    sender, so a receiver has one sender at a time. A dense all-reduce
+    traced after such an exchange in the same graph starts once it has
+    finished (`ExchangeOrder`), so its ring is not a second flow into each
+    receiver. Only the order changes, never the values; eager calls keep
+    the round-robin order that cannot deadlock.
+
+    ```python
+    strategy.communicator.exchange_schedule = "rounds"
+    ```
+
     Sizes are charged as a ring algorithm sends them: an all-reduce of D
     bytes sends 2 (N - 1) / N D, an all-gather of D local bytes (N - 1) D,
     an all-to-all the rows bound for other workers (one call each).
@@ -56,6 +80,10 @@ class TFCommunicator(RowMoves, Communicator):
         # How a variable-sized all-to-all moves its blocks, one of
         # `EXCHANGES`; an elastic job's traced all-to-alls always pad.
         self.exchange = "pairwise"
+        # When a traced pairwise exchange's moves start, one of
+        # `EXCHANGE_SCHEDULES`.
+        self.exchange_schedule = "concurrent"
+        self._exchange_order = ExchangeOrder()
 
     # -- all-reduce ---------------------------------------------------------
 
@@ -67,13 +95,17 @@ class TFCommunicator(RowMoves, Communicator):
             key = self._keys.base_key(
                 f"all_reduce/{op}/{instance_keys.describe(tensors)}"
             )
-            reduced = self._collective(
-                tf_compat.all_reduce,
-                flat,
-                key,
-                merge_op=_MERGE_OPS[op],
-                final_op="Div" if op == "mean" else "Id",
-            )
+            waits = []
+            if path == "dense" and self.exchange_schedule == "rounds":
+                waits = self._exchange_order.waits()
+            with tf.control_dependencies(waits):
+                reduced = self._collective(
+                    tf_compat.all_reduce,
+                    flat,
+                    key,
+                    merge_op=_MERGE_OPS[op],
+                    final_op="Div" if op == "mean" else "Id",
+                )
             nbytes = byte_sizes.bytes_of(flat)
             self.stats.record(path, 2 * (self.size - 1) * nbytes // self.size)
         return split_flat(reduced, tensors)
@@ -209,12 +241,8 @@ class TFCommunicator(RowMoves, Communicator):
 
     def _all_to_all_pairwise(self, tensor, send_counts, path, plan, peers=None):
         """A send and a receive per peer (of `peers`, all by default), each
-        block padded to its own count's ladder step.
-
-        In a graph the sends and receives are asynchronous and unordered,
-        so they cannot deadlock; eagerly each blocks until its peer has
-        met it, so pairs meet in the rounds of a round-robin tournament,
-        the lower rank sending first.
+        block padded to its own count's ladder step, in the order of
+        `_pairwise_rounds`.
         """
         recv_counts = plan.recv_counts
         content = "all_to_all/" + instance_keys.describe(
@@ -234,6 +262,7 @@ class TFCommunicator(RowMoves, Communicator):
             send_caps.append(cap)
             if self._crosses_hosts(peer):
                 cross_sent.append(cap)
+            return sends[-1]
 
         def receive(peer):
             base = self._keys.base_key(f"{content}/{peer}>{self.rank}")
@@ -247,19 +276,20 @@ class TFCommunicator(RowMoves, Communicator):
             recv_caps.append(cap)
             if self._crosses_hosts(peer):
                 cross_recv.append(cap)
+            return padded
 
         talk = set(range(self.size) if peers is None else peers)
-        for peer in pair_moves.pairing_order(self.rank, self.size):
-            if peer not in talk:
-                # Counts outside `peers` are zero: an empty block.
-                received[peer] = blocks[peer]
-                continue
-            if self.rank < peer:
-                send(peer)
-                receive(peer)
-            else:
-                receive(peer)
-                send(peer)
+        for peer in set(range(self.size)) - talk:
+            # Counts outside `peers` are zero: an empty block.
+            received[peer] = blocks[peer]
+        run = {"send": send, "recv": receive}
+        previous = []
+        for moves in self._pairwise_rounds():
+            with tf.control_dependencies(previous):
+                done = [run[kind](peer) for kind, peer in moves if peer in talk]
+            previous = done or previous
+        if self.exchange_schedule == "rounds":
+            self._exchange_order.record(previous)
         sent_rows = tf.reduce_sum(send_counts) - send_counts[self.rank]
         recv_rows = tf.reduce_sum(recv_counts) - recv_counts[self.rank]
         self._charge_rows(
@@ -290,6 +320,40 @@ class TFCommunicator(RowMoves, Communicator):
             with tf.control_dependencies(sends):
                 received = tf.identity(received)
         return received, tf.identity(recv_counts)
+
+    def _pairwise_rounds(self) -> list[list[tuple[str, int]]]:
+        """The pairwise exchange's `("send" | "recv", peer)` moves, in
+        rounds; a round's moves start once the round before has finished.
+
+        Eagerly each move blocks until its peer meets it, so pairs meet in
+        the rounds of a round-robin tournament (`pair_moves.pairing_order`),
+        the lower rank sending first, whatever the schedule. In a graph the
+        moves do not block: `"concurrent"` issues them all at once, one
+        round; `"rounds"` runs `pair_moves.shift_rounds`, one send and one
+        receive per round, so a receiver pulls from one sender at a time.
+
+        Raises:
+            ValueError: If `exchange_schedule` is not in
+                `EXCHANGE_SCHEDULES`.
+        """
+        if self.exchange_schedule not in EXCHANGE_SCHEDULES:
+            raise ValueError(
+                "`exchange_schedule` must be one of "
+                f"{EXCHANGE_SCHEDULES}. Received: "
+                f"exchange_schedule={self.exchange_schedule!r}"
+            )
+        if self.exchange_schedule == "rounds" and not tf.executing_eagerly():
+            return [
+                [("send", to), ("recv", source)]
+                for to, source in pair_moves.shift_rounds(self.rank, self.size)
+            ]
+        moves = []
+        for peer in pair_moves.pairing_order(self.rank, self.size):
+            pair = [("send", peer), ("recv", peer)]
+            if self.rank > peer:
+                pair.reverse()
+            moves.extend(pair)
+        return [moves]
 
     def _crosses_hosts(self, peer: int) -> bool:
         """Whether `peer` runs on another host (known hosts only)."""

@@ -63,6 +63,25 @@ def launch(engine: str, num_workers: int) -> dict:
     return run.results
 
 
+@functools.cache
+def launch_in_rounds(engine: str) -> dict:
+    """`launch` of every model with Adam on 4 workers, the pairwise
+    exchange in rounds (`exchange_schedule="rounds"`)."""
+    configs = [[m, "adam", 0] for m in cases.MODELS]
+    return (
+        run_scenario(
+            SCENARIO,
+            "train",
+            4,
+            {"configs": configs, "exchange_schedule": "rounds"},
+            engine=engine,
+            timeout=480,
+        )
+        .check()
+        .results
+    )
+
+
 def assert_weights_close(got, want, atol=ATOL, msg=""):
     assert len(got) == len(want), msg
     for i, (g, w) in enumerate(zip(got, want, strict=True)):
@@ -347,3 +366,21 @@ def test_one_exchange_per_step_for_all_lookups(engine, num_workers):
             calls = result[cases.key(model_name, opt_name)]["sparse_calls"]
             got = tuple(calls[p] for p in ("ids", "sparse_pull", "sparse_push"))
             assert got == FUSED_CALLS[model_name], (model_name, rank, got)
+
+
+@by_engine
+def test_exchange_in_rounds_trains_the_same_weights(engine):
+    """The schedule only orders the sends and receives: the weights are
+    the concurrent exchange's, to the bit."""
+    if engine != "tf":
+        pytest.skip("`exchange_schedule` is the TF engine's")
+    for rank, result in launch_in_rounds(engine).items():
+        for model in cases.MODELS:
+            key = cases.key(model, "adam")
+            want = launch(engine, 4)[rank][key]["final"]
+            for i, (g, w) in enumerate(
+                zip(result[key]["final"], want, strict=True)
+            ):
+                np.testing.assert_array_equal(
+                    g, w, err_msg=f"{key}: rank {rank}, weight {i}"
+                )

@@ -18,11 +18,17 @@ from keras_hybrid.sparse.sharded_table import ShardedTable
 from keras_hybrid.testing import SPARSE_TABLES
 
 
-def train(configs: list, timeout: float = 60) -> dict:
-    """Trains each [model, optimizer, accumulation] of `configs`."""
+def train(
+    configs: list, timeout: float = 60, exchange_schedule: str = ""
+) -> dict:
+    """Trains each [model, optimizer, accumulation] of `configs`; with
+    `exchange_schedule`, the TF engine's pairwise exchange runs in that
+    order (`TFCommunicator.exchange_schedule`)."""
     with kh.HybridStrategy(
         timeout_seconds=timeout, variable_kinds=SPARSE_TABLES
     ) as strategy:
+        if exchange_schedule:
+            strategy.communicator.exchange_schedule = exchange_schedule
         results = {
             "size": strategy.size,
             "engine": strategy.engine,

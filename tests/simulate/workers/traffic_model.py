@@ -22,10 +22,15 @@ def make_data(num_seqs: int, seed: int = 0):
 
 
 def build_model() -> keras.Model:
+    return _model(keras.layers.Embedding(VOCAB, DIM, name="tokens"))
+
+
+def _model(table: keras.layers.Layer) -> keras.Model:
+    """The traffic tests' model around its table layer `table`."""
     model = keras.Sequential(
         [
             keras.Input((SEQ_LEN,), dtype="int64"),
-            keras.layers.Embedding(VOCAB, DIM, name="tokens"),
+            table,
             keras.layers.GlobalAveragePooling1D(),
             keras.layers.Dense(32, activation="relu"),
             keras.layers.Dense(CLASSES),
@@ -54,22 +59,11 @@ def build_dynamic_model() -> keras.Model:
     place of the `Embedding`; keys admitted at their second lookup."""
     import keras_hybrid as kh
 
-    model = keras.Sequential(
-        [
-            keras.Input((SEQ_LEN,), dtype="int64"),
-            kh.layers.DynamicEmbedding(
-                DIM, capacity=VOCAB, admit_after=2, name="tokens"
-            ),
-            keras.layers.GlobalAveragePooling1D(),
-            keras.layers.Dense(32, activation="relu"),
-            keras.layers.Dense(CLASSES),
-        ]
+    return _model(
+        kh.layers.DynamicEmbedding(
+            DIM, capacity=VOCAB, admit_after=2, name="tokens"
+        )
     )
-    model.compile(
-        optimizer=keras.optimizers.SGD(0.1),
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-    )
-    return model
 
 
 def worker_slices(ids, size: int, global_batch: int):

@@ -92,17 +92,10 @@ def profile_model(
             _step_seconds(model, make_batch, b, warmup_steps, timed_steps)
         )
         logging.info("Batch size %d: %.2f ms per step", b, 1e3 * seconds[-1])
-    dynamic = {p for p, found in ids.items() if found[0][4]}
     return Profile(
         name=name,
         variables=tuple(
-            _stats(
-                v,
-                ids.get(v.path),
-                batch_sizes,
-                calls.get(v.path),
-                v.path in dynamic,
-            )
+            _stats(v, ids.get(v.path), batch_sizes, calls.get(v.path))
             for v in model.trainable_variables
         ),
         batch_sizes=batch_sizes,
@@ -175,10 +168,10 @@ def _step_seconds(model, make_batch, batch_size, warmup, steps) -> float:
     return float(np.median(times))
 
 
-def _stats(variable, lookups, batch_sizes, calls, dynamic) -> VariableStats:
-    """Stats of one variable; `calls` is `[per batch][per call]` of
-    `(lookups per sample, unique)` (batches in `batch_sizes` order);
-    `dynamic`: whether it is a `DynamicEmbedding`'s table."""
+def _stats(variable, lookups, batch_sizes, calls) -> VariableStats:
+    """Stats of one variable; `lookups` is `[(batch size, lookups, unique,
+    id bytes, dynamic)]` (`_lookups`), `calls` is `[per batch][per call]`
+    of `(lookups per sample, unique)` (batches in `batch_sizes` order)."""
     dtype_bytes = tf.as_dtype(variable.dtype).size
     shape = tuple(int(d) for d in variable.shape)
     if not lookups:
@@ -215,5 +208,5 @@ def _stats(variable, lookups, batch_sizes, calls, dynamic) -> VariableStats:
         batch_sizes=batch_sizes,
         unique=unique,
         table_unique=table_unique,
-        dynamic=bool(dynamic),
+        dynamic=bool(lookups[0][4]),
     )

@@ -97,12 +97,12 @@ def hybrid_tables(
         per_host: Int. Workers per host (used by `design.hierarchical`).
     """
     design = design or Design()
-    dynamic = [(v, s) for v, s in tables if getattr(v, "dynamic", False)]
+    dynamic = [(v, s) for v, s in tables if _is_dynamic(v)]
     if dynamic:
         # As built, a dynamic table keeps one flat exchange per lookup
         # call (`dynamic.key_exchange`): not fused, not hierarchical, no
         # hot rows.
-        static = [(v, s) for v, s in tables if (v, s) not in dynamic]
+        static = [(v, s) for v, s in tables if not _is_dynamic(v)]
         apart = dataclasses.replace(
             design, fused=False, hierarchical=False, hot_rows=0
         )
@@ -153,9 +153,15 @@ def _per_call(tables, workers, batch, design, per_host) -> list:
     return _exchanges(stages, controls, lookups, hierarchical)
 
 
+def _is_dynamic(var) -> bool:
+    """Whether `var` is a dynamic table's stats (a table stand-in without
+    the field is static)."""
+    return getattr(var, "dynamic", False)
+
+
 def _id_bytes(var) -> int:
     """Bytes per id of a lookup's id exchange."""
-    return KEY_BYTES if getattr(var, "dynamic", False) else ID_BYTES
+    return KEY_BYTES if _is_dynamic(var) else ID_BYTES
 
 
 def _fused(tables, workers, batch, design, per_host) -> list:

@@ -62,10 +62,10 @@ def fill_blob(buffer, arrays) -> list:
     """Writes the blob of `arrays` into `buffer` (writable, of the blob's
     length: `blob_layout`); returns each array's view in it, in order."""
     records, size = blob_layout(arrays)
-    if len(memoryview(buffer).cast("B")) != size:
+    length = memoryview(buffer).nbytes
+    if length != size:
         raise ValueError(
-            f"A blob of {size} bytes does not fit a buffer of "
-            f"{len(memoryview(buffer).cast('B'))}."
+            f"A blob of {size} bytes does not fit a buffer of {length}."
         )
     views = []
     for (header, offset), array in zip(records, arrays, strict=True):

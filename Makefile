@@ -44,8 +44,14 @@ $(STAMP): setup.cfg setup.py pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/keras-hybrid-run -np 3 $(PY) examples/quickstart/main.py --epochs=5
 
+# The suite leaves a core idle most of the time (workers wait on each
+# other's collectives, the test process on its workers), so it runs on
+# TEST_PROCS pytest-xdist processes, one test file at a time each
+# (tests/conftest.py groups them). TEST_PROCS=0 runs it in one process.
+TEST_PROCS ?= 2
+
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_PROCS) --dist loadgroup
 
 # Every id source x model shape on 2, 3 and 4 workers on every exchange
 # path (the default suite runs a short version of this matrix).

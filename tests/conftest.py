@@ -10,9 +10,19 @@ time, the CPU time of the test process and that of the processes it
 launched (launchers and workers, the shared pools included). The suite is
 CPU-bound on this machine, so CPU seconds, not wall seconds, say where
 the time goes; the terminal summary lists the 25 costliest files.
+
+`make test` runs the files on two pytest-xdist workers (`--dist
+loadgroup`). Each file is one group, so a file's tests share one
+process and its shared pools. Tests marked `netns` make network
+namespaces on one subnet and check that none are left behind, so they
+form one group and never overlap. They also hold an exclusive lock on
+`KERAS_HYBRID_NETNS_LOCK` (default `/tmp/keras-hybrid-netns.lock`) per
+file, so a benchmark run elsewhere on the machine under `flock` on the
+same file does not share their subnets either.
 """
 
 import collections
+import fcntl
 import json
 import os
 import resource
@@ -28,6 +38,31 @@ PROFILE_ENV = "KERAS_HYBRID_SUITE_PROFILE"
 _profile = collections.defaultdict(
     lambda: {"tests": 0, "wall": 0.0, "self_cpu": 0.0, "child_cpu": 0.0}
 )
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        group = "netns" if item.get_closest_marker("netns") else None
+        item.add_marker(pytest.mark.xdist_group(group or item.location[0]))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _netns_lock(request):
+    # Module scope and autouse: taken before a file's own module fixtures
+    # make its namespaces.
+    if not any(m.name == "netns" for m in request.node.iter_markers()):
+        yield
+        return
+    path = os.environ.get(
+        "KERAS_HYBRID_NETNS_LOCK", "/tmp/keras-hybrid-netns.lock"
+    )
+    with open(path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _profile_path(base: str, worker: str | None) -> str:
+    return f"{base}.{worker}" if worker else base
 
 
 def _cpu(who) -> float:
@@ -103,15 +138,38 @@ def pytest_sessionfinish(session, exitstatus):
     pool.close_pools()
     path = os.environ.get(PROFILE_ENV)
     if path and _profile:
-        with open(path, "w") as f:
+        worker = os.environ.get("PYTEST_XDIST_WORKER")
+        with open(_profile_path(path, worker), "w") as f:
             json.dump(_profile, f, indent=1, sort_keys=True)
 
 
-def pytest_terminal_summary(terminalreporter):
-    if not os.environ.get(PROFILE_ENV) or not _profile:
+def _merged_profile(path: str, config) -> dict:
+    """This process's profile, or on an xdist controller the sum of its
+    workers' files (which it then folds into `path`)."""
+    workers = getattr(config.option, "numprocesses", None)
+    if not workers or os.environ.get("PYTEST_XDIST_WORKER"):
+        return dict(_profile)
+    merged = collections.defaultdict(collections.Counter)
+    for n in range(int(workers)):
+        try:
+            with open(_profile_path(path, f"gw{n}")) as f:
+                part = json.load(f)
+        except OSError:
+            continue
+        for name, entry in part.items():
+            merged[name].update(entry)
+    with open(path, "w") as f:
+        json.dump(merged, f, indent=1, sort_keys=True)
+    return merged
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    path = os.environ.get(PROFILE_ENV)
+    profile = _merged_profile(path, config) if path else {}
+    if not profile:
         return
     rows = sorted(
-        _profile.items(),
+        profile.items(),
         key=lambda kv: -(kv[1]["self_cpu"] + kv[1]["child_cpu"]),
     )
     write = terminalreporter.write_line
@@ -120,6 +178,6 @@ def pytest_terminal_summary(terminalreporter):
     for name, e in rows[:25]:
         cpu = e["self_cpu"] + e["child_cpu"]
         write(f"{cpu:8.1f} {e['wall']:8.1f} {e['tests']:5d}  {name}")
-    total = sum(e["self_cpu"] + e["child_cpu"] for e in _profile.values())
-    wall = sum(e["wall"] for e in _profile.values())
+    total = sum(e["self_cpu"] + e["child_cpu"] for e in profile.values())
+    wall = sum(e["wall"] for e in profile.values())
     write(f"{total:8.1f} {wall:8.1f} {'':5}  all files")

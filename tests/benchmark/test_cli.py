@@ -15,6 +15,8 @@ import pytest
 from tests.emulation.test_network import links
 from tests.emulation.test_network import namespaces
 
+pytestmark = pytest.mark.netns
+
 TINY = (
     "--workload=lm",
     "--workers=2",

@@ -7,7 +7,11 @@ import sys
 import unittest
 from unittest import mock
 
+import pytest
+
 from keras_hybrid.emulation import network as netem
+
+pytestmark = pytest.mark.netns
 
 
 def namespaces() -> set[str]:

@@ -37,7 +37,11 @@ EQUIVALENCE_WORKER = os.path.join(SPARSE_WORKERS, "equivalence_worker.py")
 HOSTS = "hostA:2,hostB:2"
 ATOL = 1e-5
 
-pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(240)]
+pytestmark = [
+    pytest.mark.multiprocess,
+    pytest.mark.netns,
+    pytest.mark.timeout(240),
+]
 
 
 @pytest.fixture(scope="module")

@@ -44,7 +44,11 @@ ELASTIC_WORKERS = os.path.join(HERE, "..", "..", "elastic", "workers")
 WORKER = os.path.join(ELASTIC_WORKERS, "elastic_fit_worker.py")
 TIMEOUT = 240
 
-pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(TIMEOUT + 60)]
+pytestmark = [
+    pytest.mark.multiprocess,
+    pytest.mark.netns,
+    pytest.mark.timeout(TIMEOUT + 60),
+]
 
 
 @pytest.fixture(scope="module")

@@ -65,3 +65,20 @@ def pair_capacity_for(count: tf.Tensor) -> tf.Tensor:
 def capacity_for(count: tf.Tensor) -> tf.Tensor:
     """Returns the smallest capacity on the ladder that holds `count`."""
     return bucket_capacity(bucket_index(count))
+
+
+def capacities_of(counts, pairwise: bool = False) -> np.ndarray:
+    """`capacity_for` (with `pairwise`, `pair_capacity_for`) of an array of
+    counts, in NumPy: what cost models price, with no TF op per call.
+
+    Args:
+        counts: Array-like of ints below 2**30.
+        pairwise: Bool. Whether each count is a pairwise block's (never
+            fewer than one row). Defaults to `False`.
+
+    Returns:
+        An int64 array of `counts`'s shape.
+    """
+    counts = np.asarray(counts, np.int64)
+    cap = _CAPACITIES[np.searchsorted(_CAPACITIES, counts, side="left")]
+    return np.maximum(cap, 1) if pairwise else cap

@@ -9,7 +9,6 @@ Sizes are those the package's collectives send (`sparse.lookup`,
 import dataclasses
 
 import numpy as np
-import tensorflow as tf
 
 from keras_hybrid.comm import capacity
 
@@ -55,7 +54,4 @@ def ladder(counts, pairwise: bool = False) -> np.ndarray:
     """Capacities of `comm.capacity` for an array of counts (int64); with
     `pairwise`, of a pairwise block (`capacity.pair_capacity_for`: never
     empty)."""
-    counts = np.asarray(counts, np.int64)
-    rule = capacity.pair_capacity_for if pairwise else capacity.capacity_for
-    cap = rule(tf.constant(counts.reshape(-1)))
-    return cap.numpy().astype(np.int64).reshape(counts.shape)
+    return capacity.capacities_of(counts, pairwise)

@@ -16,7 +16,6 @@ more.
 import dataclasses
 
 import numpy as np
-import tensorflow as tf
 
 from keras_hybrid.comm import capacity
 from keras_hybrid.comm import pair_moves
@@ -191,7 +190,7 @@ def _one_resize(tables, chains, step, size, engine) -> ResizeTraffic:
             busiest = np.maximum(slots_out, slots_in).max()
             wires.append(float(busiest * row_bytes))
         elif engine == "tf_padded":
-            cap = int(capacity.capacity_for(tf.constant(int(matrix.max()))))
+            cap = int(capacity.capacities_of(int(matrix.max())))
             slots = (size - 1) * cap
             padding += (slots - rows_out) * row_bytes
             wires.append(float(slots * row_bytes))

@@ -96,6 +96,23 @@ class CapacityLadderTest(TestCase):
             capacity.pair_capacity_for(counts).numpy(), [1, 1, 2, 32, 34, 68]
         )
 
+    def test_numpy_capacities_equal_the_graph_ops(self):
+        # Cost models price with `capacities_of`; the exchange pads with the
+        # graph ops. They must agree on every bucket edge and between.
+        rng = np.random.default_rng(0)
+        counts = np.concatenate(
+            [np.arange(5000), rng.integers(0, 2**30, 20000)]
+        ).astype(np.int64)
+        for pairwise, rule in (
+            (False, capacity.capacity_for),
+            (True, capacity.pair_capacity_for),
+        ):
+            np.testing.assert_array_equal(
+                capacity.capacities_of(counts, pairwise),
+                rule(tf.constant(counts)).numpy(),
+            )
+        self.assertEqual(capacity.capacities_of(2**30 - 1).shape, ())
+
     def test_works_inside_tf_function(self):
         fn = tf.function(capacity.capacity_for)
         self.assertEqual(int(fn(tf.constant(65))), 68)

@@ -32,7 +32,7 @@ and pulls are not priced here (0). With one host nothing crosses a port.
 
 Validity: checked against emulated runs of 2, 4 and 8 hosts of one
 worker (1 to 7 flows into a port, blocks of 1 to 150 kB per flow,
-buffers of 75 kB to 1.1 MB; docs/simulator.md). There an exchange loses
+buffers of 75 kB to 1.9 MB; docs/simulator.md). There an exchange loses
 at most once per flow before the others finish. With many more flows
 into a port than that, retransmissions can be lost again and TCP backs
 off (2 `rto`, 4 `rto`, ...), so the price is a lower bound there.
@@ -50,10 +50,11 @@ class PortBuffer:
             switch's buffer per port, or an emulated link's token-bucket
             limit (`emulation.network.tbf_limit_bytes`).
         flight_bytes: Float. Bytes one flow puts into the port at once
-            when an exchange starts (more if its block is larger). Fitted:
-            the emulated runs allow 28 to 75 kB; `64_000` is one GSO
-            segment, the most Linux TCP hands a queue in one piece.
-            Defaults to `64_000`.
+            when an exchange starts (its whole block if that is smaller).
+            Fitted: the emulated runs' drops allow 28 to 57 kB (4 workers
+            dropped at an 84 kB buffer, 8 workers nothing at 401 kB);
+            `40_000` is the middle of that range on a log scale. Defaults
+            to `40_000`.
         rto: Float. Seconds of a TCP retransmission timeout. Defaults to
             `0.2` (Linux's minimum RTO).
 
@@ -70,7 +71,7 @@ class PortBuffer:
     """
 
     buffer_bytes: float
-    flight_bytes: float = 64_000.0
+    flight_bytes: float = 40_000.0
     rto: float = 0.2
 
     def __post_init__(self) -> None:

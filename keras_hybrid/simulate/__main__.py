@@ -15,6 +15,13 @@ per worker). With `--out_dir` it also writes `simulation.json` and
 `simulation.png`. With `--measured`, it compares its predictions with
 benchmark JSON files (`python -m keras_hybrid.benchmark`).
 
+Ports queue without limit unless `--port_buffer_kb` states a buffer per
+host port: then an exchange whose flows overrun it waits one TCP timeout
+(`--rto`), and the output's `Port buffers:` line says so. `--schedule`
+issues the hybrid's all-to-alls concurrently or in rounds.
+`--queue_validation=FILE` prints the predicted speed-ups over all-gather
+of emulated runs with short and long queues against the measured ones.
+
 With `--resize=3:4` (or a chain, `2:4:3`) it predicts instead the bytes
 and seconds of resizing the job's partitioned tables in memory, from the
 profile's tables (or `--resize_tables=100000x128,...`) with
@@ -145,9 +152,9 @@ flags.DEFINE_float(
 )
 flags.DEFINE_float(
     "flow_flight_kb",
-    64.0,
+    40.0,
     "kB one flow puts into a port at once when an exchange starts (fitted "
-    "to the emulated runs: 28 to 75 kB fit; 64 kB is one GSO segment).",
+    "to the emulated runs' drops, which allow 28 to 57 kB).",
     lower_bound=0.001,
 )
 flags.DEFINE_string(

@@ -47,24 +47,26 @@ class FlowsTest(unittest.TestCase):
 
 
 class TimeoutTest(unittest.TestCase):
+    # 10 MB/s links: a queue of 300 kB drains in 30 ms.
+    FAST = ClusterSpec(workers=8, inter_bandwidth=10e6, inter_latency=0)
+
     def test_burst_beyond_the_buffer_costs_one_timeout(self):
-        # 7 flows x min(70 kB, 64 kB) = 448 kB into 400 kB.
-        port = PortBuffer(400e3, rto=0.2)
-        self.assertEqual(port.exchange_seconds(ALL_TO_ALL, SPEC), 0.2)
+        # 7 flows x min(70 kB, 40 kB) = 280 kB into 250 kB.
+        port = PortBuffer(250e3, flight_bytes=40e3, rto=0.2)
+        self.assertEqual(port.exchange_seconds(ALL_TO_ALL, self.FAST), 0.2)
 
     def test_burst_within_the_buffer_costs_nothing(self):
-        # 448 kB fit into 500 kB and drain in 0.045 s at 10 MB/s.
-        fast = ClusterSpec(workers=8, inter_bandwidth=10e6, inter_latency=0)
-        port = PortBuffer(500e3)
-        self.assertEqual(port.exchange_seconds(ALL_TO_ALL, fast), 0.0)
+        port = PortBuffer(300e3, flight_bytes=40e3)
+        self.assertEqual(port.exchange_seconds(ALL_TO_ALL, self.FAST), 0.0)
 
     def test_queue_longer_than_the_timeout_costs_one_timeout(self):
-        # No loss (448 kB < 500 kB), but 0.448 s in the queue > 0.2 s.
-        port = PortBuffer(500e3)
+        # No loss (280 kB < 300 kB), but 0.28 s in the queue at 1 MB/s.
+        port = PortBuffer(300e3, flight_bytes=40e3)
         self.assertEqual(port.exchange_seconds(ALL_TO_ALL, SPEC), 0.2)
 
     def test_rounds_stay_within_the_buffer(self):
-        port = PortBuffer(100e3)
+        # 280 kB concurrent, 40 kB in rounds (0.04 s at 1 MB/s).
+        port = PortBuffer(100e3, flight_bytes=40e3)
         self.assertEqual(port.exchange_seconds(ALL_TO_ALL, SPEC), 0.2)
         self.assertEqual(port.exchange_seconds(ALL_TO_ALL, SPEC, "rounds"), 0.0)
 

@@ -228,27 +228,36 @@ def predict(
         **kwargs,
     )
     schedule = (kwargs.get("design") or Design()).schedule
-    no_latency = dataclasses.replace(spec, inter_latency=0, intra_latency=0)
-    comm = sum(exchange_seconds(e, spec, schedule) for e in exchanges)
-    queue = 0.0
-    if buffer is not None:
-        queue = sum(
-            buffer.exchange_seconds(e, spec, schedule) for e in exchanges
-        )
+    comm, latency, queue = _step_seconds(exchanges, spec, schedule, buffer)
     return Prediction(
         mode=mode,
         workers=spec.workers,
         batch=batch,
         bytes=traffic.bytes_per_path(exchanges),
-        comm_seconds=comm + queue,
+        comm_seconds=comm,
         compute_seconds=profile.compute_time(batch),
         cross_host_sparse_bytes=traffic.cross_host_sparse_bytes(
             exchanges, spec.workers, spec.accelerators_per_host
         ),
-        latency_seconds=comm
-        - sum(exchange_seconds(e, no_latency, schedule) for e in exchanges),
+        latency_seconds=latency,
         queue_seconds=queue,
     )
+
+
+def _step_seconds(exchanges, spec, schedule: str, buffer) -> tuple:
+    """(communication, its latency, its timeouts) of a step's exchanges,
+    in seconds; `buffer` is a `PortBuffer` or `None`."""
+    no_latency = dataclasses.replace(spec, inter_latency=0, intra_latency=0)
+    comm = sum(exchange_seconds(e, spec, schedule) for e in exchanges)
+    latency = comm - sum(
+        exchange_seconds(e, no_latency, schedule) for e in exchanges
+    )
+    queue = 0.0
+    if buffer is not None:
+        queue = sum(
+            buffer.exchange_seconds(e, spec, schedule) for e in exchanges
+        )
+    return comm + queue, latency, queue
 
 
 def _predict_ps_per_host(profile, spec, batch: int, **kwargs) -> Prediction:

@@ -254,6 +254,12 @@ def main(argv):
         "workers": FLAGS.workers,
         "emulated_hosts": FLAGS.emulated_hosts,
         "netem": FLAGS.netem or (str(spec) if spec else None),
+        "tbf_queue_ms": FLAGS.tbf_queue_ms if spec else None,
+        "tbf_limit_bytes": (
+            netem.tbf_limit_bytes(spec.bits_per_second, FLAGS.tbf_queue_ms)
+            if spec
+            else None
+        ),
         "scaling": scaling,
         "steps": FLAGS.steps,
         "repeats": FLAGS.repeats,

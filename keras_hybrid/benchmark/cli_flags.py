@@ -61,7 +61,14 @@ def define_flags() -> None:
         "On rate-limited links (--netem or --target_step_ms, with or without "
         "--emulated_hosts) of a kernel without sch_netem (tbf links): the "
         "longest a packet may wait in a link's token bucket before tbf drops "
-        "it (tbf `latency`), i.e. the size of each link's queue.",
+        "it (tbf `latency`). Each link then queues rate x this + the bucket "
+        "(64 kB up to 128 Mbit/s) bytes, the JSON's `tbf_limit_bytes`: the "
+        "buffer regime a figure stands for. The default 50 is a shallow "
+        "buffer (105 to 324 kB at the 6.5 to 67 Mbit/s of the network-scaled "
+        "lm runs): 8 workers' concurrent all-to-alls overrun it and wait for "
+        "TCP timeouts; 10 is shallower (4 workers' too); 400 is a deep "
+        "buffer where no run dropped a packet (docs/benchmarks.md, 'Buffer "
+        "regimes').",
         lower_bound=0.001,
     )
     flags.DEFINE_string("output_json", "", "Write the results here.")

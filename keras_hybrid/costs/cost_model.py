@@ -11,11 +11,17 @@ compute + communication.
 - ring all-gather (padded block c): `N - 1` rounds of `c`;
 - all-to-all (S padded bytes per worker, spread evenly over the N - 1
   peers): `N - 1` pairwise rounds; the host interface carries what all
-  `k` workers of a host send off-host, `k S (N - k) / (N - 1)`;
+  `k` workers of a host send off-host, `k S (N - k) / (N - 1)`. Issued in
+  rounds (`Design.schedule="rounds"`), each round also waits for the
+  receiver's request: twice the latency;
 - `ps` (whole variables on shards): a push and a pull round trip to every
   shard; the busiest host interface carries its workers' pushes and pulls
   for variables held elsewhere plus what its shards serve to every other
   host. A large variable on one shard makes that host the hot spot.
+
+With a `PortBuffer` (`costs.port_buffer`), an exchange whose flows
+overrun a port's buffer, or queue longer than TCP's timeout, also waits
+one timeout; without one, ports queue without limit and never drop.
 
 `ps_only` has two layouts (`PS_LAYOUTS`, `predict`'s `ps_layout`):
 
@@ -43,6 +49,7 @@ import dataclasses
 import numpy as np
 
 from keras_hybrid.costs import traffic
+from keras_hybrid.costs.design import Design
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,6 +68,8 @@ class Prediction:
             interface sends per step (`traffic.cross_host_sparse_bytes`).
         latency_seconds: Float. The part of `comm_seconds` that is
             latency (the same step on links with zero latency subtracted).
+        queue_seconds: Float. The part of `comm_seconds` spent waiting
+            for TCP timeouts at overrun port buffers (`PortBuffer`).
     """
 
     mode: str
@@ -71,6 +80,7 @@ class Prediction:
     compute_seconds: float
     cross_host_sparse_bytes: float = 0.0
     latency_seconds: float = 0.0
+    queue_seconds: float = 0.0
 
     @property
     def step_seconds(self) -> float:
@@ -92,6 +102,7 @@ class Prediction:
             "samples_per_sec": self.samples_per_sec,
             "cross_host_sparse_bytes": self.cross_host_sparse_bytes,
             "latency_ms": 1e3 * self.latency_seconds,
+            "queue_ms": 1e3 * self.queue_seconds,
         }
 
 
@@ -103,9 +114,13 @@ def _pairwise_latency(spec) -> float:
     ) * spec.inter_latency
 
 
-def exchange_seconds(exchange, spec) -> float:
-    """Seconds one `Exchange` (`costs.exchange`) takes on `spec`."""
+def exchange_seconds(exchange, spec, schedule: str = "concurrent") -> float:
+    """Seconds one `Exchange` (`costs.exchange`) takes on `spec`, its
+    pairwise all-to-alls issued as `schedule` says (`design.SCHEDULES`)."""
     n, k = spec.workers, spec.accelerators_per_host
+    # In rounds, each round's receiver asks its sender first: a round
+    # trip per round instead of one message per peer.
+    hops = 2 if schedule == "rounds" else 1
     if n == 1:
         return 0.0
     latency, bandwidth = spec.ring_link()
@@ -124,13 +139,13 @@ def exchange_seconds(exchange, spec) -> float:
         return min(two_level, 2 * (n - 1) * (latency + d / n / bandwidth))
     if exchange.kind == "all_to_all" and exchange.scope == "intra":
         # Among the k workers of each host: k - 1 rounds.
-        return (k - 1) * spec.intra_latency + (
+        return hops * (k - 1) * spec.intra_latency + (
             exchange.wire / spec.intra_bandwidth
         )
     if exchange.kind == "all_to_all" and exchange.scope == "inter":
         # Among one worker per host: H - 1 rounds; the k local ranks'
         # exchanges share the host's interface.
-        return (hosts - 1) * spec.inter_latency + (
+        return hops * (hosts - 1) * spec.inter_latency + (
             k * exchange.wire / spec.inter_bandwidth
         )
     if exchange.kind == "all_reduce":
@@ -141,7 +156,7 @@ def exchange_seconds(exchange, spec) -> float:
         per_peer = exchange.wire / (n - 1)
         intra = (k - 1) * per_peer / spec.intra_bandwidth
         inter = k * (n - k) * per_peer / spec.inter_bandwidth
-        return _pairwise_latency(spec) + max(intra, inter)
+        return hops * _pairwise_latency(spec) + max(intra, inter)
     if exchange.kind == "ps":
         return 2 * _pairwise_latency(spec) + _ps_transfer(exchange, spec)
     raise ValueError(f"Unknown exchange kind {exchange.kind!r}.")
@@ -174,6 +189,7 @@ def predict(
     spec,
     batch: int,
     ps_layout: str = "per_worker",
+    buffer=None,
     **kwargs,
 ) -> Prediction:
     """Predicts bytes and times of one step of `mode` on `spec`.
@@ -186,8 +202,11 @@ def predict(
         ps_layout: String, one of `PS_LAYOUTS`: the servers and worker
             processes of `ps_only` (see the module doc). Other modes
             ignore it. Defaults to `"per_worker"`.
+        buffer: A `PortBuffer`, or `None` (default) for ports that queue
+            without limit: then no exchange waits for a timeout.
         **kwargs: Passed to `traffic.step_exchanges` (`bucket_bytes`,
-            `design`).
+            `design`). `design.schedule` also sets how all-to-alls are
+            issued.
 
     Raises:
         ValueError: If `ps_layout` is unknown.
@@ -208,8 +227,8 @@ def predict(
         per_host=spec.accelerators_per_host,
         **kwargs,
     )
-    no_latency = dataclasses.replace(spec, inter_latency=0, intra_latency=0)
-    comm = sum(exchange_seconds(e, spec) for e in exchanges)
+    schedule = (kwargs.get("design") or Design()).schedule
+    comm, latency, queue = _step_seconds(exchanges, spec, schedule, buffer)
     return Prediction(
         mode=mode,
         workers=spec.workers,
@@ -220,9 +239,25 @@ def predict(
         cross_host_sparse_bytes=traffic.cross_host_sparse_bytes(
             exchanges, spec.workers, spec.accelerators_per_host
         ),
-        latency_seconds=comm
-        - sum(exchange_seconds(e, no_latency) for e in exchanges),
+        latency_seconds=latency,
+        queue_seconds=queue,
     )
+
+
+def _step_seconds(exchanges, spec, schedule: str, buffer) -> tuple:
+    """(communication, its latency, its timeouts) of a step's exchanges,
+    in seconds; `buffer` is a `PortBuffer` or `None`."""
+    no_latency = dataclasses.replace(spec, inter_latency=0, intra_latency=0)
+    comm = sum(exchange_seconds(e, spec, schedule) for e in exchanges)
+    latency = comm - sum(
+        exchange_seconds(e, no_latency, schedule) for e in exchanges
+    )
+    queue = 0.0
+    if buffer is not None:
+        queue = sum(
+            buffer.exchange_seconds(e, spec, schedule) for e in exchanges
+        )
+    return comm + queue, latency, queue
 
 
 def _predict_ps_per_host(profile, spec, batch: int, **kwargs) -> Prediction:

@@ -1,7 +1,8 @@
 """`Design`: the options of the hybrid's sparse exchange that the cost
 model prices.
 
-Four options change how the hybrid moves rows. The defaults are the
+Four options change how the hybrid moves rows, and a fifth when it
+sends them. The defaults are the
 exchange the package runs outside elastic jobs, so that a prediction with
 default options prices the code as it runs:
 
@@ -26,16 +27,23 @@ default options prices the code as it runs:
   hierarchical exchange is on);
 - `hot_rows`, hot rows (off by default: `HybridStrategy(hot_rows=K)`):
   the K most requested rows of every table reach every worker by one
-  all-reduce of their values and one of their gradients per step.
+  all-reduce of their values and one of their gradients per step;
+- `schedule`, how the TF engine issues a pairwise all-to-all's sends
+  (`TFCommunicator.exchange_schedule`): `"concurrent"` (default: all at
+  once) or `"rounds"` (`N - 1` rounds of a shifted permutation, one
+  sender per receiver at a time; the benchmark's `hybrid_rounds`). It
+  changes no byte: only latency and what a shallow port buffer costs
+  (`costs.port_buffer`).
 
 All but `padding="exact"` are built. `padding="per_pair"`, `fused=True`,
-`hierarchical=False`, `hot_rows=0` is the code as it runs by default
-outside elastic jobs.
+`hierarchical=False`, `hot_rows=0`, `schedule="concurrent"` is the code
+as it runs by default outside elastic jobs.
 """
 
 import dataclasses
 
 PADDINGS = ("max_pair", "per_pair", "exact")
+SCHEDULES = ("concurrent", "rounds")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,10 +76,14 @@ class Design:
         zipf: Float > 0. Exponent `s` of the id frequencies,
             `p(k) ~ 1 / (k + 1)**s` (the benchmark's `--zipf`), used only
             to split unique ids into hot and cold when `hot_rows > 0`.
+        schedule: String, one of `SCHEDULES`. `"concurrent"` (default):
+            a pairwise all-to-all sends to all peers at once;
+            `"rounds"`: in `N - 1` rounds, each waiting for the one
+            before (a round trip per round, one sender per receiver).
 
     Raises:
-        ValueError: If `padding` is unknown, `hot_rows < 0` or
-            `zipf <= 0`.
+        ValueError: If `padding` or `schedule` is unknown, `hot_rows < 0`
+            or `zipf <= 0`.
     """
 
     padding: str = "per_pair"
@@ -79,12 +91,18 @@ class Design:
     hierarchical: bool = False
     hot_rows: int = 0
     zipf: float = 1.1
+    schedule: str = "concurrent"
 
     def __post_init__(self) -> None:
         if self.padding not in PADDINGS:
             raise ValueError(
                 f"`padding` must be one of {PADDINGS}. Received: "
                 f"padding={self.padding!r}"
+            )
+        if self.schedule not in SCHEDULES:
+            raise ValueError(
+                f"`schedule` must be one of {SCHEDULES}. Received: "
+                f"schedule={self.schedule!r}"
             )
         if isinstance(self.hot_rows, bool) or not isinstance(
             self.hot_rows, int
@@ -122,6 +140,8 @@ class Design:
                 f"{self.hot_rows} hot rows, zipf {self.zipf} "
                 "(HybridStrategy(hot_rows=))"
             )
+        if self.schedule == "rounds":
+            built.append("all-to-alls in rounds (hybrid_rounds)")
         if not built and not planned:
             return "the default exchange (as built)"
         parts = list(built)

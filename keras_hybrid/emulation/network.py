@@ -242,9 +242,7 @@ class EmulatedNetwork:
     def _qdisc(self, delay_us: float) -> list[str]:
         if self.qdisc_kind == "netem":
             return ["netem", "rate", self.spec.rate, "delay", f"{delay_us}us"]
-        # A bucket of at least 4 ms of traffic keeps tbf at its rate with
-        # the kernel's timer granularity.
-        burst = max(64_000, int(self.spec.bits_per_second / 8 * 4e-3))
+        burst = tbf_burst_bytes(self.spec.bits_per_second)
         return [
             "tbf",
             "rate",
@@ -265,6 +263,22 @@ class EmulatedNetwork:
 
     def _undo(self, argv: list[str]) -> None:
         self._created.append(argv)
+
+
+def tbf_burst_bytes(bits_per_second: float) -> int:
+    """The token bucket of a rate-only link: bytes it lets through at once
+    after an idle spell."""
+    # At least 4 ms of traffic keeps tbf at its rate with the kernel's
+    # timer granularity.
+    return max(64_000, int(bits_per_second / 8 * 4e-3))
+
+
+def tbf_limit_bytes(bits_per_second: float, queue_ms: float) -> float:
+    """Bytes a rate-only link's tbf queues before it drops: tc sets the
+    limit to `rate x latency + burst` for `latency` = `queue_ms`."""
+    return bits_per_second / 8 * queue_ms / 1e3 + tbf_burst_bytes(
+        bits_per_second
+    )
 
 
 _instances = itertools.count()

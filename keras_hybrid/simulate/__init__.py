@@ -4,7 +4,9 @@
 turn the profile and a `ClusterSpec` into bytes and seconds per step for
 the hybrid, PS-only, all-reduce and all-gather modes; a `Design` switches
 the hybrid's exchange between its options (padding, the fused
-exchange, the hierarchical exchange and hot rows). The command line is
+exchange, the hierarchical exchange, hot rows and the all-to-all's
+schedule), and a `PortBuffer` prices the timeouts of exchanges that
+overrun a port's buffer. The command line is
 `python -m keras_hybrid.simulate` (see docs/simulator.md).
 """
 
@@ -19,6 +21,7 @@ _SOURCES = {
     "predict": "keras_hybrid.costs.cost_model",
     "sweep": "keras_hybrid.costs.cost_model",
     "Design": "keras_hybrid.costs.design",
+    "PortBuffer": "keras_hybrid.costs.port_buffer",
     "Profile": "keras_hybrid.costs.profile",
     "VariableStats": "keras_hybrid.costs.profile",
     "profile_model": "keras_hybrid.simulate.profiler",

@@ -15,6 +15,13 @@ per worker). With `--out_dir` it also writes `simulation.json` and
 `simulation.png`. With `--measured`, it compares its predictions with
 benchmark JSON files (`python -m keras_hybrid.benchmark`).
 
+Ports queue without limit unless `--port_buffer_kb` states a buffer per
+host port: then an exchange whose flows overrun it waits one TCP timeout
+(`--rto`), and the output's `Port buffers:` line says so. `--schedule`
+issues the hybrid's all-to-alls concurrently or in rounds.
+`--queue_validation=FILE` prints the predicted speed-ups over all-gather
+of emulated runs with short and long queues against the measured ones.
+
 With `--resize=3:4` (or a chain, `2:4:3`) it predicts instead the bytes
 and seconds of resizing the job's partitioned tables in memory, from the
 profile's tables (or `--resize_tables=100000x128,...`) with
@@ -28,6 +35,7 @@ link:
 # First: keeps TensorFlow's banners off `--help`.
 from keras_hybrid.utils import help_first  # isort: skip
 
+import dataclasses
 import json
 import os
 import sys
@@ -41,10 +49,12 @@ from keras_hybrid.costs import cluster_spec
 from keras_hybrid.costs import cost_model
 from keras_hybrid.costs import design as design_lib
 from keras_hybrid.costs import hot_row_savings
+from keras_hybrid.costs import port_buffer
 from keras_hybrid.costs import resize
 from keras_hybrid.costs import traffic
 from keras_hybrid.costs.profile import Profile
 from keras_hybrid.simulate import parallax
+from keras_hybrid.simulate import queue_validation
 from keras_hybrid.simulate import report
 from keras_hybrid.simulate import validate
 
@@ -119,6 +129,47 @@ flags.DEFINE_boolean(
     "The hierarchical exchange (HybridStrategy(hierarchical=)): ids "
     "deduped per host, hosts crossed once per host pair and local rank, "
     "pushes summed per host; two-level dense all-reduce (in every mode).",
+)
+flags.DEFINE_enum(
+    "schedule",
+    "concurrent",
+    list(design_lib.SCHEDULES),
+    "How a pairwise all-to-all is issued: concurrent (default: to all "
+    "peers at once) or rounds (N - 1 rounds, one sender per receiver: "
+    "TFCommunicator.exchange_schedule='rounds', the benchmark's "
+    "hybrid_rounds). Same bytes; rounds pay a round trip per round and "
+    "overrun no port buffer with concurrent flows.",
+)
+flags.DEFINE_float(
+    "port_buffer_kb",
+    0.0,
+    "kB (1000 bytes) a host's network port queues before it drops. With "
+    "a buffer, an exchange whose flows overrun it, or queue longer than "
+    "--rto, waits one TCP timeout (docs/simulator.md, 'Queueing and "
+    "loss'). 0 (default): ports queue without limit and never drop (a "
+    "deep buffer).",
+    lower_bound=0.0,
+)
+flags.DEFINE_float(
+    "flow_flight_kb",
+    40.0,
+    "kB one flow puts into a port at once when an exchange starts (fitted "
+    "to the emulated runs' drops, which allow 28 to 57 kB).",
+    lower_bound=0.001,
+)
+flags.DEFINE_string(
+    "rto",
+    "200ms",
+    "TCP retransmission timeout an overrun exchange waits (tc units; "
+    "200ms is Linux's minimum).",
+)
+flags.DEFINE_string(
+    "queue_validation",
+    "",
+    "JSON file of emulated runs with short and long link queues "
+    "(tests/simulate/data/emulated_queues.json): print the predicted "
+    "speed-up over allgather of hybrid and hybrid_rounds against the "
+    "measured one (needs the runs' workload profile, --profile).",
 )
 # --hot_rows comes with the workload flags (`benchmark.config_flags`):
 # the benchmark's hybrid_hot mode shares it.
@@ -223,40 +274,32 @@ def main(argv) -> None:
     modes = _check_modes()
     try:
         specs = [_spec(n) for n in _worker_counts()]
+        buffer = _buffer()
     except ValueError as error:
         raise app.UsageError(str(error)) from error
     profile = _profile()
+    if FLAGS.queue_validation:
+        _queue_validation(profile)
+        return
     batch = FLAGS.batch_per_worker
     if FLAGS.parallax:
         batch = profile.batch_sizes[0]
     design = _design()
-    predictions = []
-    for spec in specs:
-        logging.info("Simulating %d workers", spec.workers)
-        for mode in modes:
-            predictions.append(
-                cost_model.predict(
-                    profile,
-                    mode,
-                    spec,
-                    batch,
-                    ps_layout=FLAGS.ps_layout,
-                    bucket_bytes=FLAGS.bucket_bytes,
-                    design=design,
-                )
-            )
-    _out(
-        f"Predicted per step: {profile.name}, {batch} samples per worker, "
-        f"{FLAGS.accelerators_per_host} workers per host, host link "
-        f"{FLAGS.bandwidth} / {FLAGS.latency}, in-host link "
-        f"{FLAGS.intra_bandwidth} / {FLAGS.intra_latency}.\n"
-        f"Hybrid exchange: {design.describe()}.\n"
-        + (
-            f"ps_only layout: {FLAGS.ps_layout} (bytes per host process).\n"
-            if FLAGS.ps_layout == "per_host" and "ps_only" in modes
-            else ""
+    predictions = [
+        cost_model.predict(
+            profile,
+            mode,
+            spec,
+            batch,
+            ps_layout=FLAGS.ps_layout,
+            buffer=buffer,
+            bucket_bytes=FLAGS.bucket_bytes,
+            design=design,
         )
-    )
+        for spec in specs
+        for mode in modes
+    ]
+    _out(_header(profile, batch, design, buffer, modes))
     _out("Throughput (samples/s) and speed-up of hybrid:")
     _out(report.comparison_table(predictions))
     _out("\nCommunication per step: ms, and MB sent per worker:")
@@ -267,12 +310,65 @@ def main(argv) -> None:
             "ms of all-gather or all-reduce over the hybrid's, each under "
             "the same options):"
         )
-        _out(report.ablation_table(_ablation(profile, specs, batch)))
+        _out(report.ablation_table(_ablation(profile, specs, batch, buffer)))
     if FLAGS.shard_load > 1:
         _out(_shard_load(profile, batch))
     checks = _validation(profile, batch)
     if FLAGS.out_dir:
         _write(profile, predictions, checks)
+
+
+def _buffer() -> port_buffer.PortBuffer | None:
+    """The `PortBuffer` of the flags, or `None` for unlimited queues."""
+    if not FLAGS.port_buffer_kb:
+        return None
+    return port_buffer.PortBuffer(
+        buffer_bytes=1e3 * FLAGS.port_buffer_kb,
+        flight_bytes=1e3 * FLAGS.flow_flight_kb,
+        rto=cluster_spec.parse_time(FLAGS.rto),
+    )
+
+
+def _header(profile, batch, design, buffer, modes) -> str:
+    """What the predictions are for: workload, cluster, exchange, ports."""
+    ports = (
+        "unlimited (a deep buffer: no exchange loses a packet or waits "
+        "for a timeout)"
+        if buffer is None
+        else buffer.describe()
+        + " (model checked for 1 to 7 flows into a port; a lower bound "
+        "beyond)"
+    )
+    return (
+        f"Predicted per step: {profile.name}, {batch} samples per worker, "
+        f"{FLAGS.accelerators_per_host} workers per host, host link "
+        f"{FLAGS.bandwidth} / {FLAGS.latency}, in-host link "
+        f"{FLAGS.intra_bandwidth} / {FLAGS.intra_latency}.\n"
+        f"Hybrid exchange: {design.describe()}.\n"
+        f"Port buffers: {ports}.\n"
+        + (
+            f"ps_only layout: {FLAGS.ps_layout} (bytes per host process).\n"
+            if FLAGS.ps_layout == "per_host" and "ps_only" in modes
+            else ""
+        )
+    )
+
+
+def _queue_validation(profile) -> None:
+    """Prints predicted against measured speed-ups of emulated runs."""
+    try:
+        runs = queue_validation.load(FLAGS.queue_validation)
+    except (OSError, ValueError) as error:
+        raise app.UsageError(str(error)) from error
+    rows = queue_validation.compare(profile, runs, FLAGS.batch_per_worker)
+    bad = queue_validation.outside(rows)
+    _out(
+        "Speed-up over allgather of emulated runs (one worker per host, "
+        "each link's tbf queue as stated; error = predicted / measured - 1; "
+        f"bound {queue_validation.TOLERANCE:.0%}):"
+    )
+    _out(queue_validation.table(rows))
+    _out(f"{len(rows) - len(bad)} of {len(rows)} within the bound.")
 
 
 def _design() -> design_lib.Design:
@@ -282,6 +378,7 @@ def _design() -> design_lib.Design:
         hierarchical=FLAGS.hierarchical,
         hot_rows=FLAGS.hot_rows,
         zipf=FLAGS.zipf,
+        schedule=FLAGS.schedule,
     )
 
 
@@ -323,16 +420,18 @@ def _ablation_designs() -> list:
     return steps
 
 
-def _ablation(profile, specs, batch) -> list:
+def _ablation(profile, specs, batch, buffer) -> list:
     rows = []
     for spec in specs:
         for label, design in _ablation_designs():
+            design = dataclasses.replace(design, schedule=FLAGS.schedule)
             found = {
                 mode: cost_model.predict(
                     profile,
                     mode,
                     spec,
                     batch,
+                    buffer=buffer,
                     bucket_bytes=FLAGS.bucket_bytes,
                     design=design,
                 )
@@ -490,6 +589,10 @@ def _write(profile, predictions, checks) -> None:
                 "zipf",
                 "parallax",
                 "ps_layout",
+                "schedule",
+                "port_buffer_kb",
+                "flow_flight_kb",
+                "rto",
             )
         },
         "predictions": [p.to_dict() for p in predictions],

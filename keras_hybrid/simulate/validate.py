@@ -70,10 +70,12 @@ def _error(predicted: float, measured: float):
 # Benchmark modes the simulator models with a fixed exchange option:
 # `hybrid_padded` is the hybrid with every all-to-all block padded to the
 # largest pair (one `AllToAllV2`), `hybrid_per_call` the hybrid with one
-# exchange per table and lookup call (no fused exchange).
+# exchange per table and lookup call (no fused exchange), `hybrid_rounds`
+# the hybrid with its all-to-alls in rounds.
 _FIXED_OPTIONS = {
     "hybrid_padded": ("hybrid", {"padding": "max_pair"}),
     "hybrid_per_call": ("hybrid", {"fused": False}),
+    "hybrid_rounds": ("hybrid", {"schedule": "rounds"}),
 }
 
 
@@ -91,7 +93,7 @@ def compare(
         design: The `Design` of the measured `hybrid` exchange (default:
             `Design()`); a measured `hybrid_padded` is always compared
             with `padding="max_pair"`, a `hybrid_per_call` with
-            `fused=False`.
+            `fused=False`, a `hybrid_rounds` with `schedule="rounds"`.
 
     Returns:
         List of dicts: workers, mode, netem, predicted and measured bytes

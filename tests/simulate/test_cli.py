@@ -163,6 +163,48 @@ class SimulateCliTest(TestCase):
         self.assertIn("flat, hot 64", run.stdout)
         self.assertIn("busiest of 8 shards", run.stdout)
 
+    def test_port_buffer_and_schedule_flags(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "profile.json")
+            with open(path, "w") as f:
+                f.write(_toy_profile().to_json())
+            common = (
+                f"--profile={path}",
+                "--workers=8",
+                "--accelerators_per_host=1",
+                "--out_dir=" + tmp,
+            )
+            deep = _simulate(*common)
+            self.assertEqual(deep.returncode, 0, deep.stderr[-2000:])
+            self.assertIn("Port buffers: unlimited", deep.stdout)
+            shallow = _simulate(
+                *common,
+                "--port_buffer_kb=0.1",
+                "--rto=10ms",
+                "--schedule=rounds",
+            )
+            self.assertEqual(shallow.returncode, 0, shallow.stderr[-2000:])
+            with open(os.path.join(tmp, "simulation.json")) as f:
+                body = json.load(f)
+        self.assertIn("Port buffers: 0.1 kB per port", shallow.stdout)
+        self.assertIn("TCP timeout 10 ms", shallow.stdout)
+        self.assertIn("all-to-alls in rounds", shallow.stdout)
+        self.assertEqual(body["flags"]["schedule"], "rounds")
+        queue = {p["mode"]: p["queue_ms"] for p in body["predictions"]}
+        # Every exchange with a block over 100 bytes per flow waits one
+        # 10 ms timeout, in rounds too.
+        self.assertGreater(queue["hybrid"], 0)
+        self.assertAlmostEqual(queue["hybrid"] % 10, 0)
+
+    def test_queue_validation_prints_every_run(self):
+        data = os.path.join(os.path.dirname(__file__), "data")
+        run = _simulate(
+            f"--profile={os.path.join(data, 'lm20k_profile.json')}",
+            f"--queue_validation={os.path.join(data, 'emulated_queues.json')}",
+        )
+        self.assertEqual(run.returncode, 0, run.stderr[-2000:])
+        self.assertIn("18 of 18 within the bound.", run.stdout)
+
     def test_parallax_profiles_need_no_profiling(self):
         run = _simulate(
             "--parallax=nmt",

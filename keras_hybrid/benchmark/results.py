@@ -29,9 +29,9 @@ import os
 
 import numpy as np
 
-from keras_hybrid.callbacks.communication_stats import align_rows
-from keras_hybrid.callbacks.communication_stats import logs_from
-from keras_hybrid.comm.comm_stats import PATHS
+from keras_hybrid.callbacks.communication_table import align_rows
+from keras_hybrid.callbacks.communication_table import logs_from
+from keras_hybrid.utils.traffic_paths import PATHS
 
 BYTE_PATHS = ("dense", "sparse_pull", "sparse_push", "ids", "padding")
 SPARSE = ("ids", "sparse_pull", "sparse_push")

@@ -17,7 +17,7 @@ ceiling (measured / allowed near 1) or below it.
 
 import numpy as np
 
-from keras_hybrid.callbacks.communication_stats import align_rows
+from keras_hybrid.callbacks.communication_table import align_rows
 from keras_hybrid.emulation import network as netem
 
 

@@ -10,8 +10,8 @@ sequence model, a two-tower `Dot` model and a subclassed model, trained
 on N workers with the fused exchange, with one exchange per lookup, and
 (4 workers, 2 on each of 2 emulated hosts) with the hierarchical
 exchange; each must equal one process on the same global batches (1e-5
-for SGD, 1e-4 for Adam in float32). One launch per worker count trains
-its cases.
+for SGD, 1e-4 for Adam in float32). One scenario per worker count, on
+the shared pool (`workers/id_sources_scenarios.py`), trains its cases.
 
 The default suite runs a short matrix (every source once, each path and
 worker count a few times); `KERAS_HYBRID_ID_MATRIX=full` runs every
@@ -20,17 +20,16 @@ source x shape x path on 2, 3 and 4 workers (`make test-id-sources`).
 
 import functools
 import itertools
-import json
 import os
 import sys
-import tempfile
 
 import keras
 import numpy as np
 import pytest
 
-from keras_hybrid.testing import run_workers
 from keras_hybrid.testing.multiprocess import engines_under_test
+from keras_hybrid.testing.pool import run_scenario
+from keras_hybrid.testing.pool import shared_pool
 
 HERE = os.path.join(os.path.dirname(__file__), "workers")
 sys.path.insert(0, HERE)
@@ -84,8 +83,8 @@ def matrix() -> list:
 
 
 def launch(engine: str, workers: int) -> dict:
-    """Every rank's results of the one launch for `workers`; a failed
-    launch fails every case of it, without launching again."""
+    """Every rank's results of the one scenario for `workers`; a failed
+    scenario fails every case of it, without running again."""
     outcome = _launch(engine, workers)
     if isinstance(outcome, Exception):
         raise outcome
@@ -104,15 +103,21 @@ def _run(engine: str, workers: int) -> dict:
     todo = [case for n, case in matrix() if n == workers]
     if engine == "horovod":
         todo = [c for c in todo if c[3] != "hierarchical"]
-    run = run_workers(
-        os.path.join(HERE, "id_sources_worker.py"),
+    run = run_scenario(
+        os.path.join(HERE, "id_sources_scenarios.py"),
+        "train",
         workers,
-        tempfile.mkdtemp(prefix=f"id_sources_{workers}_"),
-        args=(f"--cases={json.dumps(todo)}",),
-        timeout=120 + 60 * len(todo),
+        {"cases": todo},
         engine=engine,
+        timeout=120 + 60 * len(todo),
     ).check()
     assert sorted(run.results) == list(range(workers))
+    if any(
+        "error" in r for result in run.results.values() for r in result.values()
+    ):
+        # A case that failed may have left a collective aborted in the
+        # workers: the next scenario gets a fresh launch.
+        shared_pool(workers, engine).close()
     return run.results
 
 

@@ -4,8 +4,9 @@ one process on the same global batches (float64, 1e-5).
 The rule (`patches/loss_scaling.py`, docs/strategy.md): a loss scaled for
 distribution (Keras' reducing losses, `tf.nn.compute_average_loss`) or a
 sum keeps the workers' gradients summed; a loss the step averaged by
-itself gets them averaged. One launch per worker count trains every case
-of `workers/train_steps.py`.
+itself gets them averaged. One scenario per worker count, on the shared
+pool (`workers/train_step_scenarios.py`), trains every case of
+`workers/train_steps.py`.
 """
 
 import functools
@@ -18,7 +19,7 @@ import keras
 import numpy as np
 import pytest
 
-from keras_hybrid.testing import run_workers
+from keras_hybrid.testing.pool import run_scenario
 
 HERE = os.path.join(os.path.dirname(__file__), "workers")
 sys.path.insert(0, HERE)
@@ -30,10 +31,10 @@ ATOL = 1e-5
 
 @functools.cache
 def launch(num_workers: int) -> dict:
-    run = run_workers(
-        os.path.join(HERE, "train_step_worker.py"),
+    run = run_scenario(
+        os.path.join(HERE, "train_step_scenarios.py"),
+        "train",
         num_workers,
-        tempfile.mkdtemp(prefix=f"train_steps{num_workers}_"),
         timeout=420,
     ).check()
     assert sorted(run.results) == list(range(num_workers))
@@ -70,6 +71,7 @@ def test_equals_one_process(case, num_workers):
     assert moved > 1e-3, "no training"
     for rank, result in launch(num_workers).items():
         for i, (got, w) in enumerate(zip(result[case], want, strict=True)):
+            assert got.dtype == w.dtype, (case, rank, i)
             np.testing.assert_allclose(
                 got,
                 w,

@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 
 from keras_hybrid.testing import TestCase
-from keras_hybrid.testing.multiprocess import run_workers
+from keras_hybrid.testing.pool import run_scenario
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(600)]
 
-WORKER = os.path.join(
-    os.path.dirname(__file__), "workers", "uneven_batch_worker.py"
-)
+HERE = os.path.join(os.path.dirname(__file__), "workers")
+WORKER = os.path.join(HERE, "uneven_batch_worker.py")
+SCENARIOS = os.path.join(HERE, "uneven_batch_scenarios.py")
 
 
 def one_process(out_dir):
@@ -40,8 +40,7 @@ class UnevenBatchTest(TestCase):
     def test_three_workers_match_one_process(self):
         root = tempfile.mkdtemp()
         reference = one_process(os.path.join(root, "one"))
-        os.makedirs(os.path.join(root, "three"))
-        run = run_workers(WORKER, 3, os.path.join(root, "three")).check()
+        run = run_scenario(SCENARIOS, "on_workers", 3).check()
         for kind in ("keras", "own_mean"):
             want = reference[kind]
             for rank in range(3):

@@ -1,14 +1,9 @@
-"""Worker: trains on global batches that do not split evenly over the
-workers (250 rows on 3 workers, then a last batch of 200), with Keras'
-own loss and with a custom `train_step` that averages its loss itself.
+"""Worker: `uneven_batch_scenarios.train_both` as one plain process, the
+reference of `test_uneven_batches_multiprocess.py`."""
 
-Run by tests through `keras-hybrid-run`, and as one plain process for the
-reference.
-"""
+import os
+import sys
 
-import keras
-import numpy as np
-import tensorflow as tf
 from absl import app
 from absl import flags
 
@@ -16,69 +11,21 @@ import keras_hybrid as kh
 from keras_hybrid.testing.models import SPARSE_TABLES
 from keras_hybrid.testing.multiprocess import save_result
 
+sys.path.insert(0, os.path.dirname(__file__))
+import uneven_batch_scenarios as scenarios  # noqa: E402
+
 FLAGS = flags.FLAGS
 flags.DEFINE_string("out_dir", None, "Where to save this rank's results.")
 flags.DEFINE_integer("batch_size", 250, "Global batch size.")
 flags.DEFINE_integer("num_samples", 700, "Samples.")
 
 
-class OwnMeanModel(keras.Model):
-    """A `train_step` written for one device: its loss is a plain mean."""
-
-    def train_step(self, data):
-        x, y = data
-        with tf.GradientTape() as tape:
-            loss = tf.reduce_mean(tf.square(self(x, training=True) - y))
-        grads = tape.gradient(loss, self.trainable_variables)
-        pairs = zip(grads, self.trainable_variables, strict=True)
-        self.optimizer.apply_gradients(pairs)
-        return {"own_loss": loss}
-
-
-def build(kind):
-    keras.utils.set_random_seed(7)
-    ids = keras.Input((3,), dtype="int32")
-    dense = keras.Input((4,))
-    rows = keras.layers.Embedding(50, 4, name="items")(ids)
-    pooled = keras.layers.GlobalAveragePooling1D()(rows)
-    hidden = keras.layers.Dense(8, activation="tanh")(
-        keras.layers.Concatenate()([pooled, dense])
-    )
-    out = keras.layers.Dense(1)(hidden)
-    cls = OwnMeanModel if kind == "own_mean" else keras.Model
-    return cls([ids, dense], out)
-
-
-def data():
-    rng = np.random.default_rng(3)
-    ids = rng.integers(0, 50, size=(FLAGS.num_samples, 3)).astype("int32")
-    dense = rng.normal(size=(FLAGS.num_samples, 4)).astype("float32")
-    y = (dense.sum(axis=1, keepdims=True) + ids[:, :1] / 50.0).astype("float32")
-    return ids, dense, y
-
-
-def train(strategy, kind):
-    ids, dense, y = data()
-    with strategy.scope():
-        model = build(kind)
-        model.compile(
-            optimizer=keras.optimizers.SGD(0.1), loss="mse", metrics=["mae"]
-        )
-    history = model.fit(
-        [ids, dense],
-        y,
-        batch_size=FLAGS.batch_size,
-        epochs=3,
-        shuffle=False,
-        verbose=0,
-    )
-    return {"weights": model.get_weights(), "history": history.history}
-
-
 def main(argv):
     del argv
     strategy = kh.HybridStrategy(variable_kinds=SPARSE_TABLES)
-    results = {kind: train(strategy, kind) for kind in ("keras", "own_mean")}
+    results = scenarios.train_both(
+        strategy, FLAGS.batch_size, FLAGS.num_samples
+    )
     save_result(FLAGS.out_dir, strategy.rank, results)
 
 

@@ -1,0 +1,82 @@
+"""Global batches that do not split evenly over the workers (250 rows on
+3 workers, then a last batch of 200), with Keras' own loss and with a
+custom `train_step` that averages its loss itself.
+
+`on_workers` is the scenario the shared pool runs;
+`uneven_batch_worker.py` runs `train_both` as one plain process for the
+reference.
+"""
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+import keras_hybrid as kh
+from keras_hybrid.testing.models import SPARSE_TABLES
+
+
+class OwnMeanModel(keras.Model):
+    """A `train_step` written for one device: its loss is a plain mean."""
+
+    def train_step(self, data):
+        x, y = data
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(self(x, training=True) - y))
+        grads = tape.gradient(loss, self.trainable_variables)
+        pairs = zip(grads, self.trainable_variables, strict=True)
+        self.optimizer.apply_gradients(pairs)
+        return {"own_loss": loss}
+
+
+def build(kind):
+    keras.utils.set_random_seed(7)
+    ids = keras.Input((3,), dtype="int32")
+    dense = keras.Input((4,))
+    rows = keras.layers.Embedding(50, 4, name="items")(ids)
+    pooled = keras.layers.GlobalAveragePooling1D()(rows)
+    hidden = keras.layers.Dense(8, activation="tanh")(
+        keras.layers.Concatenate()([pooled, dense])
+    )
+    out = keras.layers.Dense(1)(hidden)
+    cls = OwnMeanModel if kind == "own_mean" else keras.Model
+    return cls([ids, dense], out)
+
+
+def data(num_samples):
+    rng = np.random.default_rng(3)
+    ids = rng.integers(0, 50, size=(num_samples, 3)).astype("int32")
+    dense = rng.normal(size=(num_samples, 4)).astype("float32")
+    y = (dense.sum(axis=1, keepdims=True) + ids[:, :1] / 50.0).astype("float32")
+    return ids, dense, y
+
+
+def train(strategy, kind, batch_size=250, num_samples=700):
+    ids, dense, y = data(num_samples)
+    with strategy.scope():
+        model = build(kind)
+        model.compile(
+            optimizer=keras.optimizers.SGD(0.1), loss="mse", metrics=["mae"]
+        )
+    history = model.fit(
+        [ids, dense],
+        y,
+        batch_size=batch_size,
+        epochs=3,
+        shuffle=False,
+        verbose=0,
+    )
+    return {"weights": model.get_weights(), "history": history.history}
+
+
+def train_both(strategy, batch_size=250, num_samples=700):
+    """Kind -> this rank's weights and history, for each kind of model."""
+    return {
+        kind: train(strategy, kind, batch_size, num_samples)
+        for kind in ("keras", "own_mean")
+    }
+
+
+def on_workers():
+    """Pool scenario: `train_both` under a strategy of its own."""
+    with kh.HybridStrategy(variable_kinds=SPARSE_TABLES) as strategy:
+        return train_both(strategy)

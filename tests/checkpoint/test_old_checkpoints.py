@@ -9,7 +9,6 @@ on 3 workers, they must be those exactly.
 
 import os
 import sys
-import tempfile
 
 import keras
 import numpy as np
@@ -17,7 +16,7 @@ import pytest
 
 from keras_hybrid.checkpoint import restore_checkpoint
 from keras_hybrid.testing import OneProcessTestCase
-from keras_hybrid.testing import run_workers
+from keras_hybrid.testing.pool import run_scenario
 
 HERE = os.path.join(os.path.dirname(__file__), "release_0_1")
 FILES = os.path.join(HERE, "files")
@@ -73,11 +72,11 @@ class OldCheckpointsTest(OneProcessTestCase):
 
 @pytest.mark.multiprocess
 def test_sharded_checkpoint_restores_on_three_workers():
-    run = run_workers(
-        os.path.join(HERE, "restore_worker.py"),
+    run = run_scenario(
+        os.path.join(HERE, "restore_scenarios.py"),
+        "restore",
         3,
-        tempfile.mkdtemp(prefix="old_ckpt_"),
-        args=(f"--checkpoint={sharded_path()}",),
+        {"checkpoint": sharded_path()},
         timeout=240,
     ).check()
     want = expected()

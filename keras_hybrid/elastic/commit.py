@@ -39,6 +39,7 @@ from keras_hybrid.elastic import file_store
 from keras_hybrid.elastic.buddy_sender import BuddySender
 from keras_hybrid.sparse import resharding
 from keras_hybrid.sparse.sharded_table import ShardedTable
+from keras_hybrid.strategy import local_variables
 
 _KEEP = 2  # commits kept: survivors may be one step apart
 
@@ -290,6 +291,13 @@ def is_partitioned(variable) -> bool:
     return isinstance(storage, ShardedTable) or isinstance(
         variable, ShardedTable
     )
+
+
+def is_local(variable) -> bool:
+    """Whether `variable` (a Keras variable or its storage) is this
+    worker's own: a dynamic table's shard, its state or one of its slots
+    (`strategy.local_variables`)."""
+    return local_variables.is_local(getattr(variable, "value", variable))
 
 
 def state_bytes(model) -> int:

@@ -135,15 +135,27 @@ class DynamicTable:
             self.owners = OwnerMap(
                 KeyOwners.balanced(communicator.size), embeddings.path
             )
-        key_dtype = slot_keys.dtype
+        # Called with the table after `renew_index` (the layer tracks the
+        # hash tables for `model.export`).
+        self.on_renew: list = []
+        self.renew_index()
+        self.number = next(_NUMBERS)
+        _TABLES.add(self)
+
+    def renew_index(self) -> None:
+        """Makes the key index and the admission counts new, empty hash
+        tables. An eager context reset (an elastic job's recovery from a
+        lost worker) loses the old ones; `reload` then rebuilds the
+        index from the live rows."""
+        key_dtype = self.slot_keys.dtype
         self.index = tf.lookup.experimental.MutableHashTable(
             key_dtype, tf.int64, default_value=-1, name="dynamic_index"
         )
         self.counts = tf.lookup.experimental.MutableHashTable(
             key_dtype, tf.int64, default_value=0, name="dynamic_counts"
         )
-        self.number = next(_NUMBERS)
-        _TABLES.add(self)
+        for listener in self.on_renew:
+            listener(self)
 
     @property
     def name(self) -> str:

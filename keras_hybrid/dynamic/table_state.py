@@ -101,7 +101,10 @@ def load(table, slots: dict, arrays: dict, where: str = "") -> None:
     _fill(table.state["last_step"], arrays["last_step"], count)
     keys = np.zeros([table.capacity], np.int64)
     keys[:count] = arrays["keys"]
-    table.slot_keys.assign(keys)
+    # Added, not assigned: `slot_keys` is a plain variable, and on TF 2.21
+    # `assign` to a variable made before an eager context reset does
+    # nothing (`assign_add` works; int64 sums wrap alike in NumPy and TF).
+    table.slot_keys.assign_add(keys - table.slot_keys.numpy())
     names = ("step", *dynamic_table.COUNTERS)
     for name, value in zip(names, arrays[SCALARS], strict=True):
         _set(table.state[name], np.int64(value))

@@ -13,7 +13,8 @@ last two commits always include one that every survivor holds. A commit
 also follows each change of the members (a resize, a recovery): at the
 end of the first step that the new group trained, joiners included.
 
-Partitioned tables and their optimizer slots are committed to files
+Partitioned tables and their optimizer slots, and each member's keys of
+dynamic tables (`dynamic_shard`), are committed to files
 (`file_store`) when the launcher names some: a directory the workers
 share (the directory store, by default on one host) or the launcher's
 commit server (the served store, by default on several hosts); otherwise
@@ -35,6 +36,7 @@ from absl import logging
 
 from keras_hybrid.comm.call_fence import active as active_fence
 from keras_hybrid.elastic import buddy_store
+from keras_hybrid.elastic import dynamic_shard
 from keras_hybrid.elastic import file_store
 from keras_hybrid.elastic.buddy_sender import BuddySender
 from keras_hybrid.sparse import resharding
@@ -193,8 +195,12 @@ class ElasticCommit(keras.callbacks.Callback):
         return commit
 
     def _take_tables(self, membership) -> dict | None:
-        """The commit of partitioned tables, by the job's store."""
-        tables = resharding.tables_of(self._strategy)
+        """The commit of partitioned tables and dynamic tables' keys, by
+        the job's store."""
+        tables = [
+            *resharding.tables_of(self._strategy),
+            *dynamic_shard.shards_of(self._strategy.communicator),
+        ]
         members = list(membership.members)
         kept = [
             c["tables"]["folder"]

@@ -208,11 +208,15 @@ class DynamicEmbedding(keras.layers.Layer):
             self.eviction,
             self._communicator,
         )
+        self._track_table(self.table)
+        self.table.on_renew.append(self._track_table)
+
+    def _track_table(self, table: DynamicTable) -> None:
         # Attributes of the layer, so that TensorFlow tracks the hash
         # tables and keys for `model.export` (a SavedModel).
-        self.key_index = self.table.index
-        self.admission_counts = self.table.counts
-        self.slot_keys = self.table.slot_keys
+        self.key_index = table.index
+        self.admission_counts = table.counts
+        self.slot_keys = table.slot_keys
 
     def _state_variables(self) -> dict:
         def make(name, shape, dtype="int64"):

@@ -219,15 +219,21 @@ def _trained(initial, num_samples, epochs, batch_size, name, optimizer):
     optimizer = models.make_optimizer(optimizer)
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     variables = model.trainable_variables
+    # Built first: a dynamic table resets the slot rows of new keys.
+    optimizer.build(variables)
+
+    @tf.function
+    def step(inputs, labels):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(labels, model(inputs, training=True))
+        grads = tape.gradient(loss, [v.value for v in variables])
+        grads = [tf.convert_to_tensor(g) for g in grads]
+        optimizer.apply(grads, variables)
+
     for _ in range(epochs):
         for start in range(0, num_samples, batch_size):
             batch = slice(start, start + batch_size)
-            with tf.GradientTape() as tape:
-                logits = model(_rows(inputs, batch), training=True)
-                loss = loss_fn(y[batch], logits)
-            grads = tape.gradient(loss, [v.value for v in variables])
-            grads = [tf.convert_to_tensor(g) for g in grads]
-            optimizer.apply(grads, variables)
+            step(_rows(inputs, batch), y[batch])
     return model
 
 

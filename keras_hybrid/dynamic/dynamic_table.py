@@ -130,6 +130,8 @@ class DynamicTable:
         self.admit_after = admit_after
         self.eviction = eviction
         self.communicator = communicator
+        # The optimizer slots the last trace of a training step found.
+        self.traced_slots = None
         self.owners = None
         if communicator is not None:
             self.owners = OwnerMap(
@@ -293,6 +295,7 @@ class DynamicTable:
         # eager call that gives rows): `compile` may have put in another
         # optimizer. `fit` builds it before tracing the step.
         slots = optimizer_slots.find(self.embeddings)
+        self.traced_slots = slots
         optimizer_slots.reset_rows(slots, rows, initial)
         self.index.insert(keys, rows)
         self.slot_keys.scatter_nd_update(rows[:, None], keys)

@@ -51,10 +51,12 @@ def move_members(tables, comm, group, old_members, new_members) -> dict:
 
     Returns:
         Dict of ints: `sent`, the bytes this worker sent; `moved`, the
-        bytes all workers sent (the same on every worker).
+        bytes all workers sent; `wire`, what all workers put on the wire,
+        padding included (`Communicator.move_wire_rows`); the last two
+        the same on every worker.
     """
     group, old, new = sorted(group), sorted(old_members), sorted(new_members)
-    totals = {"sent": 0, "moved": 0}
+    totals = {"sent": 0, "moved": 0, "wire": 0}
     for table in tables:
         current = _adopt(table, comm, group.index(old[0]))
         in_group = ShardAssignment(
@@ -94,7 +96,8 @@ def move_keys(table, comm, target: ShardAssignment, arrays=None) -> dict:
     A collective over `comm`.
 
     Returns:
-        Dict of ints: `sent` and `moved` bytes, as `move_members`.
+        Dict of ints: `sent`, `moved` and `wire` bytes, as
+        `move_members`.
     """
     slots = table_state.slots_of(table)
     if arrays is None:
@@ -110,13 +113,16 @@ def move_keys(table, comm, target: ShardAssignment, arrays=None) -> dict:
     )
     every = np.asarray(comm.gather_fixed(tf.constant(mine[None, :])))
     received = {}
-    sent = moved = 0
+    sent = moved = wire = 0
     for i, names in enumerate(parts):
         matrix = every[:, i * size : (i + 1) * size]
         order = np.argsort(dest[i], kind="stable")
         packed = _pack([arrays[n][order] for n in names])
+        wire_rows = 0
         if matrix.any() and size > 1:
-            got, _ = comm.move_rows(tf.constant(packed), matrix, path=PATH)
+            got, wire_rows = comm.move_rows(
+                tf.constant(packed), matrix, path=PATH
+            )
             got = np.asarray(got)
         else:
             got = packed
@@ -127,6 +133,7 @@ def move_keys(table, comm, target: ShardAssignment, arrays=None) -> dict:
         rank = comm.rank
         sent += int(matrix[rank].sum() - matrix[rank, rank]) * width
         moved += int(matrix.sum() - np.trace(matrix)) * width
+        wire += wire_rows * width
     scalars = every[:, 2 * size :]
     counters = scalars[:, 1:].sum(0) * (comm.rank == 0)
     received[table_state.SCALARS] = np.array(
@@ -135,7 +142,7 @@ def move_keys(table, comm, target: ShardAssignment, arrays=None) -> dict:
     table_state.load(
         table, slots, received, f"worker {comm.rank} of {comm.size}"
     )
-    return {"sent": sent, "moved": moved}
+    return {"sent": sent, "moved": moved, "wire": wire}
 
 
 def _virtual(table, keys: np.ndarray) -> np.ndarray:

@@ -53,7 +53,9 @@ class DynamicShard:
     def stored_tensor_shared(self) -> np.ndarray:
         """This worker's keys and their state, as the bytes of an `.npz`."""
         table = self.table
-        arrays = table_state.own_arrays(table, table_state.slots_of(table))
+        # Taken while `fit` runs, after the step was traced.
+        slots = table_state.slots_of(table, traced=True)
+        arrays = table_state.own_arrays(table, slots)
         arrays[_OWNERS] = np.asarray(table.owners.assignment.owners, np.int32)
         f = io.BytesIO()
         np.savez(f, **arrays)
@@ -68,14 +70,15 @@ def shards_of(communicator) -> list[DynamicShard]:
 def restore(communicator, copy: dict, survivors, task: int) -> dict:
     """Restores every dynamic table from the commit of tables `copy` and
     moves its keys onto `survivors` (a collective over them; the
-    communicator's group). Returns `sent` and `moved` bytes.
+    communicator's group). Returns `sent`, `moved` and `wire` bytes
+    (`key_moves.move_members`).
 
     Raises:
         ValueError: If a table is not in the commit (the model changed).
     """
     index = {c.path: i for i, c in enumerate(copy["tables"])}
     lost = buddy_store.taken_arrays(copy, survivors, task)
-    totals = {"sent": 0, "moved": 0}
+    totals = {"sent": 0, "moved": 0, "wire": 0}
     for table in dynamic_table.tables_with(communicator):
         path = table.name + _SUFFIX
         if path not in index:

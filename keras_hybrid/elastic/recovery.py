@@ -351,7 +351,7 @@ class ElasticRecovery:
             counts = {
                 "sent": counts["sent"] + keys["sent"],
                 "moved": counts["moved"] + keys["moved"],
-                "wire": counts["wire"] + keys["moved"],
+                "wire": counts["wire"] + keys["wire"],
             }
         return counts
 

@@ -228,9 +228,8 @@ class ElasticResize(keras.callbacks.Callback):
             keys = key_moves.move_members(
                 dynamic, self._comm, group, old, members
             )
-            # Keys travel packed with their fields: no padding to count.
             counts["moved"] += keys["moved"]
-            counts["wire"] += keys["moved"]
+            counts["wire"] += keys["wire"]
         return {
             **counts,
             "count": len(tables),

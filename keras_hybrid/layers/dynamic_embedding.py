@@ -44,7 +44,9 @@ class DynamicEmbedding(keras.layers.Layer):
     worker holds a table of `capacity` rows for the keys it owns, with
     their optimizer slots, admission counts and eviction state. A
     worker sends its batch's unique keys to their owners and gets their
-    rows back; gradients go back to the owners, summed per key.
+    rows back; gradients go back to the owners, summed per key. In an
+    elastic job, resizes and lost workers move whole virtual shards with
+    their keys (`dynamic.key_moves`, `elastic.dynamic_shard`).
 
     Args:
         output_dim: Int. Width of each row.

@@ -18,23 +18,14 @@ shard-00001-of-00004/dynamic-<t>-<field>.npy    table <t>, worker 1
 import dataclasses
 import os
 
-import keras
 import numpy as np
 import tensorflow as tf
 
 from keras_hybrid.checkpoint import manifest as manifest_lib
 from keras_hybrid.checkpoint import shard_files
 from keras_hybrid.dynamic import dynamic_table
-from keras_hybrid.dynamic import optimizer_slots
+from keras_hybrid.dynamic import table_state
 from keras_hybrid.dynamic.key_owners import KeyOwners
-
-# Per-row fields saved for each live key, besides its slot rows.
-_ROW_FIELDS = ("keys", "rows", "uses", "last_step")
-# Waiting keys and their packed counts (`DynamicTable.counts`).
-_COUNT_FIELDS = ("count_keys", "count_values")
-# `[step, *COUNTERS]` of one worker's table.
-_SCALARS = "scalars"
-_SLOT = "slot_"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,18 +45,13 @@ class SavedTable:
         return self.table.name
 
 
-def of_model(model: keras.Model) -> list[SavedTable]:
+def of_model(model) -> list[SavedTable]:
     """The dynamic tables among `model`'s weights, with their slots (the
     optimizer must be built to have them)."""
-    found = []
-    for table in dynamic_table.tables_of(model.weights):
-        prefix = table.embeddings.path.replace("/", "_") + "_"
-        slots = {
-            s.variable.name[len(prefix) :]: s.variable
-            for s in optimizer_slots.find(table.embeddings)
-        }
-        found.append(SavedTable(table, slots))
-    return found
+    return [
+        SavedTable(table, table_state.slots_of(table))
+        for table in dynamic_table.tables_of(model.weights)
+    ]
 
 
 def variable_ids(tables: list[SavedTable]) -> set:
@@ -107,23 +93,7 @@ def _own_arrays(saved: SavedTable) -> dict:
             f"dynamic table {table.name} with string keys. Save it with "
             "`model.save`, or hash the keys to int64."
         )
-    live = np.flatnonzero(_numpy(table.state["live"]))
-    count_keys, count_values = table.counts.export()
-    arrays = {
-        "keys": table.slot_keys.numpy()[live],
-        "rows": _numpy(table.embeddings)[live],
-        "uses": _numpy(table.state["uses"])[live],
-        "last_step": _numpy(table.state["last_step"])[live],
-        "count_keys": count_keys.numpy().reshape(-1),
-        "count_values": count_values.numpy().reshape(-1),
-        _SCALARS: np.array(
-            [_numpy(table.state[n]) for n in ("step", *dynamic_table.COUNTERS)],
-            np.int64,
-        ),
-    }
-    for name, variable in sorted(saved.slots.items()):
-        arrays[_SLOT + name] = _numpy(variable)[live]
-    return arrays
+    return table_state.own_arrays(table, saved.slots)
 
 
 def manifest_records(tables: list[SavedTable], world) -> list[dict]:
@@ -132,10 +102,9 @@ def manifest_records(tables: list[SavedTable], world) -> list[dict]:
     out = []
     for index, saved in enumerate(tables):
         fields = (
-            *_ROW_FIELDS,
-            *_COUNT_FIELDS,
-            _SCALARS,
-            *(_SLOT + n for n in sorted(saved.slots)),
+            *table_state.key_fields(saved.slots),
+            *table_state.COUNT_FIELDS,
+            table_state.SCALARS,
         )
         out.append(
             {
@@ -186,17 +155,15 @@ def restore(tables: list[SavedTable], manifest: dict, found: str, world):
 
 
 def _restore_table(saved: SavedTable, record: dict, read, world) -> None:
-    table = saved.table
     shards = range(len(record["files"]["keys"]))
-    fields = (*_ROW_FIELDS, *(_SLOT + n for n in sorted(saved.slots)))
+    fields = table_state.key_fields(saved.slots)
     owners = KeyOwners.balanced(world.size)
 
     def mine(keys):
         ranks = owners.owner_of(tf.constant(keys, tf.int64)).numpy()
         return ranks == world.rank
 
-    own = {f: [] for f in fields}
-    waiting = {f: [] for f in _COUNT_FIELDS}
+    own = {f: [] for f in (*fields, *table_state.COUNT_FIELDS)}
     scalars = []
     for shard in shards:
         keep = mine(read("keys", shard))
@@ -204,50 +171,20 @@ def _restore_table(saved: SavedTable, record: dict, read, world) -> None:
             own[field].append(read(field, shard)[keep])
         count_keys = read("count_keys", shard)
         keep = mine(count_keys)
-        waiting["count_keys"].append(count_keys[keep])
-        waiting["count_values"].append(read("count_values", shard)[keep])
-        scalars.append(read(_SCALARS, shard))
+        own["count_keys"].append(count_keys[keep])
+        own["count_values"].append(read("count_values", shard)[keep])
+        scalars.append(read(table_state.SCALARS, shard))
     own = {f: np.concatenate(v) for f, v in own.items()}
-    count = len(own["keys"])
-    if count > table.capacity:
-        raise ValueError(
-            f"Dynamic table {table.name} gets {count} keys on worker "
-            f"{world.rank} of {world.size}, more than its capacity "
-            f"{table.capacity}. Restore on more workers, or with a larger "
-            "`capacity`."
-        )
-    _fill(table.embeddings, own["rows"], count)
-    for name, variable in saved.slots.items():
-        _fill(variable, own[_SLOT + name], count)
-    _fill(table.state["live"], np.ones(count), count)
-    _fill(table.state["uses"], own["uses"], count)
-    _fill(table.state["last_step"], own["last_step"], count)
-    keys = np.zeros([table.capacity], np.int64)
-    keys[:count] = own["keys"]
-    table.slot_keys.assign(keys)
     scalars = np.stack(scalars)
     # Every worker's step is the same; the counters are job totals, kept
     # by the first worker so that sums over workers stay right.
-    table.state["step"].assign(scalars[:, 0].max())
     totals = scalars[:, 1:].sum(0)
     if not world.is_chief:
         totals = np.zeros_like(totals)
-    for name, total in zip(dynamic_table.COUNTERS, totals, strict=True):
-        table.state[name].assign(np.int64(total))
-    table.reload()
-    table.counts.remove(table.counts.export()[0])
-    table.counts.insert(
-        tf.constant(np.concatenate(waiting["count_keys"]), tf.int64),
-        tf.constant(np.concatenate(waiting["count_values"]), tf.int64),
+    own[table_state.SCALARS] = np.array([scalars[:, 0].max(), *totals])
+    table_state.load(
+        saved.table,
+        saved.slots,
+        own,
+        f"worker {world.rank} of {world.size}",
     )
-
-
-def _fill(variable, values: np.ndarray, count: int) -> None:
-    """Sets the first `count` rows of `variable` to `values`, zeros after."""
-    full = np.zeros(tuple(variable.shape), _numpy(variable).dtype)
-    full[:count] = np.asarray(values).reshape((count, *full.shape[1:]))
-    variable.assign(full)
-
-
-def _numpy(variable) -> np.ndarray:
-    return np.asarray(keras.ops.convert_to_numpy(variable))

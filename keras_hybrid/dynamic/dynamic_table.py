@@ -23,6 +23,8 @@ from keras_hybrid._compat import keras as keras_compat
 from keras_hybrid.dynamic import optimizer_slots
 from keras_hybrid.dynamic.eviction import Eviction
 from keras_hybrid.dynamic.initial_rows import InitialRows
+from keras_hybrid.dynamic.key_owners import KeyOwners
+from keras_hybrid.dynamic.owner_map import OwnerMap
 from keras_hybrid.plan import routing_plan
 
 # A waiting key's count table value is `count * _STEPS + step % _STEPS`.
@@ -35,23 +37,29 @@ _TABLES: "weakref.WeakSet[DynamicTable]" = weakref.WeakSet()
 _NUMBERS = itertools.count()
 
 
-def plan_entries(communicator) -> tuple:
-    """`DynamicTablePlan`s of the tables whose keys are spread over
-    `communicator`'s workers, in creation order, the newest of each
-    path."""
+def tables_with(communicator) -> list:
+    """The tables whose keys are spread over `communicator`'s workers, in
+    creation order, the newest of each path."""
     newest = {}
     for table in sorted(_TABLES, key=lambda t: t.number):
         if table.communicator is communicator:
             # A dropped model's table lives on until a collection; a
             # newer layer of the same path is the one in use.
             newest[table.embeddings.path] = table
+    return sorted(newest.values(), key=lambda t: t.number)
+
+
+def plan_entries(communicator) -> tuple:
+    """`DynamicTablePlan`s of the tables whose keys are spread over
+    `communicator`'s workers, in creation order, the newest of each
+    path."""
     where = (
         "on each worker, the rows of the keys whose hash it owns"
         if communicator.size > 1
         else "in this process"
     )
     out = []
-    for table in sorted(newest.values(), key=lambda t: t.number):
+    for table in tables_with(communicator):
         capacity, dim = (int(d) for d in table.embeddings.shape)
         admit = (
             "admitted at first sight"
@@ -101,7 +109,8 @@ class DynamicTable:
         admit_after: Int. Steps that must see a key before it gets a row.
         eviction: `Eviction`.
         communicator: The `Communicator` of the workers whose tables hold
-            the keys between them, or None for one process.
+            the keys between them, or None for one process. With one, the
+            table has `owners` (`OwnerMap`), balanced over its workers.
     """
 
     def __init__(
@@ -121,15 +130,34 @@ class DynamicTable:
         self.admit_after = admit_after
         self.eviction = eviction
         self.communicator = communicator
-        key_dtype = slot_keys.dtype
+        # The optimizer slots the last trace of a training step found.
+        self.traced_slots = None
+        self.owners = None
+        if communicator is not None:
+            self.owners = OwnerMap(
+                KeyOwners.balanced(communicator.size), embeddings.path
+            )
+        # Called with the table after `renew_index` (the layer tracks the
+        # hash tables for `model.export`).
+        self.on_renew: list = []
+        self.renew_index()
+        self.number = next(_NUMBERS)
+        _TABLES.add(self)
+
+    def renew_index(self) -> None:
+        """Makes the key index and the admission counts new, empty hash
+        tables. An eager context reset (an elastic job's recovery from a
+        lost worker) loses the old ones; `reload` then rebuilds the
+        index from the live rows."""
+        key_dtype = self.slot_keys.dtype
         self.index = tf.lookup.experimental.MutableHashTable(
             key_dtype, tf.int64, default_value=-1, name="dynamic_index"
         )
         self.counts = tf.lookup.experimental.MutableHashTable(
             key_dtype, tf.int64, default_value=0, name="dynamic_counts"
         )
-        self.number = next(_NUMBERS)
-        _TABLES.add(self)
+        for listener in self.on_renew:
+            listener(self)
 
     @property
     def name(self) -> str:
@@ -267,6 +295,7 @@ class DynamicTable:
         # eager call that gives rows): `compile` may have put in another
         # optimizer. `fit` builds it before tracing the step.
         slots = optimizer_slots.find(self.embeddings)
+        self.traced_slots = slots
         optimizer_slots.reset_rows(slots, rows, initial)
         self.index.insert(keys, rows)
         self.slot_keys.scatter_nd_update(rows[:, None], keys)

@@ -246,6 +246,8 @@ def _received(tables, own, rank: int, copies: int) -> int:
     `copies` ranks before it (rows as wide as this member's `own`)."""
     total = 0
     for table, array in zip(tables, own, strict=True):
+        if table.partition is None:
+            continue  # a dynamic table's keys: their size is the sender's
         row = array.itemsize * int(np.prod(array.shape[1:]))
         shards = table.partition.num_shards
         for k in range(1, copies + 1):

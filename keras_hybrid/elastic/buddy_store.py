@@ -200,6 +200,27 @@ def _lost_rows(copy: dict, survivors, task) -> list | None:
     return lost
 
 
+def taken_arrays(copy: dict, survivors, task) -> list[dict]:
+    """Per entry of the commit `copy` (in order): `{lost task: its array}`
+    for the lost members whose rows survivor `task` takes, from their
+    files, the buddy copies it received, or those it holds.
+
+    Raises:
+        NotImplementedError: If a file or a received copy is missing.
+    """
+    lost = _lost_rows(copy, survivors, task)
+    if lost is not None:
+        return lost
+    members = copy["members"]
+    copies = copy.get("copies", 1)
+    taken = [
+        t
+        for t in members
+        if t not in survivors and _holder(members, t, survivors, copies) == task
+    ]
+    return [{t: c.buddy[t] for t in taken} for c in copy["tables"]]
+
+
 def _received_rows(copy: dict, task: int) -> list:
     """`task`'s rows of each table of the buddy commit `copy`, from the
     copy this worker received."""

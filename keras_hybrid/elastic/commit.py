@@ -13,7 +13,8 @@ last two commits always include one that every survivor holds. A commit
 also follows each change of the members (a resize, a recovery): at the
 end of the first step that the new group trained, joiners included.
 
-Partitioned tables and their optimizer slots are committed to files
+Partitioned tables and their optimizer slots, and each member's keys of
+dynamic tables (`dynamic_shard`), are committed to files
 (`file_store`) when the launcher names some: a directory the workers
 share (the directory store, by default on one host) or the launcher's
 commit server (the served store, by default on several hosts); otherwise
@@ -35,10 +36,12 @@ from absl import logging
 
 from keras_hybrid.comm.call_fence import active as active_fence
 from keras_hybrid.elastic import buddy_store
+from keras_hybrid.elastic import dynamic_shard
 from keras_hybrid.elastic import file_store
 from keras_hybrid.elastic.buddy_sender import BuddySender
 from keras_hybrid.sparse import resharding
 from keras_hybrid.sparse.sharded_table import ShardedTable
+from keras_hybrid.strategy import local_variables
 
 _KEEP = 2  # commits kept: survivors may be one step apart
 
@@ -192,8 +195,12 @@ class ElasticCommit(keras.callbacks.Callback):
         return commit
 
     def _take_tables(self, membership) -> dict | None:
-        """The commit of partitioned tables, by the job's store."""
-        tables = resharding.tables_of(self._strategy)
+        """The commit of partitioned tables and dynamic tables' keys, by
+        the job's store."""
+        tables = [
+            *resharding.tables_of(self._strategy),
+            *dynamic_shard.shards_of(self._strategy.communicator),
+        ]
         members = list(membership.members)
         kept = [
             c["tables"]["folder"]
@@ -290,6 +297,13 @@ def is_partitioned(variable) -> bool:
     return isinstance(storage, ShardedTable) or isinstance(
         variable, ShardedTable
     )
+
+
+def is_local(variable) -> bool:
+    """Whether `variable` (a Keras variable or its storage) is this
+    worker's own: a dynamic table's shard, its state or one of its slots
+    (`strategy.local_variables`)."""
+    return local_variables.is_local(getattr(variable, "value", variable))
 
 
 def state_bytes(model) -> int:

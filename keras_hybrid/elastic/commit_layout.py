@@ -34,7 +34,9 @@ def layout_of(copy: dict) -> dict:
         "tables": [
             {
                 "path": c.path,
-                "partition": c.partition.get_config(),
+                "partition": None
+                if c.partition is None
+                else c.partition.get_config(),
                 "row_shape": [int(d) for d in c.own.shape[1:]],
                 "dtype": np.dtype(c.own.dtype).str,
             }
@@ -55,7 +57,9 @@ def copy_from_layout(layout: dict, files=None) -> dict:
     copies = [
         TableCopy(
             path=t["path"],
-            partition=RowPartition.from_config(t["partition"]),
+            partition=None
+            if t["partition"] is None
+            else RowPartition.from_config(t["partition"]),
             own=np.zeros([0, *t["row_shape"]], np.dtype(t["dtype"])),
             buddy=None,
         )

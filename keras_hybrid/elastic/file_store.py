@@ -57,10 +57,12 @@ class TableCopy:
     """One table's (or slot's) part of a commit on one member.
 
     Attributes:
-        path: String. The table's path (`ShardedTable.path`).
+        path: String. The table's path (`ShardedTable.path`), or a
+            dynamic table's (`DynamicShard.path`).
         partition: `RowPartition` at the commit; owners are ranks among
-            the commit's members.
-        own: NumPy array. This member's rows (local order).
+            the commit's members. None for a dynamic table's keys.
+        own: NumPy array. This member's rows (local order), or its
+            dynamic table's keys and their state (`DynamicShard`).
         buddy: Dict of int to NumPy array, or None. The buddy store's
             copies: the rows of each member it keeps a copy of, by task
             (that member's local order); None for a file store.

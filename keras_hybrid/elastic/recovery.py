@@ -29,7 +29,8 @@ and calls `recover`, which:
    storage holding it (on TF 2.21 `assign` to a variable made before the
    reset does nothing); partitioned tables and their slots take their
    rows from the commit's own rows and buddy copies (`buddy_store`) and
-   are re-balanced over the survivors;
+   are re-balanced over the survivors; so do the keys of dynamic tables
+   (`dynamic_shard`), whose hash tables are made anew;
 4. drops every traced function; `fit` then runs again from the commit's
    epoch, and draws without training the batches of that epoch before
    the commit's batch (`elastic.replay`), so the lost steps are replayed
@@ -51,15 +52,19 @@ from absl import logging
 from keras_hybrid._compat import keras as keras_compat
 from keras_hybrid._compat import tf as tf_compat
 from keras_hybrid.contract import elastic_board
+from keras_hybrid.dynamic import dynamic_table
 from keras_hybrid.elastic import buddy_store
 from keras_hybrid.elastic import commit_layout
+from keras_hybrid.elastic import dynamic_shard
 from keras_hybrid.elastic.commit import PlannedReaddress
 from keras_hybrid.elastic.commit import broadcast_values
+from keras_hybrid.elastic.commit import is_local
 from keras_hybrid.elastic.commit import is_partitioned
 from keras_hybrid.elastic.commit import state_variables
 from keras_hybrid.elastic.commit import variables_bytes
 from keras_hybrid.elastic.plan_wait import plan_wait_seconds
 from keras_hybrid.strategy import cluster
+from keras_hybrid.strategy import local_variables
 from keras_hybrid.strategy.global_read_variable import GlobalReadVariable
 
 _PLAN = re.compile(r"recover-(\d+)\.json$")
@@ -203,7 +208,7 @@ class ElasticRecovery:
                 [t for t in plan["members"] if t != membership.task]
             )
         commit, moved = self._agree(plan["members"])
-        _check_tables(self._model, commit, plan["members"], error)
+        _check_tables(commit, plan["members"], error)
         if moved and self._commit.find(commit["global_step"]) is None:
             # Kept like the others' copy: without any commit, this joiner
             # alone would commit at `fit`'s restart (a collective with the
@@ -328,17 +333,27 @@ class ElasticRecovery:
                     new = tf_compat.plain_variable(
                         value, name=name, trainable=old.trainable, like=old
                     )
+                if local_variables.is_local(old):
+                    # A dynamic table's shard or slot: still this worker's.
+                    local_variables.add(new)
                 tf_compat.keep_variable_key(new, old)
                 keras_compat.set_variable_storage(variable, new)
-        if not tables:
-            return {"sent": 0, "moved": 0, "wire": 0}
-        return buddy_store.restore(
-            self._strategy,
-            tables,
-            commit["tables"],
-            survivors,
-            self._membership.task,
-        )
+        counts = {"sent": 0, "moved": 0, "wire": 0}
+        task = self._membership.task
+        if tables:
+            counts = buddy_store.restore(
+                self._strategy, tables, commit["tables"], survivors, task
+            )
+        if dynamic_table.tables_with(comm):
+            keys = dynamic_shard.restore(
+                comm, commit["tables"], survivors, task
+            )
+            counts = {
+                "sent": counts["sent"] + keys["sent"],
+                "moved": counts["moved"] + keys["moved"],
+                "wire": counts["wire"] + keys["wire"],
+            }
+        return counts
 
     def _agree(self, survivors) -> tuple:
         """The last commit every survivor holds whose tables can be
@@ -378,7 +393,9 @@ class ElasticRecovery:
         root = -int(np.asarray(lowest)[0])
         commit = self._receive(commit, step, root)
         replicated = [
-            v for v in state_variables(self._model) if not is_partitioned(v)
+            v
+            for v in state_variables(self._model)
+            if not is_partitioned(v) and not is_local(v)
         ]
         return commit, variables_bytes(replicated) * lacking
 
@@ -406,9 +423,14 @@ class ElasticRecovery:
             ]
         header = comm.broadcast(tf.constant(header, tf.int64), root=root)
         # Partitioned tables have no value in a commit (None): their rows
-        # are in its `tables`, restored from the store.
+        # are in its `tables`, restored from the store. A dynamic table's
+        # variables are each worker's own: a survivor that lacks the
+        # commit starts them from zeros, and takes its keys from the
+        # store's (`dynamic_shard`).
         replicated = [
-            i for i, v in enumerate(variables) if not is_partitioned(v)
+            i
+            for i, v in enumerate(variables)
+            if not is_partitioned(v) and not is_local(v)
         ]
         sent = broadcast_values(comm, [values[i] for i in replicated], root)
         received = list(values)
@@ -416,7 +438,9 @@ class ElasticRecovery:
             received[i] = np.asarray(value)
         epoch, batch, fenced = (int(v) for v in np.asarray(header))
         tables = None
-        if any(is_partitioned(v) for v in variables):
+        if any(is_partitioned(v) for v in variables) or (
+            dynamic_table.tables_with(comm)
+        ):
             tables = commit_layout.broadcast_layout(
                 comm,
                 commit["tables"] if commit is not None else None,
@@ -471,15 +495,13 @@ class ElasticRecovery:
         )
 
 
-def _check_tables(model, commit: dict, survivors, error) -> None:
-    """Raises on every survivor if `model` has partitioned tables and those
-    of `commit` cannot be restored over `survivors`.
+def _check_tables(commit: dict, survivors, error) -> None:
+    """Raises on every survivor if `commit` holds tables (partitioned, or
+    dynamic tables' keys) that cannot be restored over `survivors`.
 
     A survivor admitted after `commit` (a loss within a step of a grow)
     holds its layout only (`commit_layout`): it needs no rows of it.
     """
-    if not any(is_partitioned(v) for v in state_variables(model)):
-        return
     try:
         buddy_store.check_survivable(commit["tables"], survivors)
     except NotImplementedError as unrecoverable:

@@ -40,6 +40,8 @@ from absl import logging
 from keras_hybrid._compat import keras as keras_compat
 from keras_hybrid.comm.call_fence import active as active_fence
 from keras_hybrid.contract import elastic_board
+from keras_hybrid.dynamic import dynamic_table
+from keras_hybrid.dynamic import key_moves
 from keras_hybrid.elastic import commit
 from keras_hybrid.sparse import resharding
 from keras_hybrid.strategy import cluster
@@ -211,14 +213,23 @@ class ElasticResize(keras.callbacks.Callback):
         raise SystemExit(0)
 
     def _move_tables(self, old: list, members: list) -> dict:
-        """Moves the rows of partitioned tables and their slots from `old`
-        to `members` (a collective over the larger group)."""
+        """Moves the rows of partitioned tables and their slots, and the
+        keys of dynamic tables, from `old` to `members` (a collective over
+        the larger group)."""
         tables = resharding.tables_of(self._strategy)
-        if not tables and len(members) < len(old):
+        dynamic = dynamic_table.tables_with(self._comm)
+        if not tables and not dynamic and len(members) < len(old):
             return _NO_TABLES  # every member has trained the same tables
         # A grow checks that the joiners have the same tables (or none).
         start = time.perf_counter()
         counts = resharding.reshard_members(tables, self._comm, old, members)
+        if dynamic:
+            group = old if len(old) > len(members) else members
+            keys = key_moves.move_members(
+                dynamic, self._comm, group, old, members
+            )
+            counts["moved"] += keys["moved"]
+            counts["wire"] += keys["wire"]
         return {
             **counts,
             "count": len(tables),
@@ -463,9 +474,12 @@ class ElasticResize(keras.callbacks.Callback):
 
 def _state_variables(model) -> list:
     """Replicated weights and optimizer variables, each once, in creation
-    order. Partitioned tables and their slots move with `resharding`."""
+    order. Partitioned tables and their slots move with `resharding`, the
+    keys of dynamic tables with `key_moves`."""
     return [
-        v for v in commit.state_variables(model) if not commit.is_partitioned(v)
+        v
+        for v in commit.state_variables(model)
+        if not commit.is_partitioned(v) and not commit.is_local(v)
     ]
 
 

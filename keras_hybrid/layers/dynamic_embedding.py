@@ -13,7 +13,6 @@ from keras_hybrid.dynamic.dynamic_table import COUNTERS
 from keras_hybrid.dynamic.dynamic_table import DynamicTable
 from keras_hybrid.dynamic.eviction import Eviction
 from keras_hybrid.dynamic.initial_rows import InitialRows
-from keras_hybrid.dynamic.key_owners import KeyOwners
 from keras_hybrid.layers import key_watch
 from keras_hybrid.plan import use_discovery
 from keras_hybrid.sparse import prefetch
@@ -45,7 +44,9 @@ class DynamicEmbedding(keras.layers.Layer):
     worker holds a table of `capacity` rows for the keys it owns, with
     their optimizer slots, admission counts and eviction state. A
     worker sends its batch's unique keys to their owners and gets their
-    rows back; gradients go back to the owners, summed per key.
+    rows back; gradients go back to the owners, summed per key. In an
+    elastic job, resizes and lost workers move whole virtual shards with
+    their keys (`dynamic.key_moves`, `elastic.dynamic_shard`).
 
     Args:
         output_dim: Int. Width of each row.
@@ -89,9 +90,9 @@ class DynamicEmbedding(keras.layers.Layer):
         ValueError: For a bad `capacity`, `admit_after` or `eviction`.
         NotImplementedError: For an initializer that depends on the
             table's shape; when built under a `tf.distribute` strategy
-            other than `HybridStrategy` or under an elastic
-            `HybridStrategy`; for string keys on several workers, or a
-            regularizer or constraint on several workers.
+            other than `HybridStrategy`; for string keys on several
+            workers, or a regularizer or constraint on several workers
+            (in an elastic job, when `--max-np` is more than one).
     """
 
     def __init__(
@@ -164,9 +165,10 @@ class DynamicEmbedding(keras.layers.Layer):
             # Each worker's shard holds its own keys' rows: neither
             # partitioned nor broadcast by the strategy.
             scope = local_variables.scope()
-            self.key_owners = KeyOwners.balanced(self._communicator.size)
         with scope:
             self._build_table()
+        # Read by the traced step: a resize moves whole virtual shards.
+        self.key_owners = self.table.owners
 
     def _check_whole_table_terms(self) -> None:
         """On several workers, refuses a regularizer or constraint: its
@@ -174,7 +176,7 @@ class DynamicEmbedding(keras.layers.Layer):
         the table (a regularizer's dense gradient would even be summed
         over workers)."""
         comm = self._communicator
-        if comm is None or comm.size < 2:
+        if comm is None or comm.width < 2:
             return
         for name in ("embeddings_regularizer", "embeddings_constraint"):
             value = getattr(self, name)
@@ -183,7 +185,7 @@ class DynamicEmbedding(keras.layers.Layer):
                     f"`{name}` is not supported for a DynamicEmbedding on "
                     "several workers yet: each worker holds only its keys' "
                     f"rows. Received: {name}={type(value).__name__} on "
-                    f"{comm.size} workers. Drop it, or add the penalty to "
+                    f"{comm.width} workers. Drop it, or add the penalty to "
                     "the loss from the looked-up rows."
                 )
 
@@ -208,11 +210,15 @@ class DynamicEmbedding(keras.layers.Layer):
             self.eviction,
             self._communicator,
         )
+        self._track_table(self.table)
+        self.table.on_renew.append(self._track_table)
+
+    def _track_table(self, table: DynamicTable) -> None:
         # Attributes of the layer, so that TensorFlow tracks the hash
         # tables and keys for `model.export` (a SavedModel).
-        self.key_index = self.table.index
-        self.admission_counts = self.table.counts
-        self.slot_keys = self.table.slot_keys
+        self.key_index = table.index
+        self.admission_counts = table.counts
+        self.slot_keys = table.slot_keys
 
     def _state_variables(self) -> dict:
         def make(name, shape, dtype="int64"):
@@ -463,8 +469,8 @@ def _communicator_of_strategy(key_dtype: str):
     no strategy.
 
     Raises:
-        NotImplementedError: Under another strategy, in an elastic job, or
-            with string keys on several workers.
+        NotImplementedError: Under another strategy, or with string keys
+            on several workers (an elastic job's `--max-np` counts).
     """
     if not tf.distribute.has_strategy():
         return None
@@ -477,18 +483,12 @@ def _communicator_of_strategy(key_dtype: str):
             "`keras_hybrid.HybridStrategy().scope()`, or without a strategy."
         )
     comm = strategy.extended.communicator
-    if getattr(comm, "membership", None) is not None:
-        raise NotImplementedError(
-            "DynamicEmbedding does not support elastic jobs yet: its "
-            "shards do not move on a resize. Received: a layer built "
-            "under an elastic HybridStrategy. Run a fixed number of "
-            "workers (no `--min-np`/`--max-np`)."
-        )
-    if key_dtype == "string" and comm.size > 1:
+    # `width`: an elastic job's most workers, whatever its size now.
+    if key_dtype == "string" and comm.width > 1:
         raise NotImplementedError(
             "DynamicEmbedding takes integer keys on several workers (keys "
             "travel between workers as int64). Received: string keys on "
-            f"{comm.size} workers. Hash them to int64 first, e.g. "
+            f"{comm.width} workers. Hash them to int64 first, e.g. "
             "`tf.strings.to_hash_bucket_fast(keys, 2**62)`."
         )
     return comm

@@ -192,18 +192,28 @@ def member_target(partition, group, new_members):
     new.virtual.counts()   # [342, 0, 341, 341]: only task 1's shards moved
     ```
     """
+    return partition.with_assignment(
+        member_assignment(partition.virtual, group, new_members)
+    )
+
+
+def member_assignment(assignment, group, new_members) -> ShardAssignment:
+    """`assignment` re-balanced onto the tasks `new_members`, moving least.
+
+    Pure, as `member_target`, which applies it to a partition's virtual
+    shards: `assignment`'s owners and the result's are ranks in `group`
+    (a sorted task list holding every owner and new member).
+    """
     new = sorted(new_members)
     leavers = [t for t in group if t not in new]
     logical = [
         new.index(t) if t in new else len(new) + leavers.index(t) for t in group
     ]
-    owners = tuple(logical[o] for o in partition.virtual.owners)
+    owners = tuple(logical[o] for o in assignment.owners)
     current = ShardAssignment(owners, max(max(owners) + 1, len(new)))
     balanced = current.resized(len(new))
     physical = tuple(group.index(new[o]) for o in balanced.owners)
-    return partition.with_assignment(
-        ShardAssignment(physical, max(physical) + 1)
-    )
+    return ShardAssignment(physical, max(physical) + 1)
 
 
 def _move_all(tables, targets, communicator) -> dict:

@@ -8,7 +8,8 @@ where it has them:
 layer `TokenAndPosition` (3000 x 32 token table, 2-row position table);
 `sequential`, a `Sequential` with an `Embedding`; `shared`, two lookups
 of one table; `two_dims`, two tables of different widths; `keras_rs`,
-keras-rs's `EmbedReduce` (if keras-rs is installed).
+keras-rs's `EmbedReduce` (if keras-rs is installed); `dynamic`, a
+`DynamicEmbedding` over 64-bit keys (admitted at their second step).
 """
 
 import os
@@ -19,6 +20,7 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
+from keras_hybrid.layers import DynamicEmbedding
 from keras_hybrid.testing import models
 
 sys.path.insert(
@@ -35,8 +37,10 @@ MODELS = (
     "shared",
     "two_dims",
     "keras_rs",
+    "dynamic",
 )
 VOCAB = 500  # table rows: 500 virtual shards
+DYNAMIC_CAPACITY = 512  # per worker: every key fits on one, no eviction
 SEQ = 4  # ids per sample
 
 
@@ -56,9 +60,9 @@ class CustomTableModel(keras.Model):
         return self.head(self.hidden(ops.concatenate([x, features], -1)))
 
 
-def _with_features(name: str, embed) -> keras.Model:
+def _with_features(name: str, embed, dtype="int32") -> keras.Model:
     """`embed(ids)` -> (batch, width), beside 8 features -> Dense -> 3."""
-    ids = keras.Input((SEQ,), dtype="int32", name="ids")
+    ids = keras.Input((SEQ,), dtype=dtype, name="ids")
     features = keras.Input((8,), name="features")
     x = keras.layers.Concatenate(name="concat")([embed(ids), features])
     x = keras.layers.Dense(16, activation="tanh", name="hidden")(x)
@@ -102,11 +106,20 @@ def _sequential() -> keras.Model:
     )
 
 
+def _dynamic(keys):
+    layer = DynamicEmbedding(
+        8, capacity=DYNAMIC_CAPACITY, admit_after=2, name="dyn"
+    )
+    x = layer(keys)
+    return keras.layers.GlobalAveragePooling1D(name="pool")(x)
+
+
 _BUILDERS = {
     "sequential": _sequential,
     "shared": lambda: _with_features("shared", _shared),
     "two_dims": lambda: _with_features("two_dims", _two_dims),
     "keras_rs": lambda: _with_features("keras_rs", _keras_rs),
+    "dynamic": lambda: _with_features("dynamic", _dynamic, "int64"),
 }
 
 
@@ -153,6 +166,10 @@ def make_data(name: str, num_samples: int):
     ids = rng.permutation(rows)[ranks].astype("int32")
     scores = rng.normal(size=(rows, 3)).astype("float32")
     y = np.argmax(scores[ids].sum(axis=1) + x[:, :3], axis=1)
+    if name == "dynamic":
+        # The same ids as 64-bit keys from the whole range.
+        pool = rng.integers(-(2**63), 2**63 - 1, size=rows, dtype=np.int64)
+        ids = pool[ids]
     if name == "sequential":
         return ids, y.astype("int32")
     return (ids, x), y.astype("int32")
@@ -171,22 +188,53 @@ def table_reference(
     job's `initial` weights, with the table's gradient made dense (summed
     per id, as the strategy applies it for Adam). Returns the final
     weights."""
+    return _trained(
+        initial, num_samples, epochs, batch_size, name, optimizer
+    ).get_weights()
+
+
+def dynamic_reference(initial, optimizer="adam", num_samples=480):
+    """The `dynamic` model trained as `table_reference` trains (in one
+    process, the dynamic table's gradient made dense). Returns
+    `{"rows": {key: row}, "dense": hidden and head weights}`."""
+    model = _trained(initial, num_samples, 2, 12, "dynamic", optimizer)
+    keys, values = model.get_layer("dyn").live_rows()
+    return {
+        "rows": dict(zip(keys.tolist(), values, strict=True)),
+        "dense": dense_weights(model),
+    }
+
+
+def dense_weights(model) -> list:
+    """The weights of the `hidden` and `head` layers."""
+    return [
+        w for n in ("hidden", "head") for w in model.get_layer(n).get_weights()
+    ]
+
+
+def _trained(initial, num_samples, epochs, batch_size, name, optimizer):
     inputs, y = make_data(name, num_samples)
     model = build_model(name, seed=100)
     model.set_weights(initial)
     optimizer = models.make_optimizer(optimizer)
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     variables = model.trainable_variables
+    # Built first: a dynamic table resets the slot rows of new keys.
+    optimizer.build(variables)
+
+    @tf.function
+    def step(inputs, labels):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(labels, model(inputs, training=True))
+        grads = tape.gradient(loss, [v.value for v in variables])
+        grads = [tf.convert_to_tensor(g) for g in grads]
+        optimizer.apply(grads, variables)
+
     for _ in range(epochs):
         for start in range(0, num_samples, batch_size):
             batch = slice(start, start + batch_size)
-            with tf.GradientTape() as tape:
-                logits = model(_rows(inputs, batch), training=True)
-                loss = loss_fn(y[batch], logits)
-            grads = tape.gradient(loss, [v.value for v in variables])
-            grads = [tf.convert_to_tensor(g) for g in grads]
-            optimizer.apply(grads, variables)
-    return model.get_weights()
+            step(_rows(inputs, batch), y[batch])
+    return model
 
 
 def _rows(inputs, batch: slice):

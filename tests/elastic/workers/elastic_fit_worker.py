@@ -26,6 +26,8 @@ import time
 
 import elastic_cases as cases  # noqa: I001  (sits beside this script)
 import keras
+import numpy as np
+import tensorflow as tf
 from absl import app
 from absl import flags
 
@@ -141,6 +143,26 @@ def _wait_until_applied() -> None:
     time.sleep(0.5)  # the launcher reads it every tick
 
 
+def _dynamic_result(model) -> dict:
+    """Every worker's keys and rows of the dynamic table, whether each
+    lives on its owner, the counters, and the dense layers' weights
+    (collectives: every member calls it)."""
+    layer = model.get_layer("dyn")
+    keys, values = layer.live_rows()
+    per_worker = layer.worker_stats()
+    ends = np.cumsum([s["rows"] for s in per_worker])
+    owners = layer.key_owners.owner_of(tf.constant(keys, tf.int64)).numpy()
+    ranks = np.searchsorted(ends, np.arange(len(keys)), side="right")
+    return {
+        "keys": keys,
+        "rows": values,
+        "on_owners": bool((owners == ranks).all()),
+        "stats": layer.stats(),
+        "dense": cases.dense_weights(model),
+        "shards": layer.key_owners.assignment.counts().tolist(),
+    }
+
+
 def main(argv):
     del argv
     table = FLAGS.model != "mlp"
@@ -182,6 +204,7 @@ def main(argv):
     )
     # A collective with a partitioned table: every member reads.
     weights = model.get_weights()
+    dynamic = _dynamic_result(model) if FLAGS.model == "dynamic" else {}
     if strategy.is_chief:
         save_result(
             FLAGS.out_dir,
@@ -195,6 +218,7 @@ def main(argv):
                 "initial": initial,
                 "plan": str(strategy.plan),
                 "traces": sorted(size_log.steps.values()),
+                **dynamic,
             },
         )
 

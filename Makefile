@@ -44,14 +44,16 @@ $(STAMP): setup.cfg setup.py pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/keras-hybrid-run -np 3 $(PY) examples/quickstart/main.py --epochs=5
 
-# The suite leaves a core idle most of the time (workers wait on each
-# other's collectives, the test process on its workers), so it runs on
-# TEST_PROCS pytest-xdist processes, one test file at a time each
-# (tests/conftest.py groups them). TEST_PROCS=0 runs it in one process.
-TEST_PROCS ?= 2
+# TEST_PROCS=N runs the suite on N pytest-xdist processes, one test file
+# at a time each (tests/conftest.py groups them), for machines with cores
+# to spare. On 2 cores it is slower: two processes' TensorFlow workers
+# contend for the cores and the suite's CPU seconds grew from about 2,850
+# to 4,550 (docs/architecture.md, "Tests"), so the default is one process.
+TEST_PROCS ?= 0
+XDIST_ARGS := $(if $(filter-out 0,$(TEST_PROCS)),-n $(TEST_PROCS) --dist loadgroup)
 
 test: $(STAMP)
-	$(PY) -m pytest -q -n $(TEST_PROCS) --dist loadgroup
+	$(PY) -m pytest -q $(XDIST_ARGS)
 
 # Every id source x model shape on 2, 3 and 4 workers on every exchange
 # path (the default suite runs a short version of this matrix).

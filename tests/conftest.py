@@ -11,8 +11,8 @@ launched (launchers and workers, the shared pools included). The suite is
 CPU-bound on this machine, so CPU seconds, not wall seconds, say where
 the time goes; the terminal summary lists the 25 costliest files.
 
-`make test` runs the files on two pytest-xdist workers (`--dist
-loadgroup`). Each file is one group, so a file's tests share one
+`make test TEST_PROCS=N` runs the files on N pytest-xdist workers
+(`--dist loadgroup`). Each file is one group, so a file's tests share one
 process and its shared pools. Tests marked `netns` make network
 namespaces on one subnet and check that none are left behind, so they
 form one group and never overlap. They also hold an exclusive lock on

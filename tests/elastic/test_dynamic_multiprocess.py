@@ -7,9 +7,8 @@ counts matter, beside a dense part) runs under `keras-hybrid-run
 (joiners receive their keys), 4 -> 3 (the leaver hands its keys over),
 then a worker is SIGKILLed 5 steps after the shrink and the survivors
 restore its keys from the last commit (3 -> 2), here with Adam and the
-directory store (`_check` takes another optimizer, lost rank and store:
-SGD with the buddy store was run by hand, see docs/elastic.md; one job
-is kept in the suite for its time). Every key, its row and the dense layers
+directory store, and with SGD (momentum) and the buddy store, rank 2
+lost. Every key, its row and the dense layers
 must equal an uninterrupted run in one process within 1e-5 (the
 table's gradient made dense, the strategy's semantics), every key must
 live on its owner, the counters must be the job's, and the traced step
@@ -72,3 +71,7 @@ class ElasticDynamicEmbeddingTest(TestCase):
 
     def test_grow_shrink_and_lost_worker_equal_one_process(self):
         self._check("adam", kill_rank=1, store="directory")
+
+    def test_with_sgd_and_buddy_copies(self):
+        # The rows of the lost rank come from a buddy's copy, not a file.
+        self._check("sgd", kill_rank=2, store="buddy")

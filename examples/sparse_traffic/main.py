@@ -159,8 +159,7 @@ def pair_capacities(counts) -> np.ndarray:
     """Rows of each pair's all-to-all block: the capacity ladder's step at
     or above that pair's own count, at least one (`C[s, i, j]`,
     self-owned included, though those are never sent)."""
-    caps = capacity.pair_capacity_for(tf.constant(counts.reshape(-1)))
-    return caps.numpy().astype(np.int64).reshape(counts.shape)
+    return capacity.capacities_of(counts, pairwise=True)
 
 
 def expected_bytes(counts, row_bytes: int) -> dict:

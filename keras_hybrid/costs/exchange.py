@@ -2,15 +2,11 @@
 units its bytes are counted in.
 
 Sizes are those the package's collectives send (`sparse.lookup`,
-`comm.Communicator.plan_exchange`); `ladder` pads counts as
-`comm.capacity` does.
+`comm.Communicator.plan_exchange`), padded as `comm.capacity` pads
+them (`capacity.capacities_of`).
 """
 
 import dataclasses
-
-import numpy as np
-
-from keras_hybrid.comm import capacity
 
 ID_BYTES = 8  # `lookup.pull` sends ids as int64 local row indices
 # A dynamic table's key goes to its owner with its lookup count: an
@@ -48,10 +44,3 @@ class Exchange:
     wire: float
     shard_bytes: tuple = ()
     scope: str = "flat"
-
-
-def ladder(counts, pairwise: bool = False) -> np.ndarray:
-    """Capacities of `comm.capacity` for an array of counts (int64); with
-    `pairwise`, of a pairwise block (`capacity.pair_capacity_for`: never
-    empty)."""
-    return capacity.capacities_of(counts, pairwise)

@@ -9,8 +9,8 @@ stage. `table_exchange` turns the stages into a step's `Exchange`s.
 
 import numpy as np
 
+from keras_hybrid.comm.capacity import capacities_of
 from keras_hybrid.costs import hot_row_savings
-from keras_hybrid.costs.exchange import ladder
 
 # Count matrices drawn per prediction: 16, fewer from 128 workers on (the
 # largest of N^2 entries varies less as N grows; a draw costs N^2).
@@ -112,10 +112,10 @@ def stage_bytes(counts, pull: bool, padding: str, peer):
     if padding == "max_pair":
         # Every block of the all-to-all padded to the ladder step of the
         # largest count of the step, self-owned entries included.
-        cap = ladder(counts.max(axis=(-2, -1)))
+        cap = capacities_of(counts.max(axis=(-2, -1)))
         padded = peer * cap[..., None, None]
     elif padding == "per_pair":
-        padded = peer * ladder(off, pairwise=True)
+        padded = peer * capacities_of(off, pairwise=True)
     else:
         padded = off
     if pull:

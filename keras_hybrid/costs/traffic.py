@@ -35,10 +35,10 @@ import dataclasses
 
 import numpy as np
 
+from keras_hybrid.comm.capacity import capacities_of
 from keras_hybrid.costs.design import Design
 from keras_hybrid.costs.exchange import COUNT_BYTES
 from keras_hybrid.costs.exchange import Exchange
-from keras_hybrid.costs.exchange import ladder
 from keras_hybrid.costs.table_exchange import hybrid_tables
 
 MODES = ("hybrid", "ps_only", "dense", "allgather")
@@ -69,7 +69,7 @@ def all_reduce(nbytes: int, workers: int, path: str = "dense") -> Exchange:
 def allgather_table(var, workers: int, batch: int) -> list:
     """All-gather of a replicated table's `IndexedSlices` (rows, ids)."""
     n = var.lookups(batch)
-    cap = int(ladder(n))
+    cap = int(capacities_of(n))
     peers = workers - 1
     out = []
     for path, unit in (

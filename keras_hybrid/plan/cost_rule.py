@@ -28,8 +28,6 @@ import dataclasses
 import functools
 import math
 
-import tensorflow as tf
-
 from keras_hybrid.costs import cluster_spec
 from keras_hybrid.costs import cost_model
 from keras_hybrid.costs import exchange
@@ -217,7 +215,7 @@ def _priced(exchanges, spec) -> tuple[float, float]:
 
 
 # Pure functions of hashable arguments, asked again for every variable each
-# time a plan is made: each call runs the simulator's draws and TF ops.
+# time a plan is made: each call runs the simulator's draws.
 @functools.lru_cache(maxsize=4096)
 def table_cost(
     rows: int,
@@ -229,10 +227,7 @@ def table_cost(
 ) -> TableCost:
     """Both choices' bytes and seconds for one table (see module doc):
     the simulator's exchanges, padding, ids and counts included."""
-    # Placement is decided while a step is traced; the simulator's
-    # capacity ladder runs TensorFlow ops, eagerly.
-    with tf.init_scope():
-        return _table_cost(rows, row_bytes, lookups, workers, link, unique)
+    return _table_cost(rows, row_bytes, lookups, workers, link, unique)
 
 
 def _table_cost(rows, row_bytes, lookups, workers, link, unique):

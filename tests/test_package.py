@@ -1,8 +1,11 @@
 """The package itself: public API, and the message without TensorFlow."""
 
+import pathlib
 import subprocess
 import sys
 import textwrap
+
+import pytest
 
 import keras_hybrid
 
@@ -50,6 +53,35 @@ def test_missing_tensorflow_names_the_extras():
 
 def test_launcher_import_does_not_need_tensorflow():
     code = "import keras_hybrid.launch, sys; print('tensorflow' in sys.modules)"
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.stdout.strip() == "False", out
+
+
+_COSTS = pathlib.Path(keras_hybrid.__file__).parent / "costs"
+
+
+@pytest.mark.parametrize(
+    "modules",
+    [
+        [f"keras_hybrid.costs.{p.stem}" for p in sorted(_COSTS.glob("*.py"))],
+        ["keras_hybrid.simulate.__main__"],
+        ["keras_hybrid.benchmark.__main__"],
+    ],
+    ids=["costs", "simulate", "benchmark"],
+)
+def test_cost_library_and_tools_import_without_tensorflow(modules):
+    # The runtime's cost library is plain NumPy, and the tools refuse a
+    # mistyped flag and simulate a saved profile without TensorFlow's
+    # seconds of import.
+    assert len(modules) > 0
+    code = (
+        f"import {', '.join(modules)}, sys; print('tensorflow' in sys.modules)"
+    )
     out = subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,

@@ -2,11 +2,30 @@
 
 Nothing above this package knows which engine runs: the strategy and the
 optimizer talk to a `Communicator`.
+
+The names below load on first use, so importing a TensorFlow-free module
+of this package (`ladder`, the capacity ladder the cost library prices
+with) does not import TensorFlow.
 """
 
-from keras_hybrid.comm.comm_stats import PATHS
-from keras_hybrid.comm.comm_stats import CommStats
-from keras_hybrid.comm.communicator import Communicator
-from keras_hybrid.comm.engines import make_communicator
+import importlib
 
-__all__ = ["PATHS", "CommStats", "Communicator", "make_communicator"]
+_EXPORTS = {
+    "PATHS": "comm_stats",
+    "CommStats": "comm_stats",
+    "Communicator": "communicator",
+    "make_communicator": "engines",
+}
+
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = importlib.import_module(f"{__name__}.{_EXPORTS[name]}")
+    return getattr(module, name)
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from keras_hybrid.comm import capacity
 
-_BUCKET_SLOTS = 512  # >= capacity.NUM_BUCKETS
+_BUCKET_SLOTS = 512  # >= ladder.NUM_BUCKETS
 _HASH_SPACE = (1 << 30) // _BUCKET_SLOTS
 
 

@@ -12,13 +12,13 @@ A row move whose counts every worker knows already (a resize's rows, a
 buddy copy: `Communicator.move_rows`) lets only the pairs that move rows
 talk: `move_schedule` skips a direction without rows, and `block_rows`
 gives each talking pair's block its own ladder step (at least one row,
-`capacity.pair_capacity`). Pure functions: every worker computes the same.
+`capacity.pair_capacity`). Pure NumPy functions: every worker computes
+the same.
 """
 
 import numpy as np
-import tensorflow as tf
 
-from keras_hybrid.comm import capacity
+from keras_hybrid.comm import ladder
 
 
 def pairing_order(rank: int, size: int) -> list[int]:
@@ -61,11 +61,12 @@ def shift_rounds(rank: int, size: int) -> list[tuple[int, int]]:
 
 def block_rows(matrix) -> np.ndarray:
     """Rows on the wire from worker i to worker j, `[size, size]`: the
-    ladder step of `matrix[i, j]` (`capacity.pair_capacity`) where it is
+    ladder step of `matrix[i, j]` (`capacity.pair_capacity`, priced
+    with `ladder.capacities_of`) where it is
     positive and i != j; zero elsewhere (that pair does not talk)."""
     matrix = np.asarray(matrix, np.int64)
-    caps = capacity.pair_capacity_for(tf.constant(matrix)).numpy()
-    blocks = np.where(matrix > 0, caps.astype(np.int64), 0)
+    caps = ladder.capacities_of(matrix, pairwise=True)
+    blocks = np.where(matrix > 0, caps, 0)
     np.fill_diagonal(blocks, 0)
     return blocks
 

@@ -3,7 +3,7 @@ units its bytes are counted in.
 
 Sizes are those the package's collectives send (`sparse.lookup`,
 `comm.Communicator.plan_exchange`), padded as `comm.capacity` pads
-them (`capacity.capacities_of`).
+them (`ladder.capacities_of`).
 """
 
 import dataclasses

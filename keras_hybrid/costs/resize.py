@@ -17,7 +17,7 @@ import dataclasses
 
 import numpy as np
 
-from keras_hybrid.comm import capacity
+from keras_hybrid.comm import ladder
 from keras_hybrid.comm import pair_moves
 from keras_hybrid.costs import cost_model
 from keras_hybrid.costs.exchange import Exchange
@@ -190,7 +190,7 @@ def _one_resize(tables, chains, step, size, engine) -> ResizeTraffic:
             busiest = np.maximum(slots_out, slots_in).max()
             wires.append(float(busiest * row_bytes))
         elif engine == "tf_padded":
-            cap = int(capacity.capacities_of(int(matrix.max())))
+            cap = int(ladder.capacities_of(int(matrix.max())))
             slots = (size - 1) * cap
             padding += (slots - rows_out) * row_bytes
             wires.append(float(slots * row_bytes))

@@ -9,7 +9,7 @@ stage. `table_exchange` turns the stages into a step's `Exchange`s.
 
 import numpy as np
 
-from keras_hybrid.comm.capacity import capacities_of
+from keras_hybrid.comm.ladder import capacities_of
 from keras_hybrid.costs import hot_row_savings
 
 # Count matrices drawn per prediction: 16, fewer from 128 workers on (the

@@ -35,7 +35,7 @@ import dataclasses
 
 import numpy as np
 
-from keras_hybrid.comm.capacity import capacities_of
+from keras_hybrid.comm.ladder import capacities_of
 from keras_hybrid.costs.design import Design
 from keras_hybrid.costs.exchange import COUNT_BYTES
 from keras_hybrid.costs.exchange import Exchange

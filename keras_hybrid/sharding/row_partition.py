@@ -1,15 +1,27 @@
-"""`RowPartition`: which shard owns each row of a table, and where."""
+"""`RowPartition`: which shard owns each row of a table, and where.
+
+Plain NumPy for the cost library and the launcher's tools; ids given as
+tensors (inside a step) get graph ops. TensorFlow is looked up, not
+imported: a tensor argument means the caller has imported it.
+"""
 
 import dataclasses
 import functools
 import math
+import sys
 
 import numpy as np
-import tensorflow as tf
 
 from keras_hybrid.sharding.shard_assignment import ShardAssignment
 
 _GOLDEN = (math.sqrt(5) - 1) / 2
+
+
+def _is_tensor(value) -> bool:
+    tf = sys.modules.get("tensorflow")
+    return tf is not None and tf.is_tensor(value)
+
+
 # Virtual shards of a table with at least this many rows. Fixed, so a row's
 # virtual shard never depends on the number of workers: per worker the
 # imbalance is at most one virtual shard (0.1% of the table) and a resize
@@ -178,7 +190,8 @@ class RowPartition:
     def shard_of(self, ids):
         """Shard owning each id (NumPy array or int64 tensor)."""
         virtual = self.virtual_shard_of(ids)
-        if tf.is_tensor(virtual):
+        if _is_tensor(virtual):
+            tf = sys.modules["tensorflow"]
             return tf.gather(tf.constant(self._owners), virtual)
         return self._owners[virtual]
 
@@ -188,7 +201,8 @@ class RowPartition:
         permuted = self._permute(ids)
         virtual = permuted % self.num_virtual
         within = permuted // self.num_virtual
-        if tf.is_tensor(permuted):
+        if _is_tensor(permuted):
+            tf = sys.modules["tensorflow"]
             offsets = tf.constant(self.virtual_offsets)
             return tf.gather(offsets, virtual) + within
         return self.virtual_offsets[virtual] + within
@@ -219,8 +233,10 @@ class RowPartition:
         parts = [self.ids_of_virtual(v) for v in self.virtual.shards_of(shard)]
         return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
-    def shard_of_tensor(self, ids: tf.Tensor) -> tf.Tensor:
+    def shard_of_tensor(self, ids):
         """`shard_of` for a tensor of ids, as int32."""
+        import tensorflow as tf  # only tensor callers pay for it
+
         return tf.cast(self.shard_of(tf.cast(ids, tf.int64)), tf.int32)
 
     def get_config(self) -> dict:

@@ -5,6 +5,7 @@ import tensorflow as tf
 
 from keras_hybrid.comm import capacity
 from keras_hybrid.comm import instance_keys
+from keras_hybrid.comm import ladder
 from keras_hybrid.testing import TestCase
 
 INT32_MAX = 2**31 - 1
@@ -47,7 +48,7 @@ class CapacityLadderTest(TestCase):
         counts = _large_counts()
         index, cap = _ladder(counts)
         self.assertTrue((index >= 0).all())
-        self.assertTrue((index < capacity.NUM_BUCKETS).all())
+        self.assertTrue((index < ladder.NUM_BUCKETS).all())
         self.assertTrue((cap >= counts).all())
         self.assertTrue((cap <= INT32_MAX).all())
         large = counts > 32
@@ -108,10 +109,10 @@ class CapacityLadderTest(TestCase):
             (True, capacity.pair_capacity_for),
         ):
             np.testing.assert_array_equal(
-                capacity.capacities_of(counts, pairwise),
+                ladder.capacities_of(counts, pairwise),
                 rule(tf.constant(counts)).numpy(),
             )
-        self.assertEqual(capacity.capacities_of(2**30 - 1).shape, ())
+        self.assertEqual(ladder.capacities_of(2**30 - 1).shape, ())
 
     def test_works_inside_tf_function(self):
         fn = tf.function(capacity.capacity_for)
@@ -162,13 +163,13 @@ class InstanceKeysTest(TestCase):
 
     def test_keys_fit_int32_and_leave_room_for_every_bucket(self):
         slots = instance_keys._BUCKET_SLOTS
-        self.assertGreaterEqual(slots, capacity.NUM_BUCKETS)
+        self.assertGreaterEqual(slots, ladder.NUM_BUCKETS)
         keys = instance_keys.InstanceKeys()
         for i in range(500):
             key = keys.base_key(f"content {i}")
             self.assertGreater(key, 0)
             self.assertEqual(key % slots, 0)
-            self.assertLessEqual(key + capacity.NUM_BUCKETS - 1, INT32_MAX)
+            self.assertLessEqual(key + ladder.NUM_BUCKETS - 1, INT32_MAX)
 
     def test_bucketed_key_adds_the_bucket_index(self):
         keys = instance_keys.InstanceKeys()

@@ -9,6 +9,7 @@ import tensorflow as tf
 from keras_hybrid._compat import keras as keras_compat
 from keras_hybrid.dynamic import key_exchange
 from keras_hybrid.dynamic import optimizer_slots
+from keras_hybrid.dynamic import table_memory
 from keras_hybrid.dynamic.dynamic_table import COUNTERS
 from keras_hybrid.dynamic.dynamic_table import DynamicTable
 from keras_hybrid.dynamic.eviction import Eviction
@@ -165,7 +166,18 @@ class DynamicEmbedding(keras.layers.Layer):
             # Each worker's shard holds its own keys' rows: neither
             # partitioned nor broadcast by the strategy.
             scope = local_variables.scope()
-        with scope:
+        rank = None if self._communicator is None else self._communicator.rank
+        with (
+            scope,
+            table_memory.allocating(
+                self.name,
+                self.capacity,
+                self.output_dim,
+                self.variable_dtype,
+                self.key_dtype,
+                rank,
+            ),
+        ):
             self._build_table()
         # Read by the traced step: a resize moves whole virtual shards.
         self.key_owners = self.table.owners

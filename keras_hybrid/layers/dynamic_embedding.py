@@ -14,7 +14,9 @@ from keras_hybrid.dynamic.dynamic_table import COUNTERS
 from keras_hybrid.dynamic.dynamic_table import DynamicTable
 from keras_hybrid.dynamic.eviction import Eviction
 from keras_hybrid.dynamic.initial_rows import InitialRows
+from keras_hybrid.layers import dynamic_keys
 from keras_hybrid.layers import key_watch
+from keras_hybrid.layers import stock_lookup
 from keras_hybrid.plan import use_discovery
 from keras_hybrid.sparse import prefetch
 from keras_hybrid.strategy import local_variables
@@ -139,17 +141,19 @@ class DynamicEmbedding(keras.layers.Layer):
         )
         self.mask_zero = mask_zero
         self.supports_masking = mask_zero
-        self.default_value = _default_row(default_value, output_dim)
+        self.default_value = dynamic_keys.default_row(default_value, output_dim)
         self.seed = seed
-        self.key_dtype = _key_dtype(key_dtype) if key_dtype else None
+        self.key_dtype = (
+            dynamic_keys.key_dtype(key_dtype) if key_dtype else None
+        )
         self.table = None
         self._communicator = None
         self.key_owners = None
 
     def __call__(self, inputs, *args, **kwargs):
-        _check_keys(inputs)
+        dynamic_keys.check_keys(inputs)
         if self.key_dtype is None:
-            self.key_dtype = _key_dtype(inputs.dtype)
+            self.key_dtype = dynamic_keys.key_dtype(inputs.dtype)
         return super().__call__(inputs, *args, **kwargs)
 
     def build(self, input_shape=None) -> None:
@@ -253,7 +257,7 @@ class DynamicEmbedding(keras.layers.Layer):
         return state
 
     def call(self, inputs, training=None):
-        keys = tf.reshape(_as_keys(inputs, self.key_dtype), [-1])
+        keys = tf.reshape(dynamic_keys.as_keys(inputs, self.key_dtype), [-1])
         key_watch.saw(self, keys)
         unique, position, uses = tf.unique_with_counts(keys, tf.int64)
         if self._communicator is not None:
@@ -365,45 +369,15 @@ class DynamicEmbedding(keras.layers.Layer):
             ValueError: If the table holds no key yet.
         """
         keys, values = self.live_rows()
-        default = self.default_value.astype(values.dtype)
-        mask = None
-        if self.mask_zero:
-            # The lookup puts the mask key at index 0, which the
-            # Embedding masks; it reads the key's row as this layer does.
-            mask = "" if self.key_dtype == "string" else 0
-            at_mask = np.flatnonzero(keys == np.asarray(mask, keys.dtype))
-            mask_row = values[at_mask[0]] if at_mask.size else default
-            keep = keys != np.asarray(mask, keys.dtype)
-            keys, values = keys[keep], values[keep]
-        if not len(keys):
-            raise ValueError(
-                f"{self.name} holds no key yet, and a stock lookup needs at "
-                "least one. Train the model before converting it."
-            )
-        lookup_class = (
-            keras.layers.StringLookup
-            if self.key_dtype == "string"
-            else keras.layers.IntegerLookup
-        )
-        if self.key_dtype == "string":
-            # Keras serializes a vocabulary of `str`, not of `bytes`.
-            keys = [key.decode("utf-8") for key in keys]
-        lookup = lookup_class(
-            vocabulary=keys, num_oov_indices=1, mask_token=mask
-        )
-        weights = [default, values]
-        if self.mask_zero:
-            weights = [mask_row, *weights]
-        embedding = keras.layers.Embedding(
-            len(weights[-1]) + len(weights) - 1,
-            self.output_dim,
+        return stock_lookup.lookup_and_embedding(
+            self.name,
+            keys,
+            values,
+            default=self.default_value.astype(values.dtype),
             mask_zero=self.mask_zero,
-            dtype=self.dtype_policy,
+            key_dtype=self.key_dtype,
+            dtype_policy=self.dtype_policy,
         )
-        static = keras.Sequential([lookup, embedding], name=self.name)
-        embedding.build((None,))
-        embedding.set_weights([np.vstack([np.atleast_2d(w) for w in weights])])
-        return static
 
     def _refuse_files_on_workers(self) -> None:
         comm = self._communicator
@@ -504,46 +478,3 @@ def _communicator_of_strategy(key_dtype: str):
             "`tf.strings.to_hash_bucket_fast(keys, 2**62)`."
         )
     return comm
-
-
-def _key_dtype(dtype) -> str:
-    name = tf.as_dtype(dtype).name if not isinstance(dtype, str) else dtype
-    if name == "string":
-        return "string"
-    if tf.as_dtype(name).is_integer:
-        return "int64"
-    raise TypeError(
-        "DynamicEmbedding takes integer or string keys. Received: keys of "
-        f"dtype {name}. Cast them to int64, or use strings."
-    )
-
-
-def _check_keys(inputs) -> None:
-    if (
-        isinstance(inputs, (tf.RaggedTensor, tf.SparseTensor))
-        or getattr(inputs, "ragged", False)
-        or getattr(inputs, "sparse", False)
-    ):
-        raise TypeError(
-            "DynamicEmbedding takes dense keys. Received: a "
-            f"{type(inputs).__name__}. Pad the keys to a dense tensor "
-            "(e.g. `ragged.to_tensor(default_value=0)` with mask_zero=True)."
-        )
-    _key_dtype(inputs.dtype)
-
-
-def _as_keys(inputs, key_dtype: str) -> tf.Tensor:
-    inputs = tf.convert_to_tensor(inputs)
-    if (inputs.dtype == tf.string) != (key_dtype == "string"):
-        raise TypeError(
-            f"This DynamicEmbedding was built for {key_dtype} keys. "
-            f"Received: keys of dtype {inputs.dtype.name}."
-        )
-    return inputs if key_dtype == "string" else tf.cast(inputs, tf.int64)
-
-
-def _default_row(default_value, output_dim: int) -> np.ndarray:
-    if default_value is None:
-        return np.zeros([output_dim], np.float32)
-    row = np.broadcast_to(np.asarray(default_value, np.float32), [output_dim])
-    return np.array(row)

@@ -11,6 +11,7 @@ from keras_hybrid.callbacks.communication_table import _COLUMNS
 from keras_hybrid.callbacks.communication_table import format_resizes
 from keras_hybrid.callbacks.communication_table import format_table
 from keras_hybrid.callbacks.communication_table import logs_from
+from keras_hybrid.callbacks.dynamic_table_stats import DynamicTableStats
 from keras_hybrid.comm.comm_stats import PATHS
 
 
@@ -28,7 +29,12 @@ class CommunicationStats(keras.callbacks.Callback):
     - `comm_padding_share`: padding bytes / all bytes sent;
     - `comm_shard_imbalance`: max / mean over workers of the table rows
       each worker's shards served (`0` if no partitioned table was read);
-    - `comm_step_time_ms`: mean wall time of a train step.
+    - `comm_step_time_ms`: mean wall time of a train step;
+    - at the end of every epoch, for a model with `DynamicEmbedding`
+      layers, each table's `<table>_rows`, `<table>_admissions` (rows
+      inserted), `<table>_evictions`, `<table>_expirations` and
+      `<table>_rejections`, as `DynamicTableStats` adds them (summed over
+      workers, and per worker as `<table>_<figure>_worker<rank>`).
 
     Every worker gets the same values, so `keras.callbacks.CSVLogger` and
     `keras.callbacks.TensorBoard` record them unchanged: put this callback
@@ -39,8 +45,9 @@ class CommunicationStats(keras.callbacks.Callback):
 
     Bytes are what the communicator counts (see `CommStats`): a ring
     all-reduce of D bytes sends and receives 2 (N - 1) / N D per worker.
-    A report is one small all-gather of the counters, which every worker
-    runs at the same step; its own bytes are not counted in the report.
+    A report is one small all-gather of the counters (and one per dynamic
+    table), which every worker runs at the same step; its own bytes are
+    not counted in the report.
 
     Args:
         every_n_steps: Optional int. Also report every this many train
@@ -87,6 +94,7 @@ class CommunicationStats(keras.callbacks.Callback):
         self.every_n_steps = every_n_steps
         self.log_table_on_chief = log_table_on_chief
         self.summary: dict | None = None
+        self._tables = DynamicTableStats()
 
     # -- Keras hooks
 
@@ -102,6 +110,7 @@ class CommunicationStats(keras.callbacks.Callback):
         self._comm = comm
         # Bytes of this callback's own gathers, left out of every report.
         self._own = np.zeros(2 * len(PATHS))
+        self._tables.set_model(self.model)
         self._marks = {
             "run": self._mark(),
             "epoch": self._mark(),
@@ -109,6 +118,7 @@ class CommunicationStats(keras.callbacks.Callback):
         }
 
     def on_epoch_begin(self, epoch, logs=None):
+        self._not_counted(self._tables.on_epoch_begin, epoch, logs)
         self._marks["epoch"] = self._mark()
         self._marks["interval"] = self._mark()
 
@@ -124,6 +134,7 @@ class CommunicationStats(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         self._report("epoch", logs)
+        self._not_counted(self._tables.on_epoch_end, epoch, logs)
 
     def on_train_end(self, logs=None):
         per_rank = self._gather(self._per_step(self._marks["run"]))
@@ -168,10 +179,16 @@ class CommunicationStats(keras.callbacks.Callback):
 
     def _gather(self, mine: np.ndarray) -> np.ndarray:
         """`[workers, len(_COLUMNS)]`: every rank's vector, in rank order."""
+        return self._not_counted(
+            lambda: self._comm.all_gather(tf.constant(mine[None, :]))[0]
+        ).numpy()
+
+    def _not_counted(self, call, *args):
+        """`call(*args)`, whose bytes are left out of every report."""
         before = self._bytes()
-        gathered, _ = self._comm.all_gather(tf.constant(mine[None, :]))
+        result = call(*args)
         self._own = self._own + self._bytes() - before
-        return gathered.numpy()
+        return result
 
     def _report(self, which: str, logs) -> None:
         # A collective on every rank, whatever its own steps: a worker that

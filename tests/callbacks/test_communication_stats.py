@@ -176,6 +176,32 @@ class OneProcessTest(OneProcessTestCase):
         self.assertEqual(logs["comm_total_sent_bytes"], 0.0)
         self.assertEqual(logs["comm_shard_imbalance"], 1.0)
 
+    def test_dynamic_tables_figures_join_the_epoch_logs(self):
+        strategy = kh.HybridStrategy()
+        with strategy.scope():
+            keys = keras.Input(shape=(1,), dtype="int64")
+            layer = kh.layers.DynamicEmbedding(
+                2, capacity=2, eviction="lru", name="dyn"
+            )
+            model = keras.Model(keys, keras.ops.sum(layer(keys), axis=(1, 2)))
+            model.compile(optimizer="sgd", loss="mse")
+        # One key per step. Epoch 1: 1, 2, then 3 evicts 1, 1 evicts 2.
+        # Epoch 2 starts with {3, 1}: 2 evicts 3, 3 evicts 1, 1 evicts 2.
+        history = model.fit(
+            np.array([[1], [2], [3], [1]]),
+            np.zeros(4),
+            batch_size=1,
+            epochs=2,
+            shuffle=False,
+            verbose=0,
+            callbacks=[CommunicationStats()],
+        ).history
+        self.assertEqual(history["dyn_embeddings_rows"], [2, 2])
+        self.assertEqual(history["dyn_embeddings_admissions"], [4, 3])
+        self.assertEqual(history["dyn_embeddings_evictions"], [2, 3])
+        # The tables' own gathers are not the model's traffic.
+        self.assertEqual(history["comm_total_sent_bytes"], [0.0, 0.0])
+
 
 def test_a_resize_cut_short_shows_no_stall():
     event = {

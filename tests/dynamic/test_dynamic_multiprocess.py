@@ -185,8 +185,9 @@ def test_the_plan_lists_the_dynamic_table(engine, num_workers):
 @by_engine
 @pytest.mark.parametrize("num_workers", WORKER_COUNTS)
 def test_stats_are_summed_over_workers(engine, num_workers):
-    # `stats()` and `DynamicTableStats` give the job's figures on every
-    # worker, and each worker's own: its live keys and its admissions.
+    # `stats()` and `CommunicationStats` (through `DynamicTableStats`)
+    # give the job's figures on every worker, and each worker's own: its
+    # live keys and its admissions, beside the bytes per path.
     results = launch(engine, num_workers)
     for optimizer, admit_after in CONFIGS:
         _, want = _config(engine, num_workers, optimizer, admit_after)
@@ -197,6 +198,7 @@ def test_stats_are_summed_over_workers(engine, num_workers):
         mine = [len(got[r]["keys"]) for r in range(num_workers)]
         for result in got.values():
             history = result["history"]
+            assert len(history["comm_total_sent_bytes"]) == cases.EPOCHS
             assert result["stats"]["rows"] == total
             assert sum(history["dyn_embeddings_admissions"]) == total
             assert history["dyn_embeddings_rows"][-1] == total

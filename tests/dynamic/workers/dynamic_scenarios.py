@@ -50,7 +50,8 @@ def train_one(strategy, optimizer, admit_after, keys, targets) -> dict:
         epochs=cases.EPOCHS,
         shuffle=False,
         verbose=0,
-        callbacks=[kh.callbacks.DynamicTableStats()],
+        # Its epoch logs hold `DynamicTableStats`' figures too.
+        callbacks=[kh.callbacks.CommunicationStats()],
     )
     moved = strategy.communicator.stats.delta(before)
     live_keys, live_rows = layer.live_keys()

@@ -1,19 +1,14 @@
 """Keras callbacks for training under `HybridStrategy`, and for dynamic
 tables (`DynamicTableStats`)."""
 
-import importlib
+from keras_hybrid.utils import lazy_exports
 
-_EXPORTS = {
+_SOURCES = {
     "CommunicationStats": "keras_hybrid.callbacks.communication_stats",
     "DynamicTableStats": "keras_hybrid.callbacks.dynamic_table_stats",
     "HotRowsRefresh": "keras_hybrid.callbacks.hot_rows_refresh",
     "ShardedCheckpoint": "keras_hybrid.callbacks.sharded_checkpoint",
 }
 
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name):
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__all__ = sorted(_SOURCES)
+__getattr__ = lazy_exports.lazy_getattr(__name__, _SOURCES)

@@ -8,24 +8,14 @@ of this package (`ladder`, the capacity ladder the cost library prices
 with) does not import TensorFlow.
 """
 
-import importlib
+from keras_hybrid.utils import lazy_exports
 
-_EXPORTS = {
-    "PATHS": "comm_stats",
-    "CommStats": "comm_stats",
-    "Communicator": "communicator",
-    "make_communicator": "engines",
+_SOURCES = {
+    "PATHS": "keras_hybrid.comm.comm_stats",
+    "CommStats": "keras_hybrid.comm.comm_stats",
+    "Communicator": "keras_hybrid.comm.communicator",
+    "make_communicator": "keras_hybrid.comm.engines",
 }
 
-__all__ = list(_EXPORTS)
-
-
-def __getattr__(name: str):
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    module = importlib.import_module(f"{__name__}.{_EXPORTS[name]}")
-    return getattr(module, name)
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+__all__ = list(_SOURCES)
+__getattr__ = lazy_exports.lazy_getattr(__name__, _SOURCES)

@@ -10,11 +10,11 @@ overrun a port's buffer. The command line is
 `python -m keras_hybrid.simulate` (see docs/simulator.md).
 """
 
-import importlib
+from keras_hybrid.utils import lazy_exports
 
-# Where each public name lives. They are imported on first use: the cost
-# library imports TensorFlow, and `python -m keras_hybrid.simulate --help`
-# (which imports this package first) must not print its banners.
+# Where each public name lives. They are imported on first use: the
+# profiler imports TensorFlow, and the command line (which imports this
+# package first) runs without it unless it profiles a workload.
 _SOURCES = {
     "ClusterSpec": "keras_hybrid.costs.cluster_spec",
     "Prediction": "keras_hybrid.costs.cost_model",
@@ -28,9 +28,4 @@ _SOURCES = {
 }
 
 __all__ = sorted(_SOURCES)
-
-
-def __getattr__(name: str):
-    if name not in _SOURCES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(_SOURCES[name]), name)
+__getattr__ = lazy_exports.lazy_getattr(__name__, _SOURCES)

@@ -32,7 +32,7 @@ from absl import flags
 from absl import logging
 
 import keras_hybrid
-from keras_hybrid.comm import capacity
+from keras_hybrid.comm import ladder
 from keras_hybrid.comm.comm_stats import PATHS
 
 FLAGS = flags.FLAGS
@@ -159,7 +159,7 @@ def pair_capacities(counts) -> np.ndarray:
     """Rows of each pair's all-to-all block: the capacity ladder's step at
     or above that pair's own count, at least one (`C[s, i, j]`,
     self-owned included, though those are never sent)."""
-    return capacity.capacities_of(counts, pairwise=True)
+    return ladder.capacities_of(counts, pairwise=True)
 
 
 def expected_bytes(counts, row_bytes: int) -> dict:

@@ -13,9 +13,8 @@ import tensorflow as tf
 from keras_hybrid.comm import ladder
 
 # A step's exchanges look a bucket up per pair and direction, so the lookup
-# is one `LowerBound` and one `gather` over this constant: a handful of
-# graph ops where arithmetic on the bits took about thirty.
-_CAPACITIES = ladder.CAPACITIES
+# is one `LowerBound` and one `gather` over `ladder.CAPACITIES`: a handful
+# of graph ops where arithmetic on the bits took about thirty.
 
 
 def bucket_index(count: tf.Tensor) -> tf.Tensor:
@@ -23,7 +22,7 @@ def bucket_index(count: tf.Tensor) -> tf.Tensor:
     count = tf.cast(count, tf.int64)
     # `tf.searchsorted` wraps this op in a dozen reshapes of its own.
     index = tf.raw_ops.LowerBound(
-        sorted_inputs=tf.constant(_CAPACITIES[None]),
+        sorted_inputs=tf.constant(ladder.CAPACITIES[None]),
         values=tf.reshape(count, [1, -1]),
         out_type=tf.int32,
     )
@@ -32,7 +31,7 @@ def bucket_index(count: tf.Tensor) -> tf.Tensor:
 
 def bucket_capacity(index: tf.Tensor) -> tf.Tensor:
     """Returns the capacity of bucket `index` (int32)."""
-    return tf.gather(tf.constant(_CAPACITIES.astype(np.int32)), index)
+    return tf.gather(tf.constant(ladder.CAPACITIES.astype(np.int32)), index)
 
 
 def pair_capacity(index: tf.Tensor) -> tf.Tensor:

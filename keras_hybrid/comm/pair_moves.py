@@ -61,9 +61,9 @@ def shift_rounds(rank: int, size: int) -> list[tuple[int, int]]:
 
 def block_rows(matrix) -> np.ndarray:
     """Rows on the wire from worker i to worker j, `[size, size]`: the
-    ladder step of `matrix[i, j]` (`capacity.pair_capacity`, priced
-    with `ladder.capacities_of`) where it is
-    positive and i != j; zero elsewhere (that pair does not talk)."""
+    ladder step of `matrix[i, j]` (`capacity.pair_capacity`, priced with
+    `ladder.capacities_of`) where it is positive and i != j; zero
+    elsewhere (that pair does not talk)."""
     matrix = np.asarray(matrix, np.int64)
     caps = ladder.capacities_of(matrix, pairwise=True)
     blocks = np.where(matrix > 0, caps, 0)

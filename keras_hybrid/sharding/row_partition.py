@@ -17,9 +17,10 @@ from keras_hybrid.sharding.shard_assignment import ShardAssignment
 _GOLDEN = (math.sqrt(5) - 1) / 2
 
 
-def _is_tensor(value) -> bool:
+def _tf_for(value):
+    """TensorFlow if `value` is a tensor, else None (never imports it)."""
     tf = sys.modules.get("tensorflow")
-    return tf is not None and tf.is_tensor(value)
+    return tf if tf is not None and tf.is_tensor(value) else None
 
 
 # Virtual shards of a table with at least this many rows. Fixed, so a row's
@@ -190,8 +191,8 @@ class RowPartition:
     def shard_of(self, ids):
         """Shard owning each id (NumPy array or int64 tensor)."""
         virtual = self.virtual_shard_of(ids)
-        if _is_tensor(virtual):
-            tf = sys.modules["tensorflow"]
+        tf = _tf_for(virtual)
+        if tf is not None:
             return tf.gather(tf.constant(self._owners), virtual)
         return self._owners[virtual]
 
@@ -201,8 +202,8 @@ class RowPartition:
         permuted = self._permute(ids)
         virtual = permuted % self.num_virtual
         within = permuted // self.num_virtual
-        if _is_tensor(permuted):
-            tf = sys.modules["tensorflow"]
+        tf = _tf_for(permuted)
+        if tf is not None:
             offsets = tf.constant(self.virtual_offsets)
             return tf.gather(offsets, virtual) + within
         return self.virtual_offsets[virtual] + within

@@ -91,7 +91,8 @@ def _own_arrays(saved: SavedTable) -> dict:
         raise NotImplementedError(
             "A sharded checkpoint holds integer keys only. Received: "
             f"dynamic table {table.name} with string keys. Save it with "
-            "`model.save`, or hash the keys to int64."
+            "`model.save`, or train under `keras_hybrid.HybridStrategy` "
+            "(one worker will do), which keeps string keys as int64 hashes."
         )
     return table_state.own_arrays(table, saved.slots)
 

@@ -7,6 +7,11 @@ arrival order, capacity or worker count.
 
 import tensorflow as tf
 
+# A string key's integer: its FarmHash fingerprint modulo this, which is
+# what `keras.layers.Hashing(num_bins=STRING_BINS)` computes, so a stock
+# Keras model can hash strings as the layer does.
+STRING_BINS = 2**63 - 1
+
 # splitmix64 (Steele et al., 2014): its finaliser mixes every input bit
 # into every output bit.
 _GOLDEN = 0x9E3779B97F4A7C15
@@ -14,11 +19,18 @@ _MIX_1 = 0xBF58476D1CE4E5B9
 _MIX_2 = 0x94D049BB133111EB
 
 
+def string_keys(keys: tf.Tensor) -> tf.Tensor:
+    """The int64 in `[0, STRING_BINS)` of each string key: what stands for
+    it on several workers, where keys travel as int64."""
+    return tf.strings.to_hash_bucket_fast(keys, STRING_BINS)
+
+
 def key_bits(keys: tf.Tensor) -> tf.Tensor:
     """The 64 bits of each key as `uint64`: an integer key's own bits, a
-    string key's FarmHash fingerprint."""
+    string key's `string_keys` integer's. A string and its integer thus
+    get the same initial row and virtual shard."""
     if keys.dtype == tf.string:
-        return tf.bitcast(tf.fingerprint(keys[:, None])[:, :8], tf.uint64)
+        keys = string_keys(keys)
     return tf.bitcast(tf.cast(keys, tf.int64), tf.uint64)
 
 

@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from keras_hybrid._compat import keras as keras_compat
 from keras_hybrid.dynamic import key_exchange
+from keras_hybrid.dynamic import key_hash
 from keras_hybrid.dynamic import optimizer_slots
 from keras_hybrid.dynamic import table_memory
 from keras_hybrid.dynamic.dynamic_table import COUNTERS
@@ -16,6 +17,7 @@ from keras_hybrid.dynamic.eviction import Eviction
 from keras_hybrid.dynamic.initial_rows import InitialRows
 from keras_hybrid.layers import dynamic_keys
 from keras_hybrid.layers import key_watch
+from keras_hybrid.layers import saved_keys
 from keras_hybrid.layers import stock_lookup
 from keras_hybrid.plan import use_discovery
 from keras_hybrid.sparse import prefetch
@@ -49,7 +51,11 @@ class DynamicEmbedding(keras.layers.Layer):
     worker sends its batch's unique keys to their owners and gets their
     rows back; gradients go back to the owners, summed per key. In an
     elastic job, resizes and lost workers move whole virtual shards with
-    their keys (`dynamic.key_moves`, `elastic.dynamic_shard`).
+    their keys (`dynamic.key_moves`, `elastic.dynamic_shard`). Keys travel
+    as int64, so there a string key stands for its 63-bit hash
+    (`dynamic.key_hash.string_keys`, what `keras.layers.Hashing` computes);
+    its initial row and owner are the same as in one process, and two
+    strings share a row only if their hashes collide.
 
     Args:
         output_dim: Int. Width of each row.
@@ -93,9 +99,9 @@ class DynamicEmbedding(keras.layers.Layer):
         ValueError: For a bad `capacity`, `admit_after` or `eviction`.
         NotImplementedError: For an initializer that depends on the
             table's shape; when built under a `tf.distribute` strategy
-            other than `HybridStrategy`; for string keys on several
-            workers, or a regularizer or constraint on several workers
-            (in an elastic job, when `--max-np` is more than one).
+            other than `HybridStrategy`; for a regularizer or constraint
+            on several workers (in an elastic job, when `--max-np` is
+            more than one).
     """
 
     def __init__(
@@ -163,7 +169,8 @@ class DynamicEmbedding(keras.layers.Layer):
                 "dtype. Call it on keys first, or pass "
                 "key_dtype='int64' or key_dtype='string'."
             )
-        self._communicator = _communicator_of_strategy(self.key_dtype)
+        self._communicator = _communicator_of_strategy()
+        self._key_rank = None if input_shape is None else len(input_shape)
         self._check_whole_table_terms()
         scope = contextlib.nullcontext()
         if self._communicator is not None:
@@ -178,13 +185,22 @@ class DynamicEmbedding(keras.layers.Layer):
                 self.capacity,
                 self.output_dim,
                 self.variable_dtype,
-                self.key_dtype,
+                self.table_key_dtype,
                 rank,
             ),
         ):
             self._build_table()
         # Read by the traced step: a resize moves whole virtual shards.
         self.key_owners = self.table.owners
+
+    @property
+    def table_key_dtype(self) -> str:
+        """The dtype of the table's keys: `key_dtype` in one process; int64
+        under `HybridStrategy`, where a string stands for its hash."""
+        return "int64" if self._communicator is not None else self.key_dtype
+
+    def _hashes_strings(self) -> bool:
+        return self.key_dtype == "string" and self.table_key_dtype == "int64"
 
     def _check_whole_table_terms(self) -> None:
         """On several workers, refuses a regularizer or constraint: its
@@ -217,7 +233,7 @@ class DynamicEmbedding(keras.layers.Layer):
             self.embeddings,
             self._state_variables(),
             tf.Variable(
-                tf.zeros([self.capacity], self.key_dtype),
+                tf.zeros([self.capacity], self.table_key_dtype),
                 trainable=False,
                 name="slot_keys",
             ),
@@ -258,6 +274,8 @@ class DynamicEmbedding(keras.layers.Layer):
 
     def call(self, inputs, training=None):
         keys = tf.reshape(dynamic_keys.as_keys(inputs, self.key_dtype), [-1])
+        if self._hashes_strings():
+            keys = key_hash.string_keys(keys)
         key_watch.saw(self, keys)
         unique, position, uses = tf.unique_with_counts(keys, tf.int64)
         if self._communicator is not None:
@@ -360,10 +378,12 @@ class DynamicEmbedding(keras.layers.Layer):
 
         `IntegerLookup` or `StringLookup` over the live keys (unknown keys
         to the out-of-vocabulary index), then an `Embedding` whose rows
-        are the default row and the live keys' rows. It needs no
-        keras-hybrid to load or serve; it admits and evicts nothing. On
-        several workers it holds every worker's keys (`live_rows`), and
-        every worker must call it at the same time.
+        are the default row and the live keys' rows. String keys kept as
+        their hashes (under `HybridStrategy`) are hashed first by a
+        `keras.layers.Hashing` layer, then looked up by `IntegerLookup`.
+        It needs no keras-hybrid to load or serve; it admits and evicts
+        nothing. On several workers it holds every worker's keys
+        (`live_rows`), and every worker must call it at the same time.
 
         Raises:
             ValueError: If the table holds no key yet.
@@ -377,6 +397,8 @@ class DynamicEmbedding(keras.layers.Layer):
             mask_zero=self.mask_zero,
             key_dtype=self.key_dtype,
             dtype_policy=self.dtype_policy,
+            hashed_strings=self._hashes_strings(),
+            key_rank=self._key_rank,
         )
 
     def _refuse_files_on_workers(self) -> None:
@@ -394,31 +416,20 @@ class DynamicEmbedding(keras.layers.Layer):
     def save_own_variables(self, store) -> None:
         self._refuse_files_on_workers()
         super().save_own_variables(store)
-        keys = self.table.slot_keys.numpy()
-        if self.key_dtype == "string":
-            # Keras' stores take numeric arrays only: the keys' bytes, one
-            # after the other, and their lengths.
-            store["slot_key_lengths"] = np.array([len(k) for k in keys])
-            store["slot_keys"] = np.frombuffer(b"".join(keys), np.uint8)
-        else:
-            store["slot_keys"] = keys
+        saved_keys.save(
+            store, self.table.slot_keys.numpy(), self._hashes_strings()
+        )
 
     def load_own_variables(self, store) -> None:
         self._refuse_files_on_workers()
-        names = ("slot_keys", "slot_key_lengths")
-        own = {k: store[k] for k in store.keys() if k not in names}
+        keys = saved_keys.load(
+            store,
+            self.name,
+            strings=self.table_key_dtype == "string",
+            hashed_strings=self._hashes_strings(),
+        )
+        own = {k: store[k] for k in store.keys() if k not in saved_keys.NAMES}
         super().load_own_variables(own)
-        keys = np.asarray(store["slot_keys"])
-        if self.key_dtype == "string":
-            ends = np.cumsum(np.asarray(store["slot_key_lengths"]))
-            data = keys.tobytes()
-            keys = np.array(
-                [
-                    data[e - n : e]
-                    for e, n in zip(ends, np.diff(ends, prepend=0), strict=True)
-                ],
-                dtype=object,
-            )
         self.table.slot_keys.assign(keys)
         self.table.reload()
 
@@ -450,13 +461,12 @@ class DynamicEmbedding(keras.layers.Layer):
         return config
 
 
-def _communicator_of_strategy(key_dtype: str):
+def _communicator_of_strategy():
     """The `Communicator` of the `HybridStrategy` in scope, or None with
     no strategy.
 
     Raises:
-        NotImplementedError: Under another strategy, or with string keys
-            on several workers (an elastic job's `--max-np` counts).
+        NotImplementedError: Under another strategy.
     """
     if not tf.distribute.has_strategy():
         return None
@@ -468,13 +478,4 @@ def _communicator_of_strategy(key_dtype: str):
             f"{type(strategy).__name__}. Build the model in "
             "`keras_hybrid.HybridStrategy().scope()`, or without a strategy."
         )
-    comm = strategy.extended.communicator
-    # `width`: an elastic job's most workers, whatever its size now.
-    if key_dtype == "string" and comm.width > 1:
-        raise NotImplementedError(
-            "DynamicEmbedding takes integer keys on several workers (keys "
-            "travel between workers as int64). Received: string keys on "
-            f"{comm.width} workers. Hash them to int64 first, e.g. "
-            "`tf.strings.to_hash_bucket_fast(keys, 2**62)`."
-        )
-    return comm
+    return strategy.extended.communicator

@@ -3,6 +3,9 @@ reads: what `DynamicEmbedding.static_equivalent` returns."""
 
 import keras
 import numpy as np
+import tensorflow as tf
+
+from keras_hybrid.dynamic import key_hash
 
 
 def lookup_and_embedding(
@@ -13,6 +16,8 @@ def lookup_and_embedding(
     mask_zero: bool,
     key_dtype: str,
     dtype_policy,
+    hashed_strings: bool = False,
+    key_rank: int | None = None,
 ) -> keras.Sequential:
     """`IntegerLookup` or `StringLookup` over `keys` (unknown keys to the
     out-of-vocabulary index), then an `Embedding` whose rows are `default`
@@ -26,6 +31,12 @@ def lookup_and_embedding(
         mask_zero: Bool. Whether key 0 (or `""`) is masked.
         key_dtype: String. `"int64"` or `"string"`.
         dtype_policy: The `Embedding`'s dtype policy.
+        hashed_strings: Bool. The keys are string keys' hashes
+            (`key_hash.string_keys`): a `keras.layers.Hashing` layer
+            hashes the strings first, and `IntegerLookup` looks them up.
+        key_rank: Int or None. Rank of the keys (batch included), for the
+            string input that a `Hashing` layer needs declared (without
+            it, `Sequential` would feed it integers). Defaults to 2.
 
     Raises:
         ValueError: If there is no key (a lookup needs at least one).
@@ -35,6 +46,8 @@ def lookup_and_embedding(
         # The lookup puts the mask key at index 0, which the Embedding
         # masks; it reads the key's row as the dynamic layer does.
         mask = "" if key_dtype == "string" else 0
+        if hashed_strings:
+            mask = int(key_hash.string_keys(tf.constant([""]))[0])
         at_mask = np.flatnonzero(keys == np.asarray(mask, keys.dtype))
         mask_row = values[at_mask[0]] if at_mask.size else default
         keep = keys != np.asarray(mask, keys.dtype)
@@ -44,12 +57,11 @@ def lookup_and_embedding(
             f"{name} holds no key yet, and a stock lookup needs at least "
             "one. Train the model before converting it."
         )
+    strings = key_dtype == "string" and not hashed_strings
     lookup_class = (
-        keras.layers.StringLookup
-        if key_dtype == "string"
-        else keras.layers.IntegerLookup
+        keras.layers.StringLookup if strings else keras.layers.IntegerLookup
     )
-    if key_dtype == "string":
+    if strings:
         # Keras serializes a vocabulary of `str`, not of `bytes`.
         keys = [key.decode("utf-8") for key in keys]
     lookup = lookup_class(vocabulary=keys, num_oov_indices=1, mask_token=mask)
@@ -62,7 +74,13 @@ def lookup_and_embedding(
         mask_zero=mask_zero,
         dtype=dtype_policy,
     )
-    static = keras.Sequential([lookup, embedding], name=name)
+    hashing = []
+    if hashed_strings:
+        hashing = [
+            keras.Input(batch_shape=(None,) * (key_rank or 2), dtype="string"),
+            keras.layers.Hashing(num_bins=key_hash.STRING_BINS),
+        ]
+    static = keras.Sequential([*hashing, lookup, embedding], name=name)
     embedding.build((None,))
     embedding.set_weights([np.vstack([np.atleast_2d(w) for w in weights])])
     return static

@@ -3,6 +3,8 @@
 import numpy as np
 import tensorflow as tf
 
+from keras_hybrid.dynamic import key_hash
+from keras_hybrid.dynamic.initial_rows import InitialRows
 from keras_hybrid.dynamic.key_owners import NUM_VIRTUAL
 from keras_hybrid.dynamic.key_owners import KeyOwners
 from keras_hybrid.testing.test_case import TestCase
@@ -47,3 +49,24 @@ class KeyOwnersTest(TestCase):
         owner = KeyOwners.balanced(3).owner_of(keys).numpy()
         self.assertEqual(owner[0], owner[2])
         self.assertTrue(((owner >= 0) & (owner < 3)).all())
+
+    def test_a_string_and_its_hash_are_one_key(self):
+        """Under the strategy a string key stands for its hash
+        (`key_hash.string_keys`); one process keys on the string. Both
+        must give the key the same initial row and owner, and the hash
+        must be what `keras.layers.Hashing` computes (the stock copy's
+        first layer)."""
+        import keras
+
+        strings = tf.constant([b"a", b"user:17", b"", b"k-9"])
+        hashed = key_hash.string_keys(strings)
+        np.testing.assert_array_equal(
+            hashed,
+            keras.layers.Hashing(num_bins=key_hash.STRING_BINS)(strings),
+        )
+        rows = InitialRows("uniform", seed=5)
+        np.testing.assert_array_equal(rows(strings, 8), rows(hashed, 8))
+        owners = KeyOwners.balanced(4)
+        np.testing.assert_array_equal(
+            owners.virtual_shard_of(strings), owners.virtual_shard_of(hashed)
+        )

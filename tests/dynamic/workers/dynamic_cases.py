@@ -7,6 +7,7 @@ batches look some keys up several times, in several workers' slices.
 
 import keras
 import numpy as np
+import tensorflow as tf
 
 from keras_hybrid.layers import DynamicEmbedding
 
@@ -29,15 +30,27 @@ def make_data():
     return pool[draw], targets
 
 
+def make_string_data():
+    """`make_data` with each key spelled as a string (`"k<key>"`)."""
+    keys, targets = make_data()
+    return np.char.add("k", keys.astype(str)).astype(bytes), targets
+
+
+def batches(keys, targets=None):
+    """A `tf.data` pipeline of `BATCH` samples, in order."""
+    data = keys if targets is None else (keys, targets)
+    return tf.data.Dataset.from_tensor_slices(data).batch(BATCH)
+
+
 def make_optimizer(name: str):
     if name == "sgd":
         return keras.optimizers.SGD(0.1)
     return keras.optimizers.Adam(0.01)
 
 
-def build_model(admit_after: int):
+def build_model(admit_after: int, key_dtype: str = "int64"):
     """`(model, layer)`: a DynamicEmbedding, Flatten and Dense(1)."""
-    keys = keras.Input(shape=(SEQ,), dtype="int64")
+    keys = keras.Input(shape=(SEQ,), dtype=key_dtype)
     layer = DynamicEmbedding(
         DIM, capacity=CAPACITY, admit_after=admit_after, name="dyn"
     )

@@ -7,6 +7,9 @@ seed differently on purpose: dense weights are broadcast from rank 0 and
 rows drawn from their keys, so every rank and worker count must start
 alike anyway.
 
+`train_strings` fits string keys (`cases.make_string_data`), and saves
+the model when given a path.
+
 `refusals` returns the messages of what the layer refuses on several
 workers.
 """
@@ -87,16 +90,53 @@ def train_one(strategy, optimizer, admit_after, keys, targets) -> dict:
     }
 
 
+def train_strings(
+    configs: list, path: str | None = None, timeout: float = 60
+) -> dict:
+    """Per [optimizer, admit_after] config: the initial and final head,
+    losses, live keys and rows, predictions, and the rows of every key
+    read by the layer and by its `static_equivalent()`;
+    the last config's model is saved to `path` (`model.save`), and on one
+    worker its weights beside it (`.weights.h5`)."""
+    keys, targets = cases.make_string_data()
+    results = {}
+    with kh.HybridStrategy(timeout_seconds=timeout) as strategy:
+        for optimizer, admit_after in configs:
+            keras.utils.set_random_seed(cases.SEED + 1000 * strategy.rank)
+            with strategy.scope():
+                model, layer = cases.build_model(admit_after, "string")
+                model.compile(
+                    optimizer=cases.make_optimizer(optimizer), loss="mse"
+                )
+            head = model.get_layer("head")
+            initial_head = head.get_weights()
+            history = model.fit(
+                cases.batches(keys, targets), epochs=cases.EPOCHS, verbose=0
+            )
+            stock = layer.static_equivalent()
+            live_keys, live_rows = layer.live_keys()
+            results[cases.key(optimizer, admit_after)] = {
+                "initial_head": initial_head,
+                "final_head": head.get_weights(),
+                "loss": history.history["loss"],
+                "keys": live_keys,
+                "rows": layer.embeddings.numpy()[live_rows],
+                "predict": model.predict(cases.batches(keys), verbose=0),
+                "looked_up": layer(tf.constant(keys)).numpy(),
+                "stock_looked_up": stock(tf.constant(keys)).numpy(),
+            }
+        if path:
+            model.save(path)
+            if strategy.size == 1:
+                model.save_weights(path.replace(".keras", ".weights.h5"))
+    return results
+
+
 def refusals(timeout: float = 60) -> dict:
     """`{case: error message}` of what several workers refuse."""
     out = {}
     with kh.HybridStrategy(timeout_seconds=timeout) as strategy:
         with strategy.scope():
-            try:
-                keys = keras.Input(shape=(2,), dtype="string")
-                kh.layers.DynamicEmbedding(4, capacity=8)(keys)
-            except NotImplementedError as error:
-                out["string_keys"] = str(error)
             for name in ("regularizer", "constraint"):
                 keys = keras.Input(shape=(2,), dtype="int64")
                 argument = {

@@ -40,14 +40,14 @@ _ROOT = tempfile.mkdtemp(prefix="dynamic_ckpt_")
 
 
 @functools.cache
-def saved(engine: str, num_workers: int) -> tuple:
+def saved(engine: str, num_workers: int, key_dtype="int64") -> tuple:
     """`(directory, {rank: result})` of the first epoch on `num_workers`."""
-    directory = os.path.join(_ROOT, f"{engine}_from{num_workers}")
+    directory = os.path.join(_ROOT, f"{engine}_{key_dtype}_from{num_workers}")
     run = run_scenario(
         SCENARIO,
         "save_first_epoch",
         num_workers,
-        {**CONFIG, "directory": directory},
+        {**CONFIG, "directory": directory, "key_dtype": key_dtype},
         engine=engine,
         timeout=300,
     ).check()
@@ -55,16 +55,18 @@ def saved(engine: str, num_workers: int) -> tuple:
 
 
 @functools.cache
-def resumed(engine: str, saved_on: int, num_workers: int) -> dict:
-    directory, _ = saved(engine, saved_on)
-    copy = os.path.join(_ROOT, f"{engine}_from{saved_on}to{num_workers}")
+def resumed(
+    engine: str, saved_on: int, num_workers: int, key_dtype="int64"
+) -> dict:
+    directory, _ = saved(engine, saved_on, key_dtype)
+    copy = f"{directory}to{num_workers}"
     # Each resume saves again at its end: keep the source untouched.
     shutil.copytree(directory, copy)
     run = run_scenario(
         SCENARIO,
         "resume",
         num_workers,
-        {**CONFIG, "directory": copy},
+        {**CONFIG, "directory": copy, "key_dtype": key_dtype},
         engine=engine,
         timeout=300,
     ).check()
@@ -77,12 +79,28 @@ RESIZES = [(2, 1), (2, 4), (4, 2), (1, 2)]
 @by_engine
 @pytest.mark.parametrize("saved_on,num_workers", RESIZES)
 def test_resume_equals_an_uninterrupted_run(engine, saved_on, num_workers):
-    _, first = saved(engine, saved_on)
+    _check_resume(engine, saved_on, num_workers, "int64")
+
+
+@by_engine
+def test_string_keys_resume_on_another_worker_count(engine):
+    """String keys are held as their hashes, so a checkpoint of them
+    resumes on another worker count as integer keys do."""
+    _check_resume(engine, 2, 4, "string")
+
+
+def _check_resume(engine, saved_on, num_workers, key_dtype) -> None:
+    _, first = saved(engine, saved_on, key_dtype)
     # Keys wait for admission at the save: their counts must travel.
     assert sum(r["waiting"] for r in first.values()) > 0
     head = [np.asarray(w) for w in first[0]["initial_head"]]
-    want = expected(CONFIG["optimizer"], CONFIG["admit_after"], head)
-    got = resumed(engine, saved_on, num_workers)
+    want = expected(
+        CONFIG["optimizer"],
+        CONFIG["admit_after"],
+        head,
+        strings=key_dtype == "string",
+    )
+    got = resumed(engine, saved_on, num_workers, key_dtype)
     assert sorted(got) == list(range(num_workers))
     for result in first.values():
         np.testing.assert_allclose(

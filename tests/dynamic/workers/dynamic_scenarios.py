@@ -167,24 +167,37 @@ def refusals(timeout: float = 60) -> dict:
     return out
 
 
+def _data(key_dtype: str) -> tuple:
+    """`(fit arguments, predict input)` of `cases`' keys: NumPy integers,
+    or string keys in a `tf.data` pipeline (Keras' NumPy adapter takes no
+    strings)."""
+    if key_dtype == "string":
+        keys, targets = cases.make_string_data()
+        return {"x": cases.batches(keys, targets)}, cases.batches(keys)
+    keys, targets = cases.make_data()
+    fit = {"x": keys, "y": targets, "batch_size": cases.BATCH}
+    return {**fit, "shuffle": False}, keys
+
+
 def save_first_epoch(
-    optimizer: str, admit_after: int, directory: str, timeout: float = 60
+    optimizer: str,
+    admit_after: int,
+    directory: str,
+    key_dtype: str = "int64",
+    timeout: float = 60,
 ) -> dict:
     """Trains the first of `cases.EPOCHS` epochs and saves a sharded
     checkpoint of it in `directory`."""
-    keys, targets = cases.make_data()
+    fit, _ = _data(key_dtype)
     with kh.HybridStrategy(timeout_seconds=timeout) as strategy:
         keras.utils.set_random_seed(cases.SEED + 1000 * strategy.rank)
         with strategy.scope():
-            model, layer = cases.build_model(admit_after)
+            model, layer = cases.build_model(admit_after, key_dtype)
             model.compile(optimizer=cases.make_optimizer(optimizer), loss="mse")
         initial_head = model.get_layer("head").get_weights()
         history = model.fit(
-            keys,
-            targets,
-            batch_size=cases.BATCH,
+            **fit,
             epochs=1,
-            shuffle=False,
             verbose=0,
             callbacks=[kh.callbacks.ShardedCheckpoint(directory)],
         )
@@ -197,24 +210,25 @@ def save_first_epoch(
 
 
 def resume(
-    optimizer: str, admit_after: int, directory: str, timeout: float = 60
+    optimizer: str,
+    admit_after: int,
+    directory: str,
+    key_dtype: str = "int64",
+    timeout: float = 60,
 ) -> dict:
     """Restores the checkpoint in `directory` and trains the remaining
     epochs; returns what `train_one` returns (losses of those epochs)."""
-    keys, targets = cases.make_data()
+    fit, predict_keys = _data(key_dtype)
     with kh.HybridStrategy(timeout_seconds=timeout) as strategy:
         # Other seeds than the saving run: everything must come from the
         # checkpoint.
         keras.utils.set_random_seed(cases.SEED + 77 + 1000 * strategy.rank)
         with strategy.scope():
-            model, layer = cases.build_model(admit_after)
+            model, layer = cases.build_model(admit_after, key_dtype)
             model.compile(optimizer=cases.make_optimizer(optimizer), loss="mse")
         history = model.fit(
-            keys,
-            targets,
-            batch_size=cases.BATCH,
+            **fit,
             epochs=cases.EPOCHS,
-            shuffle=False,
             verbose=0,
             callbacks=[
                 kh.callbacks.ShardedCheckpoint(directory),
@@ -232,7 +246,9 @@ def resume(
             "rows": layer.embeddings.numpy()[live_rows],
             "owners": owners.numpy(),
             "stats": layer.stats(),
-            "predict": model.predict(keys, batch_size=cases.BATCH, verbose=0),
+            "predict": model.predict(
+                predict_keys, batch_size=cases.BATCH, verbose=0
+            ),
         }
 
 

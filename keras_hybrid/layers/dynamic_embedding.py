@@ -154,6 +154,7 @@ class DynamicEmbedding(keras.layers.Layer):
         )
         self.table = None
         self._communicator = None
+        self._key_rank = None
         self.key_owners = None
 
     def __call__(self, inputs, *args, **kwargs):

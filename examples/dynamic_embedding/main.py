@@ -17,6 +17,8 @@ on the same global batches (`--batch_size` per worker), after
 
     python examples/dynamic_embedding/main.py --steps=200
     keras-hybrid-run -np 2 python examples/dynamic_embedding/main.py
+    keras-hybrid-run -np 2 python examples/dynamic_embedding/main.py \
+        --string_keys   # each key spelled as a string, e.g. "user:<key>"
     python -m examples.dynamic_embedding.scaling   # 1, 2 and 4 workers
 
 Logs, per model, ms per step, lookups per second per worker and resident
@@ -30,6 +32,7 @@ import time
 
 import keras
 import numpy as np
+import tensorflow as tf
 from absl import app
 from absl import flags
 from absl import logging
@@ -56,6 +59,12 @@ flags.DEFINE_integer("admit_after", 2, "Steps that see a key before a row.")
 flags.DEFINE_string("eviction", "lfu", "Eviction policy of the dynamic table.")
 flags.DEFINE_integer("seed", 0, "Seed of the data.")
 flags.DEFINE_string("report", None, "Where to write the figures as JSON.")
+flags.DEFINE_bool(
+    "string_keys",
+    False,
+    "Feed the dynamic model string keys ('user:<key>') through tf.data "
+    "instead of int64 keys.",
+)
 
 
 class _StepTimes(keras.callbacks.Callback):
@@ -83,9 +92,9 @@ def make_keys(num_samples: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     return (z ^ (z >> np.uint64(31))).view(np.int64), ranks
 
 
-def build(strategy, embedding: keras.layers.Layer) -> keras.Model:
+def build(strategy, embedding: keras.layers.Layer, key_dtype) -> keras.Model:
     with strategy.scope():
-        keys = keras.Input(shape=(FLAGS.seq_len,), dtype="int64")
+        keys = keras.Input(shape=(FLAGS.seq_len,), dtype=key_dtype)
         x = keras.ops.mean(embedding(keys), axis=1)
         x = keras.layers.Dense(64, activation="relu")(x)
         model = keras.Model(keys, keras.layers.Dense(1)(x))
@@ -96,20 +105,20 @@ def build(strategy, embedding: keras.layers.Layer) -> keras.Model:
 def time_fit(model: keras.Model, x, y, global_batch: int) -> float:
     """Median seconds per timed step."""
     timer = _StepTimes(FLAGS.warmup_steps)
-    model.fit(
-        x,
-        y,
-        batch_size=global_batch,
-        epochs=1,
-        shuffle=False,
-        verbose=0,
-        callbacks=[timer],
-    )
+    if x.dtype.kind == "S":
+        # Keras' NumPy adapter takes no strings; a `tf.data` pipeline does.
+        data = tf.data.Dataset.from_tensor_slices((x, y))
+        fit = {"x": data.batch(global_batch)}
+    else:
+        fit = {"x": x, "y": y, "batch_size": global_batch, "shuffle": False}
+    model.fit(**fit, epochs=1, verbose=0, callbacks=[timer])
     return float(np.median(timer.times))
 
 
 def _timed(strategy, embedding, x, y, global_batch) -> dict:
-    seconds = time_fit(build(strategy, embedding), x, y, global_batch)
+    key_dtype = "string" if x.dtype.kind == "S" else "int64"
+    model = build(strategy, embedding, key_dtype)
+    seconds = time_fit(model, x, y, global_batch)
     return {
         "ms_per_step": seconds * 1e3,
         "lookups_per_second_per_worker": (
@@ -125,6 +134,8 @@ def main(argv) -> None:
         global_batch = FLAGS.batch_size * strategy.size
         samples = (FLAGS.steps + FLAGS.warmup_steps) * global_batch
         keys, ranks = make_keys(samples, FLAGS.seed)
+        if FLAGS.string_keys:
+            keys = np.char.add(b"user:", keys.astype("S20"))
         rng = np.random.default_rng(1)
         y = rng.normal(size=(len(keys), 1)).astype("float32")
         # The same rows per worker as the dynamic table: Keras optimizers

@@ -3,6 +3,7 @@ driver (1 and 2 workers), with tiny flags."""
 
 import json
 import os
+import re
 import sys
 import tempfile
 import unittest
@@ -30,6 +31,13 @@ class DynamicEmbeddingExampleTest(ExampleMainTestCase):
         self.assertRegex(log, r"static_live +[\d.]+ ms/step")
         self.assertRegex(log, r"dynamic / static of the \d+ live rows: [\d.]+")
         self.assertIn("'rows': ", log)
+
+    def test_string_keys_train_the_dynamic_model(self):
+        log = self.run_main("--string_keys")
+        self.assertRegex(log, r"dynamic +[\d.]+ ms/step")
+        rows = re.search(r"'rows': (\d+)", log)
+        self.assertIsNotNone(rows, log)
+        self.assertGreater(int(rows.group(1)), 0)
 
 
 class MemoryScriptTest(unittest.TestCase):

@@ -53,7 +53,10 @@ def test_saves_stream_tables():
         growth = result["save_growth_kib"]
         # Gathered whole, then copied by NumPy, the table alone would add
         # 2 x 512 MiB on the chief (1.8 GiB was measured before streaming).
-        assert growth["save_weights"] / 1024 < 0.5 * TABLE_MIB, message
+        # Streamed in 16 MiB blocks it added 203 to 288 MiB (allocators
+        # keep freed blocks; 288 with the Horovod suite beside it), so the
+        # bound is "never the whole table", not half of it.
+        assert growth["save_weights"] / 1024 < TABLE_MIB, message
         assert growth["save_checkpoint"] / 1024 < 0.5 * SHARD_MIB, message
     assert os.path.getsize(os.path.join(save_dir, "w.weights.h5")) > (
         TABLE_MIB * 2**20

@@ -53,9 +53,10 @@ def load(store, name: str, strings: bool, hashed_strings: bool) -> np.ndarray:
     keys = np.asarray(store[KEYS])
     if not strings:
         return keys
-    ends = np.cumsum(np.asarray(store[LENGTHS]))
+    lengths = np.asarray(store[LENGTHS])
+    ends = np.cumsum(lengths)
+    starts = ends - lengths
     data = keys.tobytes()
-    starts = ends - np.asarray(store[LENGTHS])
     return np.array(
         [data[a:e] for a, e in zip(starts, ends, strict=True)], dtype=object
     )

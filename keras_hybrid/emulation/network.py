@@ -223,7 +223,11 @@ class EmulatedNetwork:
             ["ip", "link", "add", link, "type", "veth"]
             + ["peer", "name", "eth0", "netns", ns]
         )
-        # Deleting the namespace deletes its veth end and so the pair.
+        # Deleted before the namespace: deleting a namespace deletes its
+        # veth end and so the pair, but only when the kernel frees the
+        # namespace, which it does asynchronously, so the host end would
+        # outlive the clean-up for a moment.
+        self._undo(["ip", "link", "del", link])
         self._run(["ip", "link", "set", link, "master", self.bridge, "up"])
         inside = ["ip", "netns", "exec", ns]
         address = f"{self.addresses[rank]}/24"

@@ -97,6 +97,8 @@ class NamespaceTest(unittest.TestCase):
             self.assertIn("1Gbit", qdisc_of(net))
         self.assertFalse(set(net.namespaces) & namespaces())
         self.assertNotIn(net.bridge, links())
+        # Gone at once, not when the kernel frees the namespaces.
+        self.assertFalse(set(net.host_links) & links())
 
     def test_tbf_queue_sets_the_bucket_latency(self):
         net = netem.EmulatedNetwork(

@@ -9,6 +9,7 @@ pool (`workers/train_step_scenarios.py`), trains every case of
 `workers/train_steps.py`.
 """
 
+import contextlib
 import functools
 import os
 import subprocess
@@ -41,23 +42,33 @@ def launch(num_workers: int) -> dict:
     return run.results
 
 
+@contextlib.contextmanager
+def _float64():
+    """floatx and the global dtype policy float64 inside, as they were
+    outside. Keras fixes the global policy at the first layer it builds
+    after a `set_floatx`, which a `set_floatx` back does not undo: every
+    later model of this process would be float64."""
+    floatx, policy = keras.config.floatx(), keras.config.dtype_policy()
+    keras.config.set_floatx("float64")
+    keras.config.set_dtype_policy("float64")
+    try:
+        yield
+    finally:
+        keras.config.set_floatx(floatx)
+        keras.config.set_dtype_policy(policy)
+
+
 @functools.cache
 def one_process(case: str) -> list:
     keras.backend.clear_session()
-    keras.config.set_floatx("float64")
-    try:
+    with _float64():
         return train_steps.train(train_steps.build(case), case)
-    finally:
-        keras.config.set_floatx("float32")
 
 
 @functools.cache
 def untrained(case: str) -> list:
-    keras.config.set_floatx("float64")
-    try:
+    with _float64():
         return train_steps.build(case).get_weights()
-    finally:
-        keras.config.set_floatx("float32")
 
 
 @pytest.mark.parametrize("num_workers", [2, 4])

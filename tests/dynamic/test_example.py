@@ -8,6 +8,8 @@ import sys
 import tempfile
 import unittest
 
+import pytest
+
 from tests.examples.main_test_case import ExampleMainTestCase
 from tests.examples.main_test_case import run_example
 
@@ -58,6 +60,7 @@ class MemoryScriptTest(unittest.TestCase):
         self.assertIn("{'rows': 100,", result.stderr)
 
 
+@pytest.mark.multiprocess
 class ScalingScriptTest(unittest.TestCase):
     def test_both_models_on_each_worker_count_side_by_side(self):
         out = os.path.join(tempfile.mkdtemp(), "scaling.json")

@@ -16,10 +16,13 @@ must have run on through both planned resizes.
 """
 
 import numpy as np
+import pytest
 
 from keras_hybrid.testing import TestCase
 from tests.elastic.test_resize_multiprocess import _run_job
 from tests.elastic.test_resize_multiprocess import cases
+
+pytestmark = pytest.mark.multiprocess
 
 ATOL = 1e-5
 

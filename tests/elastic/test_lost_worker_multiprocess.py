@@ -31,6 +31,7 @@ import time
 
 import keras
 import numpy as np
+import pytest
 
 from keras_hybrid.testing import TestCase
 from keras_hybrid.testing import models
@@ -40,6 +41,8 @@ HERE = os.path.dirname(__file__)
 WORKER = os.path.join(HERE, "workers", "elastic_loss_worker.py")
 sys.path.insert(0, os.path.join(HERE, "workers"))
 import elastic_cases as cases  # noqa: E402
+
+pytestmark = pytest.mark.multiprocess
 
 TIMEOUT = 400
 

@@ -26,6 +26,7 @@ import threading
 import time
 
 import numpy as np
+import pytest
 
 from keras_hybrid.testing import TestCase
 from keras_hybrid.testing import models
@@ -35,6 +36,8 @@ HERE = os.path.dirname(__file__)
 WORKER = os.path.join(HERE, "workers", "elastic_fit_worker.py")
 sys.path.insert(0, os.path.join(HERE, "workers"))
 import elastic_cases as cases  # noqa: E402
+
+pytestmark = pytest.mark.multiprocess
 
 TIMEOUT = 400
 ARGS = ("--epochs=2", "--batch_size=12", "--num_samples=480")

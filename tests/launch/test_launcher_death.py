@@ -23,7 +23,7 @@ import pytest
 from keras_hybrid.launch.ssh import SSH_COMMAND_ENV
 from tests.launch.launch_testing import is_alive
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.multiprocess]
 
 CLI = [sys.executable, "-m", "keras_hybrid.run"]
 MARK = "KERAS_HYBRID_TEST_LAUNCHER_DEATH"

@@ -9,7 +9,11 @@ import pytest
 
 from keras_hybrid.launch import slurm
 
-pytestmark = [pytest.mark.tensorflow, pytest.mark.timeout(120)]
+pytestmark = [
+    pytest.mark.tensorflow,
+    pytest.mark.timeout(120),
+    pytest.mark.multiprocess,
+]
 
 # Two nodes with two tasks each; this process plays task 1 (on n1).
 SLURM_ENV = {

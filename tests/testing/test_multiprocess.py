@@ -7,7 +7,11 @@ import textwrap
 import time
 import unittest
 
+import pytest
+
 from keras_hybrid.testing import multiprocess
+
+pytestmark = pytest.mark.multiprocess
 
 # A worker that writes its pid and then never finishes.
 _HANGING_WORKER = textwrap.dedent(

@@ -8,7 +8,10 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 CLI = [sys.executable, "-m", "keras_hybrid.run"]
+pytestmark = pytest.mark.multiprocess
 
 # A stand-in worker: the tasks named in argv[1] SIGKILL themselves at once;
 # the survivors wait for the newest recovery plan, the lowest of them

@@ -9,6 +9,8 @@ import pytest
 
 from keras_hybrid.launch.elastic.commit_store import check_buddy_copies
 
+pytestmark = pytest.mark.multiprocess
+
 CLI = [sys.executable, "-m", "keras_hybrid.run"]
 
 

@@ -16,6 +16,7 @@ from keras_hybrid.launch.elastic.host_discovery import parse_slots
 from keras_hybrid.launch.ssh import SSH_COMMAND_ENV
 
 CLI = [sys.executable, "-m", "keras_hybrid.run"]
+pytestmark = pytest.mark.multiprocess
 
 
 def _script(tmp_path, text):

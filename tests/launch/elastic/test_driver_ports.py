@@ -8,9 +8,12 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from keras_hybrid.launch.ssh import SSH_COMMAND_ENV
 
 CLI = [sys.executable, "-m", "keras_hybrid.run"]
+pytestmark = pytest.mark.multiprocess
 
 # ssh stand-in: skips `-o OPTION` pairs and runs the remote command here
 # with FAKE_HOST set to the host it was given; ssh's configuration names

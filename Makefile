@@ -44,12 +44,12 @@ $(STAMP): setup.cfg setup.py pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/keras-hybrid-run -np 3 $(PY) examples/quickstart/main.py --epochs=5
 
-# TEST_PROCS=N runs the suite on N pytest-xdist processes, one test file
-# at a time each (tests/conftest.py groups them), for machines with cores
-# to spare. On 2 cores it is slower: two processes' TensorFlow workers
-# contend for the cores and the suite's CPU seconds grew from about 2,850
-# to 4,550 (docs/architecture.md, "Tests"), so the default is one process.
-TEST_PROCS ?= 0
+# The suite runs on TEST_PROCS pytest-xdist processes (tests/conftest.py
+# groups them): one runs every test that launches workers or makes network
+# namespaces, one after another; the others run the one-process test files
+# beside it. On 2 cores, 2 processes took 29 min against 35 in one
+# (docs/architecture.md, "Tests"); TEST_PROCS=0 runs it in this process.
+TEST_PROCS ?= 2
 XDIST_ARGS := $(if $(filter-out 0,$(TEST_PROCS)),-n $(TEST_PROCS) --dist loadgroup)
 
 test: $(STAMP)

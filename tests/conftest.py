@@ -11,14 +11,18 @@ launched (launchers and workers, the shared pools included). The suite is
 CPU-bound on this machine, so CPU seconds, not wall seconds, say where
 the time goes; the terminal summary lists the 25 costliest files.
 
-`make test TEST_PROCS=N` runs the files on N pytest-xdist workers
-(`--dist loadgroup`). Each file is one group, so a file's tests share one
-process and its shared pools. Tests marked `netns` make network
-namespaces on one subnet and check that none are left behind, so they
-form one group and never overlap. They also hold an exclusive lock on
-`KERAS_HYBRID_NETNS_LOCK` (default `/tmp/keras-hybrid-netns.lock`) per
-file, so a benchmark run elsewhere on the machine under `flock` on the
-same file does not share their subnets either.
+`make test` runs on pytest-xdist workers (`--dist loadgroup`, `TEST_PROCS`
+of them). Every test marked `multiprocess` (it launches workers) or
+`netns` (it makes network namespaces on one subnet and checks that none
+are left behind) is in one group, `launches`: one pytest process runs
+them one after another, sharing its pools of workers, so two jobs of
+TensorFlow workers never contend for the cores and no two tests share a
+subnet. Every other test file is a group of its own, and the other
+processes run those files beside the launches. The `netns` tests also
+hold an exclusive lock on `KERAS_HYBRID_NETNS_LOCK` (default
+`/tmp/keras-hybrid-netns.lock`) per file, so a benchmark run elsewhere on
+the machine under `flock` on the same file does not share their subnets
+either.
 """
 
 import collections
@@ -35,15 +39,39 @@ from keras_hybrid.testing import pool
 os.environ.setdefault("KERAS_HYBRID_CONSOLE_RANKS", "all")
 
 PROFILE_ENV = "KERAS_HYBRID_SUITE_PROFILE"
+# The xdist group of every test that launches workers or makes network
+# namespaces: one pytest process runs them all, one after another.
+LAUNCHES = "launches"
 _profile = collections.defaultdict(
     lambda: {"tests": 0, "wall": 0.0, "self_cpu": 0.0, "child_cpu": 0.0}
 )
 
 
+# First: xdist's own hook turns the `xdist_group` markers into node ids.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
     for item in items:
-        group = "netns" if item.get_closest_marker("netns") else None
-        item.add_marker(pytest.mark.xdist_group(group or item.location[0]))
+        launches = item.get_closest_marker(
+            "multiprocess"
+        ) or item.get_closest_marker("netns")
+        group = LAUNCHES if launches else item.location[0]
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
+def pytest_collection_finish(session):
+    # In an xdist worker under `--dist loadgroup`, xdist has put each
+    # test's group in its node id by now. If it could not (pytest-xdist
+    # #1386, with pytest 9.2), the groups would be lost without a word.
+    if not getattr(session.config.option, "loadgroup", False):
+        return
+    lost = [i.nodeid for i in session.items if "@" not in i.nodeid]
+    if lost:
+        raise pytest.UsageError(
+            f"pytest-xdist did not group {len(lost)} tests (first: "
+            f"{lost[0]}); this pytest and pytest-xdist do not work "
+            "together (pytest-xdist #1386). Install the versions setup.cfg "
+            "pins: pip install -e '.[test]'."
+        )
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -40,20 +40,21 @@ os.environ.setdefault("KERAS_HYBRID_CONSOLE_RANKS", "all")
 
 PROFILE_ENV = "KERAS_HYBRID_SUITE_PROFILE"
 # The xdist group of every test that launches workers or makes network
-# namespaces: one pytest process runs them all, one after another.
+# namespaces (marked so): one pytest process runs them all, one after
+# another.
 LAUNCHES = "launches"
+LAUNCH_MARKS = ("multiprocess", "netns")
 _profile = collections.defaultdict(
     lambda: {"tests": 0, "wall": 0.0, "self_cpu": 0.0, "child_cpu": 0.0}
 )
 
 
-# First: xdist's own hook turns the `xdist_group` markers into node ids.
+# Runs before xdist's own hook, which turns the `xdist_group` markers
+# into node ids.
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
     for item in items:
-        launches = item.get_closest_marker(
-            "multiprocess"
-        ) or item.get_closest_marker("netns")
+        launches = any(item.get_closest_marker(m) for m in LAUNCH_MARKS)
         group = LAUNCHES if launches else item.location[0]
         item.add_marker(pytest.mark.xdist_group(group))
 

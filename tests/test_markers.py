@@ -8,13 +8,14 @@ import glob
 import os
 import re
 
+from tests.conftest import LAUNCH_MARKS
+
 TESTS = os.path.dirname(__file__)
 # A call that starts worker processes through the launcher.
 LAUNCH = re.compile(
     r"\b(run_scenario|run_workers|shared_pool)\(|keras-hybrid-run|"
     r'"keras_hybrid\.run"'
 )
-MARKS = ("multiprocess", "netns")
 # Name a launcher without starting one: the error before any launch, and
 # this file's examples.
 NOT_LAUNCHING = {"horovod/test_engine_choice.py", "test_markers.py"}
@@ -37,7 +38,7 @@ def _marked(text: str) -> bool:
     names `pytest.mark.multiprocess` or `pytest.mark.netns`."""
     return any(
         isinstance(node, ast.Attribute)
-        and node.attr in MARKS
+        and node.attr in LAUNCH_MARKS
         and ast.unparse(node.value) == "pytest.mark"
         for node in ast.walk(ast.parse(text))
     )

@@ -2,6 +2,7 @@
 
 import tensorflow as tf
 
+from keras_hybrid.comm import byte_sizes
 from keras_hybrid.utils.traffic_paths import PATHS
 
 # Keys of each path's entry in `CommStats.snapshot()`.
@@ -58,30 +59,50 @@ class CommStats:
 
         Args:
             path: String. One of `PATHS`.
-            num_bytes: Int or int tensor. Bytes this worker sent.
+            num_bytes: Int or int scalar tensor. Bytes this worker sent.
             calls: Int. Collectives issued. Defaults to `1`.
-            received_bytes: Int, int tensor or `None`. Bytes this worker
-                received. Defaults to `None`: the same as `num_bytes`, as
-                for a ring all-reduce.
+            received_bytes: Int, int scalar tensor or `None`. Bytes this
+                worker received. Defaults to `None`: the same as
+                `num_bytes`, as for a ring all-reduce.
 
         Raises:
             ValueError: If `path` is not one of `PATHS`.
         """
-        if path not in PATHS:
-            raise ValueError(
-                f"`path` must be one of {PATHS}. Received: path={path!r}"
+        self.record_all([(path, num_bytes, received_bytes, calls)])
+
+    def record_all(self, records: list, unit=1) -> None:
+        """Adds several `record`s in one update of the counters (a traced
+        step builds one op for them, or a few where a size is a tensor).
+
+        Args:
+            records: List of `(path, num_bytes, received_bytes, calls)`,
+                as `record` takes them.
+            unit: Int or int64 scalar tensor. Bytes per unit of the
+                records' sizes (e.g. a row's bytes, when they count rows).
+
+        Raises:
+            ValueError: If a path is not one of `PATHS`.
+        """
+        cells, sizes, call_cells, calls_made = [], [], [], []
+        for path, sent, received, calls in records:
+            if path not in PATHS:
+                raise ValueError(
+                    f"`path` must be one of {PATHS}. Received: path={path!r}"
+                )
+            index = PATHS.index(path)
+            cells += [[0, index], [1, index]]
+            sizes += [sent, sent if received is None else received]
+            if calls:
+                call_cells.append([2, index])
+                calls_made.append(calls)
+        values = byte_sizes.int64_vector(sizes)
+        if not (isinstance(unit, int) and unit == 1):
+            values = values * unit
+        if calls_made:
+            values = tf.concat(
+                [values, tf.constant(calls_made, tf.int64)], axis=0
             )
-        index = PATHS.index(path)
-        num_bytes = tf.cast(num_bytes, tf.int64)
-        if received_bytes is None:
-            received_bytes = num_bytes
-        received_bytes = tf.cast(received_bytes, tf.int64)
-        values = [tf.reshape(num_bytes, [1]), tf.reshape(received_bytes, [1])]
-        rows = [[0, index], [1, index]]
-        if calls:
-            values.append(tf.constant([calls], tf.int64))
-            rows.append([2, index])
-        self._counters.scatter_nd_add(rows, tf.concat(values, axis=0))
+        self._counters.scatter_nd_add(cells + call_cells, values)
 
     def record_cross_host(self, path: str, sent, received) -> None:
         """Adds bytes of `path` this worker sent to and received from

@@ -10,11 +10,18 @@ def total(caps: list):
 
 
 def pad_rows(tensor: tf.Tensor, cap: tf.Tensor) -> tf.Tensor:
-    rows = tf.shape(tensor)[0]
-    paddings = tf.concat(
-        [[[0, cap - rows]], tf.zeros([tf.rank(tensor) - 1, 2], tf.int32)],
-        axis=0,
-    )
+    """`tensor` with zero rows appended up to `cap` rows."""
+    rows = tf.shape(tensor, out_type=tf.int32)[0]
+    if tensor.shape.rank is None:
+        paddings = tf.concat(
+            [[[0, cap - rows]], tf.zeros([tf.rank(tensor) - 1, 2], tf.int32)],
+            axis=0,
+        )
+    else:
+        # The other axes' zeros are one constant with the static rank.
+        paddings = tf.pad(
+            [[0, cap - rows]], [[0, tensor.shape.rank - 1], [0, 0]]
+        )
     return tf.pad(tensor, paddings)
 
 

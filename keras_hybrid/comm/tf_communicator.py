@@ -431,17 +431,12 @@ class TFCommunicator(RowMoves, Communicator):
 
         `sent` and `received` are `(rows, padding_rows)` pairs.
         """
-        row_bytes = byte_sizes.row_bytes(tensor)
-        self.stats.record(
-            path,
-            byte_sizes.i64(sent[0]) * row_bytes,
-            received_bytes=byte_sizes.i64(received[0]) * row_bytes,
-        )
-        self.stats.record(
-            "padding",
-            byte_sizes.i64(sent[1]) * row_bytes,
-            calls=0,
-            received_bytes=byte_sizes.i64(received[1]) * row_bytes,
+        self.stats.record_all(
+            [
+                (path, sent[0], received[0], 1),
+                ("padding", sent[1], received[1], 0),
+            ],
+            unit=byte_sizes.row_bytes(tensor),
         )
 
     # -- broadcast

@@ -12,9 +12,9 @@ import tensorflow as tf
 
 from keras_hybrid.comm import ladder
 
-# A step's exchanges look a bucket up per pair and direction, so the lookup
-# is one `LowerBound` and one `gather` over `ladder.CAPACITIES`: a handful
-# of graph ops where arithmetic on the bits took about thirty.
+# A step's exchanges look the buckets of all peers up at once, per
+# direction (`TFCommunicator._pair_buckets`): one `LowerBound` and one
+# `gather` over `ladder.CAPACITIES`, a handful of graph ops.
 
 
 def bucket_index(count: tf.Tensor) -> tf.Tensor:

@@ -118,10 +118,9 @@ class CommStats:
                 f"`path` must be one of {PATHS}. Received: path={path!r}"
             )
         index = PATHS.index(path)
-        values = tf.stack(
-            [tf.cast(sent, tf.int64), tf.cast(received, tf.int64)]
+        self._cross_host.scatter_nd_add(
+            [[0, index], [1, index]], byte_sizes.int64_vector([sent, received])
         )
-        self._cross_host.scatter_nd_add([[0, index], [1, index]], values)
 
     def cross_host_snapshot(self) -> dict[str, dict[str, int]]:
         """`{path: {"bytes": sent, "received_bytes": received}}` on links

@@ -251,15 +251,16 @@ class TFCommunicator(RowMoves, Communicator):
         )
         row_shape = tf.shape(tensor)[1:]
         blocks = tf.split(tensor, send_counts, num=self.size)
-        send_buckets = self._pair_buckets(send_counts)
-        recv_buckets = self._pair_buckets(recv_counts)
+        send_index, send_rows = self._pair_buckets(send_counts)
+        recv_index, recv_rows = self._pair_buckets(recv_counts)
+        recv_counts_of = tf.unstack(recv_counts, num=self.width)
         received = list(blocks)  # The own block stays; the others arrive.
         sends, send_caps, recv_caps = [], [], []
         cross_sent, cross_recv = [], []
 
         def send(peer):
             base = self._keys.base_key(f"{content}/{self.rank}>{peer}")
-            key, cap = base + send_buckets[0][peer], send_buckets[1][peer]
+            key, cap = base + send_index[peer], send_rows[peer]
             padded = padded_blocks.pad_rows(blocks[peer], cap)
             sends.append(self._pair_send(padded, peer, key))
             send_caps.append(cap)
@@ -269,13 +270,13 @@ class TFCommunicator(RowMoves, Communicator):
 
         def receive(peer):
             base = self._keys.base_key(f"{content}/{peer}>{self.rank}")
-            key, cap = base + recv_buckets[0][peer], recv_buckets[1][peer]
+            key, cap = base + recv_index[peer], recv_rows[peer]
             # Not before this worker's own input exists: a step that fails
             # before it (a bad id) leaves no receive waiting.
             with tf.control_dependencies([tensor]):
                 shape = tf.concat([[cap], row_shape], 0)
             padded = self._pair_recv(shape, tensor.dtype, peer, key)
-            received[peer] = padded[: recv_buckets[2][peer]]
+            received[peer] = padded[: recv_counts_of[peer]]
             recv_caps.append(cap)
             if self._crosses_hosts(peer):
                 cross_recv.append(cap)
@@ -430,13 +431,14 @@ class TFCommunicator(RowMoves, Communicator):
         )
 
     def _pair_buckets(self, counts) -> tuple:
-        """`(bucket indices, block rows, counts)` of every peer's block, as
-        lists of scalars by rank: the ladder is looked up once for all
-        peers (`capacity.pair_capacity`), not once per pair."""
+        """`(bucket indices, block rows)` of every peer's block, as lists
+        of scalars by rank: the ladder is looked up once for all peers
+        (`capacity.pair_capacity`), not once per pair."""
         index = capacity.bucket_index(counts)
-        caps = capacity.pair_capacity(index)
-        return tuple(
-            tf.unstack(t, num=self.width) for t in (index, caps, counts)
+        rows = capacity.pair_capacity(index)
+        return (
+            tf.unstack(index, num=self.width),
+            tf.unstack(rows, num=self.width),
         )
 
     def _charge_rows(self, path, tensor, sent, received):

@@ -18,8 +18,9 @@ TensorFlow (`tf.py`, `one_process_extended.py`):
   `_num_replicas_in_sync`, `_in_multi_worker_mode`) to named methods; reads
   `_device` and `_container_strategy()`;
 - `ConvertibleVariable`: `resource_variable_ops.ResourceVariable` with its
-  `_dense_var_to_tensor` sent to `to_tensor`, and the static shape of
-  `_read_variable_op`'s result given by `read_shape`; its
+  `_dense_var_to_tensor` sent to `to_tensor`, the static shape of
+  `_read_variable_op`'s result given by `read_shape`, and its reads cut
+  to the leading rows `rows_read` names (a `ResourceGather`); its
   `stored_tensor_shared` relies on the copy-on-read mode of resource
   variables (the public `DisableCopyOnRead` op turns it off);
 - `all_reduce`, `all_gather`, `all_to_all`, `broadcast_send`,

@@ -26,6 +26,7 @@ from keras_hybrid.dynamic.initial_rows import InitialRows
 from keras_hybrid.dynamic.key_owners import KeyOwners
 from keras_hybrid.dynamic.owner_map import OwnerMap
 from keras_hybrid.plan import routing_plan
+from keras_hybrid.strategy import local_variables
 
 # A waiting key's count table value is `count * _STEPS + step % _STEPS`.
 _STEPS = 2**32
@@ -137,6 +138,11 @@ class DynamicTable:
             self.owners = OwnerMap(
                 KeyOwners.balanced(communicator.size), embeddings.path
             )
+            # Free rows are zeros with initial slots, and rows are given
+            # lowest first: the optimizer updates only the rows in use.
+            local_variables.set_rows_in_use(
+                keras_compat.variable_storage(embeddings), self.rows_in_use
+            )
         # Called with the table after `renew_index` (the layer tracks the
         # hash tables for `model.export`).
         self.on_renew: list = []
@@ -172,6 +178,13 @@ class DynamicTable:
         """Shape of this worker's rows (int64), for its pushed gradient
         (`sparse.table_gradients`)."""
         return tf.constant(tuple(self.embeddings.shape), tf.int64)
+
+    def rows_in_use(self) -> tf.Tensor:
+        """One past the last live row, and at least 1 (int64): every live
+        row is below it, and so is row 0, which a key without a row reads
+        (with a zero gradient) in `key_exchange`."""
+        last = tf.reduce_max(tf.where(self.state["live"].value > 0)[:, 0])
+        return tf.maximum(last + 1, 1)
 
     def lookup(self, keys: tf.Tensor) -> tf.Tensor:
         """Rows of the 1-D `keys`; -1 for a key with no row."""
@@ -303,8 +316,9 @@ class DynamicTable:
         self._set(rows, "uses", 0)
 
     def _free(self, rows: tf.Tensor, counter: str) -> None:
-        """Takes `rows` from their keys; zeroes them (so a regularizer sees
-        nothing of an evicted key)."""
+        """Takes `rows` from their keys; zeroes them and resets their
+        slots, so that no optimizer moves a free row (a regularizer sees
+        nothing of an evicted key, and updates may skip free rows)."""
         self.index.remove(tf.gather(self.slot_keys, rows))
         self._set(rows, "live", 0)
         storage = keras_compat.variable_storage(self.embeddings)
@@ -312,6 +326,9 @@ class DynamicTable:
             tf.concat([tf.shape(rows), storage.shape[1:]], 0), storage.dtype
         )
         storage.scatter_nd_update(rows[:, None], zeros)
+        optimizer_slots.share_reads(storage)
+        slots = optimizer_slots.find(self.embeddings)
+        optimizer_slots.reset_rows(slots, rows, zeros)
         self.state[counter].assign_add(tf.size(rows, tf.int64))
 
     def _expire(self, step: tf.Tensor) -> None:

@@ -353,8 +353,12 @@ class HybridExtended(OneProcessExtended):
     def update_variable(self, var, fn, args, kwargs, group):
         if args:
             self.router.observe_gradient(var, args[0])
-        # The optimizer sees (and writes) the rows this shard owns.
-        with sharded_table.shard_view():
+        # The optimizer sees (and writes) the rows this shard owns, or
+        # of a local table, its rows in use.
+        with (
+            sharded_table.shard_view(),
+            local_variables.rows_updated(var, args) as args,
+        ):
             result = self.stock_update(var, fn, args, kwargs, group)
             constraint = getattr(var, "row_constraint", None)
             if constraint is not None and args:
@@ -372,9 +376,7 @@ class HybridExtended(OneProcessExtended):
             ):
                 # This worker's own (a dynamic table's shard, or a slot
                 # of one): neither partitioned nor broadcast.
-                variable = next_creator(**kwargs)
-                local_variables.add(variable)
-                return variable
+                return local_variables.create(next_creator, kwargs)
 
             def make_dense():
                 if self._communicator.size > 1:

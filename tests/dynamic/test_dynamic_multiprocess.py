@@ -374,6 +374,26 @@ def test_string_keys_saved_on_workers_serve_in_stock_keras(engine):
 
 
 @by_engine
+def test_masked_string_keys_on_workers(engine):
+    """`mask_zero` with string keys on 2 workers: `""` is the mask, in
+    the layer and in its stock copy (whose mask token is the hash of
+    `""`), and the copy predicts what the workers predict."""
+    run = run_scenario(
+        SCENARIO, "masked_strings", 2, {}, engine=engine, timeout=480
+    ).check()
+    for result in run.results.values():
+        np.testing.assert_array_equal(result["mask"], result["keys"] != b"")
+        np.testing.assert_array_equal(result["stock_mask"], result["mask"])
+        np.testing.assert_allclose(
+            result["stock_predict"], result["predict"], rtol=1e-6
+        )
+        assert np.all(np.isfinite(result["loss"]))
+    # The mask only tells later layers to skip a position: `""` is read
+    # and admitted like any key (as row 0 of a stock `Embedding` is).
+    assert run.results[0]["live"] == len(set(run.results[0]["keys"].ravel()))
+
+
+@by_engine
 def test_hashed_string_keys_are_refused_by_a_layer_keeping_strings(engine):
     """Weights saved under the strategy hold string keys as hashes, which
     cannot be turned back into strings: a plain layer says so."""

@@ -10,6 +10,10 @@ alike anyway.
 `train_strings` fits string keys (`cases.make_string_data`), and saves
 the model when given a path.
 
+`masked_strings` fits string keys padded with `""` through a layer with
+`mask_zero` and a masked average, and returns its masks and predictions
+next to those of its stock copy (`to_static`).
+
 `refusals` returns the messages of what the layer refuses on several
 workers.
 """
@@ -21,6 +25,8 @@ import keras
 import tensorflow as tf
 
 import keras_hybrid as kh
+from keras_hybrid.layers import DynamicEmbedding
+from keras_hybrid.layers import to_static
 
 
 def train(configs: list, timeout: float = 60) -> dict:
@@ -130,6 +136,39 @@ def train_strings(
             if strategy.size == 1:
                 model.save_weights(path.replace(".keras", ".weights.h5"))
     return results
+
+
+def masked_strings(timeout: float = 60) -> dict:
+    keys, targets = cases.make_string_data()
+    keys = keys.copy()
+    keys[::2, -1] = b""  # padding: every other sample is one key short
+    with kh.HybridStrategy(timeout_seconds=timeout) as strategy:
+        keras.utils.set_random_seed(cases.SEED)
+        with strategy.scope():
+            inputs = keras.Input(shape=(cases.SEQ,), dtype="string")
+            layer = DynamicEmbedding(
+                cases.DIM, capacity=cases.CAPACITY, mask_zero=True, name="dyn"
+            )
+            x = keras.layers.GlobalAveragePooling1D()(layer(inputs))
+            model = keras.Model(inputs, keras.layers.Dense(1, name="head")(x))
+            model.compile(optimizer=cases.make_optimizer("adam"), loss="mse")
+        history = model.fit(
+            cases.batches(keys, targets), epochs=cases.EPOCHS, verbose=0
+        )
+        stock = to_static(model)
+        # The stock lookup: string in, ids out, then the `Embedding`.
+        ids = tf.constant(keys)
+        for stock_layer in stock.layers[1].layers[:-1]:
+            ids = stock_layer(ids)
+        return {
+            "keys": keys,
+            "loss": history.history["loss"],
+            "live": layer.stats()["rows"],
+            "mask": layer.compute_mask(tf.constant(keys)).numpy(),
+            "stock_mask": stock.layers[1].layers[-1].compute_mask(ids).numpy(),
+            "predict": model.predict(cases.batches(keys), verbose=0),
+            "stock_predict": stock.predict(cases.batches(keys), verbose=0),
+        }
 
 
 def refusals(timeout: float = 60) -> dict:

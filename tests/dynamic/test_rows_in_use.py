@@ -12,7 +12,8 @@ from keras_hybrid.layers import DynamicEmbedding
 from keras_hybrid.testing.test_case import TestCase
 
 SEQ, DIM, CAPACITY = 2, 3, 12
-# Every element-wise stock optimizer; each keeps slots but SGD.
+# Every element-wise stock optimizer (each keeps slots but SGD), and a
+# wrapper.
 OPTIMIZERS = {
     "SGD": lambda: keras.optimizers.SGD(0.1),
     "momentum": lambda: keras.optimizers.SGD(0.1, momentum=0.9),
@@ -30,6 +31,9 @@ OPTIMIZERS = {
     "Lion": lambda: keras.optimizers.Lion(0.05),
     "Adadelta": lambda: keras.optimizers.Adadelta(1.0),
     "EMA": lambda: keras.optimizers.Adam(0.1, use_ema=True),
+    "LossScale": lambda: keras.optimizers.LossScaleOptimizer(
+        keras.optimizers.Adam(0.1)
+    ),
 }
 
 

@@ -13,6 +13,7 @@ key holds the key's initial value, and its optimizer slots their initial
 values, when the key is first read.
 """
 
+import functools
 import itertools
 import weakref
 
@@ -21,6 +22,7 @@ import tensorflow as tf
 
 from keras_hybrid._compat import keras as keras_compat
 from keras_hybrid.dynamic import optimizer_slots
+from keras_hybrid.dynamic import table_memory
 from keras_hybrid.dynamic.eviction import Eviction
 from keras_hybrid.dynamic.initial_rows import InitialRows
 from keras_hybrid.dynamic.key_owners import KeyOwners
@@ -140,8 +142,19 @@ class DynamicTable:
             )
             # Free rows are zeros with initial slots, and rows are given
             # lowest first: the optimizer updates only the rows in use.
-            local_variables.set_rows_in_use(
-                keras_compat.variable_storage(embeddings), self.rows_in_use
+            storage = keras_compat.variable_storage(embeddings)
+            local_variables.set_rows_in_use(storage, self.rows_in_use)
+            # Keras makes the optimizer's slots when `fit` starts: each
+            # is checked against the host's memory, and named if short.
+            local_variables.set_slot_guard(
+                storage,
+                functools.partial(
+                    table_memory.slot_allocating,
+                    embeddings.path,
+                    *(int(d) for d in embeddings.shape),
+                    embeddings.dtype,
+                    communicator.rank,
+                ),
             )
         # Called with the table after `renew_index` (the layer tracks the
         # hash tables for `model.export`).

@@ -53,7 +53,6 @@ def _describe(name, capacity, output_dim, dtype, need, rank) -> str:
     )
 
 
-@contextlib.contextmanager
 def allocating(
     name: str,
     capacity: int,
@@ -63,7 +62,7 @@ def allocating(
     rank: int | None = None,
     available: int | None = None,
 ):
-    """Runs the table's allocation after checking it fits.
+    """A context that runs the table's allocation after checking it fits.
 
     Args:
         name: String. The layer's name, for messages.
@@ -81,9 +80,43 @@ def allocating(
             memory is short, or when TensorFlow's allocation fails.
     """
     need = capacity * row_bytes(output_dim, dtype, key_dtype)
+    message = _describe(name, capacity, output_dim, dtype, need, rank)
+    return _guarded(message, need, available)
+
+
+def slot_allocating(
+    name: str,
+    capacity: int,
+    output_dim: int,
+    dtype,
+    rank: int | None,
+    slot: str,
+    available: int | None = None,
+):
+    """`allocating` for optimizer slot `slot` (its variable's name) of
+    the table named `name` (its variable's path), which has as many rows
+    as the table. Under
+    `HybridStrategy` the slot is made where the strategy can see it
+    (`strategy.local_variables`); with no strategy Keras makes it out of
+    reach, and a slot that does not fit fails with TensorFlow's message.
+    """
+    need = capacity * output_dim * np.dtype(dtype).itemsize
+    where = "in this process" if rank is None else f"on worker {rank}"
+    message = (
+        f"Dynamic table '{name}' needs {need / 1e9:.1f} GB more for "
+        f"the optimizer slot {slot} {where}: one value per row and "
+        f"column, capacity={capacity:,} rows of {output_dim} "
+        f"{np.dtype(dtype).name}. `capacity` is rows per worker. Lower "
+        "it, spread the keys over more workers, or use an optimizer with "
+        "fewer slots (SGD has none, Adagrad one, Adam two)."
+    )
+    return _guarded(message, need, available)
+
+
+@contextlib.contextmanager
+def _guarded(message: str, need: int, available: int | None):
     if available is None:
         available = available_bytes()
-    message = _describe(name, capacity, output_dim, dtype, need, rank)
     if available is not None and need > available:
         raise tf.errors.ResourceExhaustedError(
             None,

@@ -34,6 +34,8 @@ _local: dict[int, weakref.ref] = {}
 _rows_in_use: dict[int, tuple] = {}
 # id(variable) -> weak references to the slots made for it.
 _slots: dict[int, list] = {}
+# id(variable) -> (weak reference to it, `allocating(slot name)`).
+_slot_guards: dict[int, tuple] = {}
 # `tf.Variable` keyword arguments a `LocalVariable` takes from a creator's.
 _KEPT = (
     "initial_value",
@@ -159,7 +161,14 @@ def create(next_creator, kwargs: dict):
     a local variable (`colocate_with`), else what `next_creator` makes."""
     reference = kwargs.get("colocate_with")
     if kwargs.get("trainable") or is_local(reference):
-        variable = LocalVariable(**{k: kwargs[k] for k in _KEPT if k in kwargs})
+        guard = _slot_guards.get(id(reference))
+        scope = contextlib.nullcontext()
+        if guard is not None and guard[0]() is reference:
+            scope = guard[1](kwargs.get("name"))
+        with scope:
+            variable = LocalVariable(
+                **{k: kwargs[k] for k in _KEPT if k in kwargs}
+            )
         if is_local(reference):
             _slots.setdefault(id(reference), []).append(weakref.ref(variable))
     else:
@@ -180,6 +189,13 @@ def set_rows_in_use(variable, rows_in_use) -> None:
             f"{type(variable).__name__} {variable.name}."
         )
     _rows_in_use[id(variable)] = (weakref.ref(variable), rows_in_use)
+
+
+def set_slot_guard(variable, allocating) -> None:
+    """Makes each slot of `variable` (Keras makes them colocated with it)
+    under `allocating(slot name)`, a context that checks the memory and
+    names the table in its error."""
+    _slot_guards[id(variable)] = (weakref.ref(variable), allocating)
 
 
 @contextlib.contextmanager

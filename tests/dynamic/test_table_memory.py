@@ -1,12 +1,15 @@
 """A table that does not fit says which table, and its capacity."""
 
+import functools
 import os
 import tempfile
+from unittest import mock
 
 import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_hybrid import HybridStrategy
 from keras_hybrid.dynamic import table_memory
 from keras_hybrid.layers import DynamicEmbedding
 from keras_hybrid.testing.test_case import TestCase
@@ -70,3 +73,55 @@ class TableMemoryTest(TestCase):
         layer = DynamicEmbedding(4, capacity=100, name="small")
         out = layer(np.array([[1, 2, 3]], np.int64))
         self.assertEqual(tuple(out.shape), (1, 3, 4))
+
+    def test_a_slot_the_host_lacks_is_refused_naming_the_table(self):
+        with self.assertRaisesRegex(
+            tf.errors.ResourceExhaustedError,
+            r"Dynamic table 'users/embeddings' needs 2\.6 GB more for the "
+            r"optimizer slot users_embeddings_velocity on worker 1: .*"
+            r"capacity=10,000,000 rows of 64 float32.*1\.0 GB available",
+        ):
+            with table_memory.slot_allocating(
+                "users/embeddings",
+                10**7,
+                64,
+                "float32",
+                1,
+                "users_embeddings_velocity",
+                available=10**9,
+            ):
+                pass
+
+    def test_slots_are_checked_when_fit_builds_them(self):
+        # Under the strategy Keras makes the slots through it, when `fit`
+        # builds the optimizer: with too little memory left for a slot
+        # (the table itself fitted), `fit` says which table.
+        slot_bytes = 1000 * 8 * 4
+        with HybridStrategy() as strategy:
+            for available in (slot_bytes - 1, slot_bytes):
+                with strategy.scope():
+                    keys = keras.Input(shape=(3,), dtype="int64")
+                    layer = DynamicEmbedding(8, capacity=1000, name="items")
+                    out = keras.ops.sum(layer(keys), axis=(1, 2))
+                    model = keras.Model(keys, out)
+                    model.compile(optimizer="adam", loss="mse")
+                memory = mock.patch.object(
+                    table_memory, "available_bytes", return_value=available
+                )
+                fit = functools.partial(
+                    model.fit, np.array([[1, 2, 3]]), np.ones(1), verbose=0
+                )
+                if available == slot_bytes:
+                    with memory:
+                        fit()  # it fits: trains
+                    continue
+                with (
+                    memory,
+                    self.assertRaisesRegex(
+                        tf.errors.ResourceExhaustedError,
+                        r"Dynamic table 'items/embeddings' needs 0\.0 GB more "
+                        r"for the optimizer slot items_embeddings_momentum on "
+                        r"worker 0",
+                    ),
+                ):
+                    fit()

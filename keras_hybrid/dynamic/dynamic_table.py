@@ -133,6 +133,12 @@ class DynamicTable:
         self.admit_after = admit_after
         self.eviction = eviction
         self.communicator = communicator
+        # One past the last row ever given since the rows were last
+        # loaded: every live row is below it (rows are given lowest
+        # first), so per-step work covers `[0, end)`, not `capacity`.
+        self.end = tf.Variable(
+            tf.constant(0, tf.int64), trainable=False, name="rows_end"
+        )
         # The optimizer slots the last trace of a training step found.
         self.traced_slots = None
         self.owners = None
@@ -193,11 +199,10 @@ class DynamicTable:
         return tf.constant(tuple(self.embeddings.shape), tf.int64)
 
     def rows_in_use(self) -> tf.Tensor:
-        """One past the last live row, and at least 1 (int64): every live
-        row is below it, and so is row 0, which a key without a row reads
-        (with a zero gradient) in `key_exchange`."""
-        last = tf.reduce_max(tf.where(self.state["live"].value > 0)[:, 0])
-        return tf.maximum(last + 1, 1)
+        """An int64 bound, at least 1, that every live row is below, and
+        so is row 0, which a key without a row reads (with a zero
+        gradient) in `key_exchange`."""
+        return tf.maximum(self.end.value(), 1)
 
     def lookup(self, keys: tf.Tensor) -> tf.Tensor:
         """Rows of the 1-D `keys`; -1 for a key with no row."""
@@ -244,10 +249,15 @@ class DynamicTable:
         tf.cond(self.counts.size() > self.capacity, forget, tf.no_op)
 
     def reload(self) -> None:
-        """Rebuilds the key index from the live rows (after a restore)."""
+        """Rebuilds the key index and `end` from the live rows (after a
+        restore)."""
         live = tf.where(self.state["live"].value > 0)[:, 0]
         self.index.remove(self.index.export()[0])
         self.index.insert(tf.gather(self.slot_keys, live), live)
+        end = int(tf.reduce_max(live)) + 1 if tf.size(live) > 0 else 0
+        # Added, not assigned: on TF 2.21 `assign` to a variable made
+        # before an eager context reset does nothing (`table_state.load`).
+        self.end.assign_add(end - int(self.end.numpy()))
 
     def stats(self) -> dict:
         """Dict of ints: `rows` (live now) and each of `COUNTERS`, summed
@@ -270,20 +280,20 @@ class DynamicTable:
 
     def _admit(self, candidates: tf.Tensor, rows: tf.Tensor) -> tf.Tensor:
         """Gives rows to as many `candidates` as fit, in order; returns how
-        many got one. Steps that admit nobody skip the work (it scans the
-        whole table)."""
+        many got one. Steps that admit nobody skip the work."""
         wanted = tf.size(candidates, tf.int64)
 
         def admit():
-            live = self.state["live"].value > 0
-            short = wanted - tf.reduce_sum(tf.cast(~live, tf.int64))
+            # Every row from `end` on is free: the first `wanted` free
+            # rows lie in `[0, span)`.
+            span = tf.minimum(self.end.value() + wanted, self.capacity)
+            live_rows = tf.math.count_nonzero(self._head("live", span))
+            short = wanted - (self.capacity - live_rows)
             if self.eviction.makes_room:
                 tf.cond(
-                    short > 0,
-                    lambda: self._make_room(short, live, rows),
-                    tf.no_op,
+                    short > 0, lambda: self._make_room(short, rows), tf.no_op
                 )
-            free = tf.where(self.state["live"].value == 0)[:, 0]
+            free = tf.where(self._head("live", span) == 0)[:, 0]
             count = tf.minimum(wanted, tf.size(free, tf.int64))
             self._fill(candidates[:count], free[:count])
             return count
@@ -293,8 +303,16 @@ class DynamicTable:
         self.state["rejections"].assign_add(wanted - count)
         return count
 
-    def _make_room(self, short, live, rows) -> tf.Operation:
-        """Evicts up to `short` rows not read in this step (`rows`)."""
+    def _head(self, name: str, span) -> tf.Tensor:
+        """Rows `[0, span)` of state variable `name` (a gather: a whole
+        read would copy all `capacity` rows after a scatter)."""
+        storage = keras_compat.variable_storage(self.state[name])
+        return storage.sparse_read(tf.range(span))
+
+    def _make_room(self, short, rows) -> tf.Operation:
+        """Evicts up to `short` rows not read in this step (`rows`). The
+        table is full, so this reads every row's state."""
+        live = self.state["live"].value > 0
         read = tf.boolean_mask(rows, rows >= 0)
         protected = tf.scatter_nd(
             read[:, None], tf.ones_like(read, tf.bool), [self.capacity]
@@ -324,6 +342,9 @@ class DynamicTable:
         self.traced_slots = slots
         optimizer_slots.reset_rows(slots, rows, initial)
         self.index.insert(keys, rows)
+        # Grown by addition, as `reload` sets it.
+        last = tf.reduce_max(tf.concat([rows, [-1]], 0)) + 1
+        self.end.assign_add(tf.maximum(last - self.end.value(), 0))
         self.slot_keys.scatter_nd_update(rows[:, None], keys)
         self._set(rows, "live", 1)
         self._set(rows, "uses", 0)
@@ -345,8 +366,9 @@ class DynamicTable:
         self.state[counter].assign_add(tf.size(rows, tf.int64))
 
     def _expire(self, step: tf.Tensor) -> None:
-        live = self.state["live"].value > 0
-        old = self.eviction.expired(self.state["last_step"].value, step)
+        end = self.end.value()
+        live = self._head("live", end) > 0
+        old = self.eviction.expired(self._head("last_step", end), step)
         self._free(tf.where(live & old)[:, 0], "expirations")
 
     def _touch(self, rows: tf.Tensor, uses: tf.Tensor, step) -> None:

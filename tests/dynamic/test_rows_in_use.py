@@ -3,6 +3,8 @@ table's rows in use (`strategy.local_variables.rows_updated`), with the
 result of updating every row: free rows are zeros with initial slots."""
 
 import contextlib
+import os
+import tempfile
 
 import keras
 import numpy as np
@@ -49,9 +51,8 @@ def _data():
     return keys, np.linspace(-1, 1, len(keys), dtype="float32")[:, None]
 
 
-def _train(make_optimizer, strategy=None, **layer_args):
-    """`(live keys -> row, head kernel, model, layer)` after one epoch,
-    built and trained in `strategy`'s scope (or none)."""
+def _build(make_optimizer, strategy=None, **layer_args):
+    """`(model, layer, head)`, built in `strategy`'s scope (or none)."""
     keras.backend.clear_session()
     scope = strategy.scope() if strategy else contextlib.nullcontext()
     with scope:
@@ -63,6 +64,13 @@ def _train(make_optimizer, strategy=None, **layer_args):
         )
         model = keras.Model(keys, head(keras.layers.Flatten()(layer(keys))))
         model.compile(optimizer=make_optimizer(), loss="mse")
+    return model, layer, head
+
+
+def _train(make_optimizer, strategy=None, **layer_args):
+    """`(live keys -> row, head kernel, model, layer)` after one epoch,
+    built and trained in `strategy`'s scope (or none)."""
+    model, layer, head = _build(make_optimizer, strategy, **layer_args)
     x, y = _data()
     model.fit(x, y, batch_size=4, shuffle=False, verbose=0)
     live, values = layer.live_rows()
@@ -135,3 +143,14 @@ class RowsInUseTest(TestCase):
             if slot.name.startswith("dynamic_embedding_embeddings_"):
                 np.testing.assert_array_equal(slot.numpy()[0], 0.0)
         np.testing.assert_array_equal(layer_ttl.embeddings.numpy()[0], 0.0)
+
+    def test_loaded_weights_set_the_rows_in_use(self):
+        _, _, model, layer = _train(OPTIMIZERS["SGD"], capacity=40)
+        self.assertEqual(int(layer.table.rows_in_use()), 20)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "m.weights.h5")
+            model.save_weights(path)
+            loaded, layer, _ = _build(OPTIMIZERS["SGD"], capacity=40)
+            self.assertEqual(int(layer.table.rows_in_use()), 1)
+            loaded.load_weights(path)
+        self.assertEqual(int(layer.table.rows_in_use()), 20)

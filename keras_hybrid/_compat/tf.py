@@ -107,14 +107,7 @@ class ConvertibleVariable(_resource_variable_class()):
     def _read_variable_op(self, *args, **kwargs):
         rows = self.rows_read()
         if rows is not None:
-            # A gather, not a whole read and a slice: in TF's
-            # copy-on-read mode (after any gather or scatter) a whole
-            # read copies every row.
-            return tf.raw_ops.ResourceGather(
-                resource=self.handle,
-                indices=tf.range(rows),
-                dtype=self.dtype,
-            )
+            return self.read_rows(rows)
         value = super()._read_variable_op(*args, **kwargs)
         shape = self.read_shape()
         if shape is not None:
@@ -125,8 +118,16 @@ class ConvertibleVariable(_resource_variable_class()):
         """The number of leading rows (an int64 scalar tensor) that every
         read returns now, or None for all of them. Reads are
         `tf.convert_to_tensor`, `value()`, `read_value()` and the
-        operators."""
+        operators; each such read returns `read_rows(rows)`."""
         return None
+
+    def read_rows(self, rows):
+        """The first `rows` rows: a gather, not a whole read and a slice
+        (in TF's copy-on-read mode, after any gather or scatter, a whole
+        read copies every row)."""
+        return tf.raw_ops.ResourceGather(
+            resource=self.handle, indices=tf.range(rows), dtype=self.dtype
+        )
 
     def read_shape(self):
         """Static shape every read of the stored value gets, or None.

@@ -95,8 +95,9 @@ def slot_allocating(
 ):
     """`allocating` for optimizer slot `slot` (its variable's name) of
     the table named `name` (its variable's path), which has as many rows
-    as the table. Under
-    `HybridStrategy` the slot is made where the strategy can see it
+    as the table.
+
+    Under `HybridStrategy` the slot is made where the strategy can see it
     (`strategy.local_variables`); with no strategy Keras makes it out of
     reach, and a slot that does not fit fails with TensorFlow's message.
     """

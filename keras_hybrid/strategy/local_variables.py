@@ -75,6 +75,9 @@ def add(variable) -> None:
     def drop(ref: weakref.ref) -> None:
         if _local.get(key) is ref:
             del _local[key]
+            # What was declared for it, and the slots made for it.
+            for declared in (_rows_in_use, _slot_guards, _slots):
+                declared.pop(key, None)
 
     _local[key] = weakref.ref(variable, drop)
 
@@ -92,16 +95,13 @@ class LocalVariable(tf_compat.ConvertibleVariable):
     def rows_read(self):
         return getattr(_state, "window", {}).get(id(self))
 
-    def _read_variable_op(self, *args, **kwargs):
-        # Within `rows_updated`, a read is a copy of the rows (a gather):
-        # read once, then what was last written.
-        last = getattr(_state, "last", {})
-        if id(self) in last:
-            return last[id(self)]
-        value = super()._read_variable_op(*args, **kwargs)
-        if self.rows_read() is not None:
-            last[id(self)] = value
-        return value
+    def read_rows(self, rows):
+        # A read is a copy of the rows (a gather): within one
+        # `rows_updated`, read once, then what was last written.
+        last = _state.last
+        if id(self) not in last:
+            last[id(self)] = super().read_rows(rows)
+        return last[id(self)]
 
     def assign(self, value, use_locking=None, name=None, read_value=True):
         rows = self.rows_read()

@@ -328,6 +328,6 @@ def test_a_one_host_job_grows_onto_another_host(hosts, tmp_path):
         ("readdress", 2, 2),
         ("discovery", 2, 4),
         ("lost_worker", 4, 3),
-    ], result["resizes"]
+    ], (result["resizes"], output[-8000:])  # the job's log: why it resized
     _check_weights(result)
     _wait_until(lambda: not hosts.worker_pids("hostB"), 30, "hostB")

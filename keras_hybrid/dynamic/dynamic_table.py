@@ -333,14 +333,7 @@ class DynamicTable:
         initial = self.initial_rows(
             keys, int(self.embeddings.shape[1]), storage.dtype
         )
-        storage.scatter_nd_update(rows[:, None], initial)
-        optimizer_slots.share_reads(storage)
-        # Found anew each time this runs in Python (at each trace, or each
-        # eager call that gives rows): `compile` may have put in another
-        # optimizer. `fit` builds it before tracing the step.
-        slots = optimizer_slots.find(self.embeddings)
-        self.traced_slots = slots
-        optimizer_slots.reset_rows(slots, rows, initial)
+        self.traced_slots = self._write_rows(rows, initial)
         self.index.insert(keys, rows)
         # Grown by addition, as `reload` sets it.
         last = tf.reduce_max(tf.concat([rows, [-1]], 0)) + 1
@@ -359,11 +352,22 @@ class DynamicTable:
         zeros = tf.zeros(
             tf.concat([tf.shape(rows), storage.shape[1:]], 0), storage.dtype
         )
-        storage.scatter_nd_update(rows[:, None], zeros)
-        optimizer_slots.share_reads(storage)
-        slots = optimizer_slots.find(self.embeddings)
-        optimizer_slots.reset_rows(slots, rows, zeros)
+        self._write_rows(rows, zeros)
         self.state[counter].assign_add(tf.size(rows, tf.int64))
+
+    def _write_rows(self, rows: tf.Tensor, values: tf.Tensor) -> list:
+        """Writes `values` into `rows` of the table and resets those rows
+        of its optimizer slots (a slot that starts at the weights, to
+        `values`); returns the slots."""
+        storage = keras_compat.variable_storage(self.embeddings)
+        storage.scatter_nd_update(rows[:, None], values)
+        optimizer_slots.share_reads(storage)
+        # Found anew each time this runs in Python (at each trace, or each
+        # eager call that writes rows): `compile` may have put in another
+        # optimizer. `fit` builds it before tracing the step.
+        slots = optimizer_slots.find(self.embeddings)
+        optimizer_slots.reset_rows(slots, rows, values)
+        return slots
 
     def _expire(self, step: tf.Tensor) -> None:
         end = self.end.value()

@@ -41,11 +41,14 @@ def available_bytes(path: str = _MEMINFO) -> int | None:
     return None
 
 
+def _where(rank: int | None) -> str:
+    return "in this process" if rank is None else f"on worker {rank}"
+
+
 def _describe(name, capacity, output_dim, dtype, need, rank) -> str:
-    where = "in this process" if rank is None else f"on worker {rank}"
     return (
         f"DynamicEmbedding '{name}' needs {need / 1e9:.1f} GB for its "
-        f"table {where}: capacity={capacity:,} rows of {output_dim} "
+        f"table {_where(rank)}: capacity={capacity:,} rows of {output_dim} "
         f"{np.dtype(dtype).name} with each row's key and counters. "
         "`capacity` is rows per worker, and each optimizer slot (Adam "
         "has 2) takes as much as the rows again. Lower `capacity`, or "
@@ -102,10 +105,9 @@ def slot_allocating(
     reach, and a slot that does not fit fails with TensorFlow's message.
     """
     need = capacity * output_dim * np.dtype(dtype).itemsize
-    where = "in this process" if rank is None else f"on worker {rank}"
     message = (
         f"Dynamic table '{name}' needs {need / 1e9:.1f} GB more for "
-        f"the optimizer slot {slot} {where}: one value per row and "
+        f"the optimizer slot {slot} {_where(rank)}: one value per row and "
         f"column, capacity={capacity:,} rows of {output_dim} "
         f"{np.dtype(dtype).name}. `capacity` is rows per worker. Lower "
         "it, spread the keys over more workers, or use an optimizer with "

@@ -2,8 +2,9 @@
 
 Feeds `--distinct_keys` keys, each new (a hash of a counter, from the
 whole int64 range), through a model with a `DynamicEmbedding` of
-`--capacity` rows trained by Adam, one process, and reports resident
-memory (VmRSS and its peak VmHWM) against the bound
+`--capacity` rows trained by Adam, one process under `HybridStrategy()`
+(as each worker of a job; `--nostrategy` for plain Keras), and reports
+resident memory (VmRSS and its peak VmHWM) against the bound
 
     baseline + 1.5 * capacity * (row + Adam's 2 slot rows)
 
@@ -21,6 +22,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from keras_hybrid import HybridStrategy
 from keras_hybrid.dynamic import key_hash
 from keras_hybrid.layers import DynamicEmbedding
 
@@ -40,6 +42,13 @@ flags.DEFINE_integer("seq_len", 16, "Keys per sample.")
 flags.DEFINE_integer("admit_after", 1, "Steps that see a key before a row.")
 flags.DEFINE_string("eviction", "lfu", "Eviction policy.")
 flags.DEFINE_bool(
+    "strategy",
+    True,
+    "Train under a one-process HybridStrategy, as a worker of a job does "
+    "(the optimizer then updates the rows in use, a chunk at a time); "
+    "--nostrategy trains in plain Keras, where it updates every row.",
+)
+flags.DEFINE_bool(
     "static",
     False,
     "Measure a static Embedding of `capacity` rows instead, read by "
@@ -58,6 +67,14 @@ def dataset(count: int) -> tf.data.Dataset:
 
 def main(argv) -> None:
     del argv
+    if not FLAGS.strategy:
+        measure()
+        return
+    with HybridStrategy() as strategy, strategy.scope():
+        measure()
+
+
+def measure() -> None:
     baseline, _ = resident_mb()
     keys = keras.Input(shape=(FLAGS.seq_len,), dtype="int64")
     if FLAGS.static:

@@ -107,7 +107,7 @@ class ConvertibleVariable(_resource_variable_class()):
     def _read_variable_op(self, *args, **kwargs):
         rows = self.rows_read()
         if rows is not None:
-            return self.read_rows(rows)
+            return self.read_rows(*rows)
         value = super()._read_variable_op(*args, **kwargs)
         shape = self.read_shape()
         if shape is not None:
@@ -115,19 +115,32 @@ class ConvertibleVariable(_resource_variable_class()):
         return value
 
     def rows_read(self):
-        """The number of leading rows (an int64 scalar tensor) that every
+        """The rows `(start, stop)` (int64 scalar tensors) that every
         read returns now, or None for all of them. Reads are
         `tf.convert_to_tensor`, `value()`, `read_value()` and the
-        operators; each such read returns `read_rows(rows)`."""
+        operators; each such read returns `read_rows(start, stop)`."""
         return None
 
-    def read_rows(self, rows):
-        """The first `rows` rows: a gather, not a whole read and a slice
-        (in TF's copy-on-read mode, after any gather or scatter, a whole
-        read copies every row)."""
-        return tf.raw_ops.ResourceGather(
-            resource=self.handle, indices=tf.range(rows), dtype=self.dtype
-        )
+    def read_rows(self, start, stop):
+        """Rows `[start, stop)`, without copying them where TensorFlow
+        allows: copy-on-read mode off (the public `DisableCopyOnRead`
+        op), a whole read, which then shares the variable's memory, and a
+        leading-dimension slice, which shares it too. In copy-on-read mode
+        (after any gather or scatter) a whole read would copy every row,
+        and a gather copies the rows read. Where the op is missing, a
+        gather."""
+        disable = getattr(tf.raw_ops, "DisableCopyOnRead", None)
+        if disable is None:
+            return tf.raw_ops.ResourceGather(
+                resource=self.handle,
+                indices=tf.range(start, stop),
+                dtype=self.dtype,
+            )
+        with tf.control_dependencies([disable(resource=self.handle)]):
+            whole = tf.raw_ops.ReadVariableOp(
+                resource=self.handle, dtype=self.dtype
+            )
+        return whole[start:stop]
 
     def read_shape(self):
         """Static shape every read of the stored value gets, or None.

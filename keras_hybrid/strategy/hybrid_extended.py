@@ -355,10 +355,13 @@ class HybridExtended(OneProcessExtended):
             self.router.observe_gradient(var, args[0])
         # The optimizer sees (and writes) the rows this shard owns, or
         # of a local table, its rows in use.
-        with (
-            sharded_table.shard_view(),
-            local_variables.rows_updated(var, args) as args,
-        ):
+        with sharded_table.shard_view():
+            if local_variables.has_rows_in_use(var):
+                return local_variables.update_rows_in_use(
+                    var,
+                    args,
+                    lambda args: self.stock_update(var, fn, args, kwargs, group),
+                )
             result = self.stock_update(var, fn, args, kwargs, group)
             constraint = getattr(var, "row_constraint", None)
             if constraint is not None and args:

@@ -13,10 +13,12 @@ A trainable local variable, and each slot made for it, is a
 `LocalVariable`. Its owner may declare the rows in use
 (`set_rows_in_use`): every row past them must be a fixed point of any
 element-wise optimizer (zeros with initial slots, and a zero gradient).
-The optimizer's update (`rows_updated`, inside `extended.update`) then
-reads and writes only rows `[0, n)` of the variable and its slots, so a
-dynamic table filled to a tenth of its capacity is updated at a tenth of
-the cost, with the same result.
+The optimizer's update (`update_rows_in_use`, inside
+`extended.update`) then reads and writes only rows `[0, n)` of the
+variable and its slots, so a dynamic table filled to a tenth of its
+capacity is updated at a tenth of the cost, with the same result. It
+goes a chunk of rows at a time, so its temporaries stay a fraction of
+the table's size however full it is.
 """
 
 import contextlib
@@ -36,6 +38,12 @@ _rows_in_use: dict[int, tuple] = {}
 _slots: dict[int, list] = {}
 # id(variable) -> (weak reference to it, `allocating(slot name)`).
 _slot_guards: dict[int, tuple] = {}
+# An update of the rows in use goes in chunks of capacity / CHUNKS rows
+# (at least MIN_CHUNK_ROWS): an optimizer's copies and temporaries (Adam
+# holds about 8 of a chunk at once) then stay within a share of the table
+# and its slots, whatever the rows in use.
+CHUNKS = 8
+MIN_CHUNK_ROWS = 4096
 # `tf.Variable` keyword arguments a `LocalVariable` takes from a creator's.
 _KEPT = (
     "initial_value",
@@ -89,18 +97,19 @@ def is_local(variable) -> bool:
 
 
 class LocalVariable(tf_compat.ConvertibleVariable):
-    """A local variable whose reads and writes, inside `rows_updated`,
-    cover only its rows in use (see the module docstring)."""
+    """A local variable whose reads and writes, inside
+    `update_rows_in_use`, cover only the rows of one chunk (see the
+    module docstring)."""
 
     def rows_read(self):
         return getattr(_state, "window", {}).get(id(self))
 
-    def read_rows(self, rows):
-        # A read is a copy of the rows (a gather): within one
-        # `rows_updated`, read once, then what was last written.
+    def read_rows(self, start, stop):
+        # Within one chunk's update: read once, then what was last
+        # written.
         last = _state.last
         if id(self) not in last:
-            last[id(self)] = super().read_rows(rows)
+            last[id(self)] = super().read_rows(start, stop)
         return last[id(self)]
 
     def assign(self, value, use_locking=None, name=None, read_value=True):
@@ -112,7 +121,7 @@ class LocalVariable(tf_compat.ConvertibleVariable):
         # A scatter: a strided-slice assign of the same rows takes about
         # ten times as long on CPU.
         return tf.raw_ops.ResourceScatterUpdate(
-            resource=self.handle, indices=tf.range(rows), updates=value
+            resource=self.handle, indices=tf.range(*rows), updates=value
         )
 
     def assign_add(self, delta, use_locking=None, name=None, read_value=True):
@@ -126,13 +135,29 @@ class LocalVariable(tf_compat.ConvertibleVariable):
         return self.assign(self.read_value() - delta)
 
 
-def _forgetting_read(name: str):
-    """`ResourceVariable`'s method `name`, which writes some rows: the
-    rows last read are stale after it."""
+def _windowed_write(name: str):
+    """`ResourceVariable`'s method `name`, which writes some rows. Within
+    a chunk's update its row indices count from the chunk's first row
+    (as the cut gradient's do), and the rows last read are stale after
+    it."""
+    nd = name.startswith("scatter_nd")
 
-    def write(self, *args, **kwargs):
-        getattr(_state, "last", {}).pop(id(self), None)
-        return getattr(super(LocalVariable, self), name)(*args, **kwargs)
+    def write(self, target, *args, **kwargs):
+        window = self.rows_read()
+        if window is not None:
+            _state.last.pop(id(self), None)
+            start = window[0]
+            if nd:
+                # [..., rank] indices: the first of each is the row.
+                target = tf.convert_to_tensor(target)
+                rows = target[..., :1] + tf.cast(start, target.dtype)
+                target = tf.concat([rows, target[..., 1:]], -1)
+            else:
+                rows = target.indices + tf.cast(start, target.indices.dtype)
+                target = tf.IndexedSlices(target.values, rows)
+        return getattr(super(LocalVariable, self), name)(
+            target, *args, **kwargs
+        )
 
     write.__name__ = name
     return write
@@ -153,7 +178,7 @@ for _name in (
     "scatter_nd_max",
     "scatter_nd_min",
 ):
-    setattr(LocalVariable, _name, _forgetting_read(_name))
+    setattr(LocalVariable, _name, _windowed_write(_name))
 
 
 def create(next_creator, kwargs: dict):
@@ -198,39 +223,72 @@ def set_slot_guard(variable, allocating) -> None:
     _slot_guards[id(variable)] = (weakref.ref(variable), allocating)
 
 
-@contextlib.contextmanager
-def rows_updated(variable, args: tuple):
-    """Within, `variable` and its slots read and write only their rows in
-    use, if it declared them; yields `args` with the gradient (the first)
-    cut to those rows."""
+def has_rows_in_use(variable) -> bool:
+    """Whether `variable` declared its rows in use (`set_rows_in_use`)."""
     entry = _rows_in_use.get(id(variable))
-    if entry is None or entry[0]() is not variable:
-        yield args
-        return
-    rows = tf.cast(entry[1](), tf.int64)
+    return entry is not None and entry[0]() is variable
+
+
+def chunk_rows(variable) -> int:
+    """Rows an update of `variable`'s rows in use covers at a time."""
+    return max(MIN_CHUNK_ROWS, -(-int(variable.shape[0]) // CHUNKS))
+
+
+def update_rows_in_use(variable, args: tuple, update) -> None:
+    """Runs `update(args)` over rows `[0, n)` of `variable` (which
+    declared its rows in use) and its slots, `chunk_rows` rows at a time,
+    one chunk after another: within each run every read and write of
+    them covers the chunk's rows, and the gradient (the first of `args`)
+    is cut to those rows."""
+    rows = tf.cast(_rows_in_use[id(variable)][1](), tf.int64)
     members = [variable] + [
         slot
         for slot in (ref() for ref in _slots.get(id(variable), []))
         if slot is not None
     ]
-    before = getattr(_state, "window", {}), getattr(_state, "last", {})
-    _state.window = {**before[0], **{id(m): rows for m in members}}
-    _state.last = {}  # id -> the rows last read or written, a tensor
-    try:
+    size = tf.constant(chunk_rows(variable), tf.int64)
+
+    def chunk(start):
+        stop = tf.minimum(start + size, rows)
+        # Cut before the window opens: the first argument may be a slot
+        # (Keras' moving averages are assigned through `update`).
+        cut = args
         if args:
-            args = (_first_rows(args[0], rows), *args[1:])
-        yield args
-    finally:
-        _state.window, _state.last = before
+            cut = (_rows_of(args[0], start, stop), *args[1:])
+        before = getattr(_state, "window", {}), getattr(_state, "last", {})
+        window = (start, stop)
+        _state.window = {**before[0], **{id(m): window for m in members}}
+        _state.last = {}  # id -> the rows last read or written, a tensor
+        try:
+            update(cut)
+        finally:
+            _state.window, _state.last = before
+        return (stop,)
+
+    # One chunk at a time: the chunks' copies and temporaries do not
+    # add up.
+    tf.while_loop(
+        lambda start: start < rows,
+        chunk,
+        (tf.constant(0, tf.int64),),
+        parallel_iterations=1,
+    )
 
 
-def _first_rows(gradient, rows):
-    """`gradient` of the first `rows` rows only (the others are zero)."""
+def _rows_of(gradient, start, stop):
+    """Rows `[start, stop)` of `gradient`, a tensor or IndexedSlices."""
     if gradient is None:
         return None
     if isinstance(gradient, tf.IndexedSlices):
+        indices = tf.cast(gradient.indices, tf.int64)
+        inside = tf.where((indices >= start) & (indices < stop))[:, 0]
         shape = gradient.dense_shape
         if shape is not None:
-            shape = tf.concat([tf.cast(rows, shape.dtype)[None], shape[1:]], 0)
-        return tf.IndexedSlices(gradient.values, gradient.indices, shape)
-    return tf.convert_to_tensor(gradient)[:rows]
+            count = tf.cast(stop - start, shape.dtype)[None]
+            shape = tf.concat([count, shape[1:]], 0)
+        return tf.IndexedSlices(
+            tf.gather(gradient.values, inside),
+            tf.cast(tf.gather(indices, inside) - start, gradient.indices.dtype),
+            shape,
+        )
+    return tf.convert_to_tensor(gradient)[start:stop]

@@ -1,16 +1,20 @@
 """Under `HybridStrategy`, a stock optimizer updates only a dynamic
-table's rows in use (`strategy.local_variables.rows_updated`), with the
-result of updating every row: free rows are zeros with initial slots."""
+table's rows in use (`strategy.local_variables.update_rows_in_use`), with the
+result of updating every row: free rows are zeros with initial slots.
+The update goes a chunk of rows at a time; here the chunks are small,
+so that every table is updated in several."""
 
 import contextlib
 import os
 import tempfile
+from unittest import mock
 
 import keras
 import numpy as np
 
 from keras_hybrid import HybridStrategy
 from keras_hybrid.layers import DynamicEmbedding
+from keras_hybrid.strategy import local_variables
 from keras_hybrid.testing.test_case import TestCase
 
 SEQ, DIM, CAPACITY = 2, 3, 12
@@ -79,6 +83,16 @@ def _train(make_optimizer, strategy=None, **layer_args):
 
 
 class RowsInUseTest(TestCase):
+    def setUp(self):
+        super().setUp()
+        # Small chunks: a 12-row table is updated 3 rows at a time, a
+        # 40-row one 8 at a time (its 20 rows in use: 3 chunks, the last
+        # one short).
+        for name, value in (("CHUNKS", 5), ("MIN_CHUNK_ROWS", 1)):
+            patch = mock.patch.object(local_variables, name, value)
+            patch.start()
+            self.addCleanup(patch.stop)
+
     def test_every_stock_optimizer_trains_as_if_it_updated_every_row(self):
         for name, make in OPTIMIZERS.items():
             rows, kernel, _, layer = _train(make)

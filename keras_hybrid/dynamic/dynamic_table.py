@@ -216,20 +216,25 @@ class DynamicTable:
         if self.eviction.kind == "ttl":
             self._expire(step.value)
         rows = _lookup(self.index, keys)
-        absent = rows < 0
-        waiting = tf.boolean_mask(keys, absent)
+        absent = tf.where(rows < 0)[:, 0]
+        waiting = tf.gather(keys, absent)
         # A waiting key's count and the step that saw it last, packed.
         seen = _lookup(self.counts, waiting) // _STEPS + 1
         ready = seen >= self.admit_after
-        count = self._admit(tf.boolean_mask(waiting, ready), rows)
-        # The first `count` ready keys got rows.
+        given = self._admit(tf.boolean_mask(waiting, ready), rows)
+        # The first ready keys got rows, in order.
+        count = tf.size(given, tf.int64)
         admitted = ready & (tf.cumsum(tf.cast(ready, tf.int64)) <= count)
         still_waiting = tf.boolean_mask(waiting, ~admitted)
         packed = tf.boolean_mask(seen, ~admitted) * _STEPS + step % _STEPS
         self.counts.insert(still_waiting, packed)
         self.counts.remove(tf.boolean_mask(waiting, admitted))
         self._bound_counts(step.value)
-        rows = _lookup(self.index, keys)
+        # The rows after admission, without a second lookup: eviction
+        # never takes a row read in this step.
+        rows = tf.tensor_scatter_nd_update(
+            rows, tf.boolean_mask(absent, admitted)[:, None], given
+        )
         self._touch(rows, uses, step.value)
         step.assign_add(1)
         return rows
@@ -279,8 +284,9 @@ class DynamicTable:
         return [dict(zip(names, map(int, r), strict=True)) for r in rows]
 
     def _admit(self, candidates: tf.Tensor, rows: tf.Tensor) -> tf.Tensor:
-        """Gives rows to as many `candidates` as fit, in order; returns how
-        many got one. Steps that admit nobody skip the work."""
+        """Gives rows to as many `candidates` as fit, in order; returns the
+        rows given (one per admitted candidate, the first ones). Steps that
+        admit nobody skip the work."""
         wanted = tf.size(candidates, tf.int64)
 
         def admit():
@@ -296,12 +302,15 @@ class DynamicTable:
             free = tf.where(self._head("live", span) == 0)[:, 0]
             count = tf.minimum(wanted, tf.size(free, tf.int64))
             self._fill(candidates[:count], free[:count])
-            return count
+            return free[:count]
 
-        count = tf.cond(wanted > 0, admit, lambda: tf.constant(0, tf.int64))
+        given = tf.cond(
+            wanted > 0, admit, lambda: tf.zeros([0], tf.int64)
+        )
+        count = tf.size(given, tf.int64)
         self.state["admissions"].assign_add(count)
         self.state["rejections"].assign_add(wanted - count)
-        return count
+        return given
 
     def _head(self, name: str, span) -> tf.Tensor:
         """Rows `[0, span)` of state variable `name` (a gather: a whole

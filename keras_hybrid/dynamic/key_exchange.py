@@ -45,38 +45,51 @@ def rows_of(comm, table, owners, keys, uses, training: bool, default):
         training: Bool. Whether owners admit, count and evict.
         default: Float vector `[dim]`: the row of a key with no row.
     """
-    owner = owners.owner_of(keys)
-    order = tf.argsort(owner, stable=True)
-    send_counts = tf.math.bincount(
-        owner, minlength=comm.width, maxlength=comm.width, dtype=tf.int32
-    )
+    pairs = tf.stack([keys, tf.cast(uses, tf.int64)], 1)
+    if comm.width == 1:
+        # One worker owns every key and asks only itself, each key once
+        # (an elastic job's width is the most workers it can have).
+        send_counts = tf.size(keys, tf.int32)[None]
+        order = None
+    else:
+        owner = owners.owner_of(keys)
+        order = tf.argsort(owner, stable=True)
+        send_counts = tf.math.bincount(
+            owner, minlength=comm.width, maxlength=comm.width, dtype=tf.int32
+        )
+        pairs = tf.gather(pairs, order)
     plan = comm.plan_exchange(send_counts)
-    pairs = tf.gather(tf.stack([keys, tf.cast(uses, tf.int64)], 1), order)
     asked, _ = comm.all_to_all(pairs, send_counts, path="ids", plan=plan)
     comm.stats.record_rows_served(tf.shape(asked)[0])
-    answer = _answer(table, asked, training, default)
+    answer = _answer(table, asked, training, default, order is None)
     back = lookup.send_back(comm, answer, plan.reversed())
+    if order is None:
+        return back
     return tf.gather(back, tf.math.invert_permutation(order))
 
 
-def _answer(table, asked, training: bool, default):
+def _answer(table, asked, training: bool, default, unique: bool = False):
     """The owner's rows for `asked` (`[n, 2]` key and uses pairs, by
-    source worker): one row per pair, keys asked twice read alike."""
-    unique, where = tf.unique(asked[:, 0], out_idx=tf.int64)
-    uses = tf.math.unsorted_segment_sum(
-        asked[:, 1], where, tf.size(unique, tf.int64)
-    )
-    if training:
-        rows = table.train_step(unique, uses)
+    source worker): one row per pair, keys asked twice read alike.
+    `unique`: no key is asked twice."""
+    if unique:
+        keys, uses = asked[:, 0], asked[:, 1]
     else:
-        rows = table.lookup(unique)
+        keys, where = tf.unique(asked[:, 0], out_idx=tf.int64)
+        uses = tf.math.unsorted_segment_sum(
+            asked[:, 1], where, tf.size(keys, tf.int64)
+        )
+    if training:
+        rows = table.train_step(keys, uses)
+    else:
+        rows = table.lookup(keys)
     found = rows >= 0
     values = keras_compat.autocast_read(
         table.embeddings, read_rows(table, tf.maximum(rows, 0))
     )
     default = tf.cast(default, values.dtype)
     values = tf.where(found[:, None], values, default[None, :])
-    return tf.gather(values, where)
+    return values if unique else tf.gather(values, where)
 
 
 def read_rows(table, rows):

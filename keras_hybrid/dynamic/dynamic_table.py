@@ -304,9 +304,7 @@ class DynamicTable:
             self._fill(candidates[:count], free[:count])
             return free[:count]
 
-        given = tf.cond(
-            wanted > 0, admit, lambda: tf.zeros([0], tf.int64)
-        )
+        given = tf.cond(wanted > 0, admit, lambda: tf.zeros([0], tf.int64))
         count = tf.size(given, tf.int64)
         self.state["admissions"].assign_add(count)
         self.state["rejections"].assign_add(wanted - count)

@@ -357,11 +357,11 @@ class HybridExtended(OneProcessExtended):
         # of a local table, its rows in use.
         with sharded_table.shard_view():
             if local_variables.has_rows_in_use(var):
-                return local_variables.update_rows_in_use(
-                    var,
-                    args,
-                    lambda args: self.stock_update(var, fn, args, kwargs, group),
-                )
+
+                def update(args):
+                    return self.stock_update(var, fn, args, kwargs, group)
+
+                return local_variables.update_rows_in_use(var, args, update)
             result = self.stock_update(var, fn, args, kwargs, group)
             constraint = getattr(var, "row_constraint", None)
             if constraint is not None and args:

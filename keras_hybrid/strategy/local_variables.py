@@ -234,7 +234,7 @@ def chunk_rows(variable) -> int:
     return max(MIN_CHUNK_ROWS, -(-int(variable.shape[0]) // CHUNKS))
 
 
-def update_rows_in_use(variable, args: tuple, update) -> None:
+def update_rows_in_use(variable, args: tuple, update) -> tf.Tensor:
     """Runs `update(args)` over rows `[0, n)` of `variable` (which
     declared its rows in use) and its slots, `chunk_rows` rows at a time,
     one chunk after another: within each run every read and write of
@@ -266,13 +266,13 @@ def update_rows_in_use(variable, args: tuple, update) -> None:
         return (stop,)
 
     # One chunk at a time: the chunks' copies and temporaries do not
-    # add up.
-    tf.while_loop(
+    # add up. Returns the end of the last chunk, once all have run.
+    return tf.while_loop(
         lambda start: start < rows,
         chunk,
         (tf.constant(0, tf.int64),),
         parallel_iterations=1,
-    )
+    )[0]
 
 
 def _rows_of(gradient, start, stop):

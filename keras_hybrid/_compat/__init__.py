@@ -20,9 +20,10 @@ TensorFlow (`tf.py`, `one_process_extended.py`):
 - `ConvertibleVariable`: `resource_variable_ops.ResourceVariable` with its
   `_dense_var_to_tensor` sent to `to_tensor`, the static shape of
   `_read_variable_op`'s result given by `read_shape`, and its reads cut
-  to the rows `rows_read` names (`read_rows`, a gather); its
-  `stored_tensor_shared` relies on the copy-on-read mode of resource
-  variables (the public `DisableCopyOnRead` op turns it off);
+  to the rows `rows_read` names (`read_rows`, a slice of a whole read);
+  its `stored_tensor_shared` and `read_rows` rely on the copy-on-read
+  mode of resource variables, which `disable_copy_on_read` (the public
+  `DisableCopyOnRead` op) turns off;
 - `all_reduce`, `all_gather`, `all_to_all`, `broadcast_send`,
   `broadcast_recv`: `collective_ops`' V2 ops;
 - `run_independently`: a traced graph's `experimental_acd_manager`, which

@@ -65,6 +65,16 @@ def _resource_variable_class():
     return resource_variable_ops.ResourceVariable
 
 
+def disable_copy_on_read(variable):
+    """Turns TensorFlow's copy-on-read mode off for `variable` (a resource
+    `tf.Variable`): a whole read then shares its memory instead of
+    copying it. A gather or a scatter turns the mode on again, without a
+    copy once no read of the value is held; an update while a read is
+    held copies the variable first. The public `DisableCopyOnRead` op
+    (TF 2.12 and later); returns it."""
+    return tf.raw_ops.DisableCopyOnRead(resource=variable.handle)
+
+
 class ConvertibleVariable(_resource_variable_class()):
     """A `ResourceVariable` whose tensor conversion is a named method.
 
@@ -90,18 +100,15 @@ class ConvertibleVariable(_resource_variable_class()):
     def stored_tensor_shared(self):
         """The value this process stores, in the variable's own memory.
 
-        A gather or a scatter puts the variable in TensorFlow's
-        copy-on-read mode, where every whole read copies it (19 MB for a
-        commit's shard: about 1 ms). This turns the mode off (the public
-        `DisableCopyOnRead` op) and reads: no copy. The next gather or
-        scatter turns it on again, without a copy once no read of the
-        value is held. Drop the result before the variable is updated;
-        an update while it is held copies the variable first, so the
-        result never changes.
+        In copy-on-read mode, after a gather or a scatter, every whole
+        read copies the variable (19 MB for a commit's shard: about
+        1 ms). Eagerly, this turns the mode off (`disable_copy_on_read`)
+        and reads: no copy. Drop the result before the variable is
+        updated; an update while it is held copies the variable first,
+        so the result never changes.
         """
-        disable = getattr(tf.raw_ops, "DisableCopyOnRead", None)
-        if disable is not None and tf.executing_eagerly():
-            disable(resource=self.handle)
+        if tf.executing_eagerly():
+            disable_copy_on_read(self)
         return self.stored_tensor()
 
     def _read_variable_op(self, *args, **kwargs):
@@ -122,21 +129,12 @@ class ConvertibleVariable(_resource_variable_class()):
         return None
 
     def read_rows(self, start, stop):
-        """Rows `[start, stop)`, without copying them where TensorFlow
-        allows: copy-on-read mode off (the public `DisableCopyOnRead`
-        op), a whole read, which then shares the variable's memory, and a
-        leading-dimension slice, which shares it too. In copy-on-read mode
-        (after any gather or scatter) a whole read would copy every row,
-        and a gather copies the rows read. Where the op is missing, a
-        gather."""
-        disable = getattr(tf.raw_ops, "DisableCopyOnRead", None)
-        if disable is None:
-            return tf.raw_ops.ResourceGather(
-                resource=self.handle,
-                indices=tf.range(start, stop),
-                dtype=self.dtype,
-            )
-        with tf.control_dependencies([disable(resource=self.handle)]):
+        """Rows `[start, stop)`, without copying them: copy-on-read mode
+        off (`disable_copy_on_read`), a whole read, which then shares the
+        variable's memory, and a leading-dimension slice, which shares it
+        too. In copy-on-read mode (after any gather or scatter) a whole
+        read would copy every row, and a gather copies the rows read."""
+        with tf.control_dependencies([disable_copy_on_read(self)]):
             whole = tf.raw_ops.ReadVariableOp(
                 resource=self.handle, dtype=self.dtype
             )

@@ -17,6 +17,7 @@ import keras
 import tensorflow as tf
 
 from keras_hybrid._compat import keras as keras_compat
+from keras_hybrid._compat import tf as tf_compat
 
 # Stock optimizers whose update of a row depends on other rows (norms or
 # factors over the whole variable): they cannot update a table row by row.
@@ -135,9 +136,7 @@ def reset_rows(slots: list[Slot], rows: tf.Tensor, initial_rows) -> None:
 def share_reads(storage) -> None:
     """Turns off copy-on-read for `storage` (a `tf.Variable`), which a
     scatter turned on; an update while a read is held still copies."""
-    disable = getattr(tf.raw_ops, "DisableCopyOnRead", None)
-    if disable is not None:  # TF >= 2.12
-        disable(resource=storage.handle)
+    tf_compat.disable_copy_on_read(storage)
 
 
 def _initial(optimizer, slot_name: str) -> float | None:

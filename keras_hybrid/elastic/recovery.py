@@ -94,6 +94,10 @@ class ElasticRecovery:
         self._commit = commit
         self._poll_seconds = poll_seconds
         self._lock = threading.Lock()
+        # Held around every abort (this thread) and the context reset
+        # (`recover`): an abort must not land between them, nor on the old
+        # context once `recover` has built the new one.
+        self._context_lock = threading.Lock()
         self._handled = self._latest_plan_generation()
         self._pending: dict | None = None
         self._seen = self._handled  # newest plan the thread acted on
@@ -142,15 +146,11 @@ class ElasticRecovery:
                 plan["lost"],
                 generation,
             )
-            tf_compat.abort_collectives(
-                f"keras-hybrid elastic: task(s) {plan['lost']} lost; "
-                f"recovering in generation {generation}"
-            )
-            # Only now may `recover` reset the context: an abort after the
-            # reset would hit the new one.
-            with self._lock:
-                self._seen = generation
-                self._pending = plan
+            with self._context_lock:
+                tf_compat.abort_collectives(_abort_message(plan))
+                with self._lock:
+                    self._seen = generation
+                    self._pending = plan
 
     # -- recovery (the fit wrapper's thread)
 
@@ -190,9 +190,18 @@ class ElasticRecovery:
         if watchdog is not None:
             cluster.stop_watchdog()
             watchdog.join(_WATCHDOG_JOIN_SECONDS)
-        tf_compat.reset_collectives(
-            spec, _JOB, membership.task, "grpc", plan["leader"]
-        )
+        with self._context_lock:
+            tf_compat.reset_collectives(
+                spec, _JOB, membership.task, "grpc", plan["leader"]
+            )
+            with self._lock:
+                newer = self._pending
+            if newer is not None and newer["generation"] > plan["generation"]:
+                # A plan came while this one was being taken up: its abort
+                # hit the old context. Fail the new one's collectives so
+                # that this recovery stops at once and takes up the newer
+                # plan, instead of waiting on a lost peer until the timeout.
+                tf_compat.abort_collectives(_abort_message(newer))
         membership.rebuild_variables()
         membership.addresses = list(plan["cluster"])
         membership.switch(plan["generation"], plan["members"])
@@ -222,7 +231,11 @@ class ElasticRecovery:
         model.predict_function = None
         with self._lock:
             self._handled = plan["generation"]
-            self._pending = None
+            if self._pending is not None and (
+                self._pending["generation"] <= self._handled
+            ):
+                # A newer one stays: its abort already failed this context.
+                self._pending = None
         self.event = {
             "generation": plan["generation"],
             "global_step": commit["global_step"],
@@ -506,3 +519,10 @@ def _check_tables(commit: dict, survivors, error) -> None:
         buddy_store.check_survivable(commit["tables"], survivors)
     except NotImplementedError as unrecoverable:
         raise unrecoverable from error
+
+
+def _abort_message(plan: dict) -> str:
+    return (
+        f"keras-hybrid elastic: task(s) {plan['lost']} lost; "
+        f"recovering in generation {plan['generation']}"
+    )

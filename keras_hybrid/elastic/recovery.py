@@ -17,7 +17,10 @@ and calls `recover`, which:
 
 1. replaces the eager context by one serving collectives on the new ports
    with the plan's leader (`_compat.tf.reset_collectives`; TF 2.21 fails
-   every later collective of a context that saw a peer die);
+   every later collective of a context that saw a peer die); the
+   watcher's aborts and this reset take turns under one lock, and a plan
+   that came meanwhile aborts the new context too, so that a worker lost
+   during a recovery stops it at once for the newer plan;
 2. makes the survivors the group of every collective (generation g); the
    lowest survivor is rank 0 (it reads the launcher's plans, writes the
    chief's files and sends the state to joiners);
@@ -201,6 +204,14 @@ class ElasticRecovery:
                 # hit the old context. Fail the new one's collectives so
                 # that this recovery stops at once and takes up the newer
                 # plan, instead of waiting on a lost peer until the timeout.
+                logging.warning(
+                    "keras-hybrid elastic: task %d: generation %d was "
+                    "planned while it took up generation %d; taking up the "
+                    "newer plan",
+                    membership.task,
+                    newer["generation"],
+                    plan["generation"],
+                )
                 tf_compat.abort_collectives(_abort_message(newer))
         membership.rebuild_variables()
         membership.addresses = list(plan["cluster"])

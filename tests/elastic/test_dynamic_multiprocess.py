@@ -7,12 +7,12 @@ counts matter, beside a dense part) runs under `keras-hybrid-run
 (joiners receive their keys), 4 -> 3 (the leaver hands its keys over),
 then a worker is SIGKILLed 5 steps after the shrink and the survivors
 restore its keys from the last commit (3 -> 2), here with Adam and the
-directory store, and with SGD (momentum) and the buddy store, rank 2
-lost. Every key, its row and the dense layers
-must equal an uninterrupted run in one process within 1e-5 (the
-table's gradient made dense, the strategy's semantics), every key must
-live on its owner, the counters must be the job's, and the traced step
-must have run on through both planned resizes.
+directory store, and with SGD (momentum), the buddy store and string
+keys (`--model=dynamic_strings`), rank 2 lost. Every key, its row and
+the dense layers must equal an uninterrupted run in one process within
+1e-5 (the table's gradient made dense, the strategy's semantics), every
+key must live on its owner, the counters must be the job's, and the
+traced step must have run on through both planned resizes.
 """
 
 import numpy as np
@@ -28,10 +28,12 @@ ATOL = 1e-5
 
 
 class ElasticDynamicEmbeddingTest(TestCase):
-    def _check(self, optimizer: str, kill_rank: int, store: str) -> None:
+    def _check(
+        self, optimizer: str, kill_rank: int, store: str, model="dynamic"
+    ) -> None:
         output, result, sizes = _run_job(
             [
-                "--model=dynamic",
+                f"--model={model}",
                 f"--optimizer={optimizer}",
                 f"--kill_rank={kill_rank}",
                 *("--kill_size=3", "--kill_after=5"),
@@ -53,7 +55,7 @@ class ElasticDynamicEmbeddingTest(TestCase):
         # Keys moved at every change of the members.
         for event in result["resizes"]:
             self.assertGreater(event["table_bytes"], 0, event)
-        want = cases.dynamic_reference(result["initial"], optimizer)
+        want = cases.dynamic_reference(result["initial"], optimizer, name=model)
         keys = result["keys"].tolist()
         self.assertEqual(len(keys), len(set(keys)))  # each key on one worker
         self.assertEqual(sorted(keys), sorted(want["rows"]))
@@ -75,6 +77,7 @@ class ElasticDynamicEmbeddingTest(TestCase):
     def test_grow_shrink_and_lost_worker_equal_one_process(self):
         self._check("adam", kill_rank=1, store="directory")
 
-    def test_with_sgd_and_buddy_copies(self):
-        # The rows of the lost rank come from a buddy's copy, not a file.
-        self._check("sgd", kill_rank=2, store="buddy")
+    def test_string_keys_with_sgd_and_buddy_copies(self):
+        # The rows of the lost rank come from a buddy's copy, not a file;
+        # string keys move as their hashes.
+        self._check("sgd", kill_rank=2, store="buddy", model="dynamic_strings")

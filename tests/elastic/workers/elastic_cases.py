@@ -9,7 +9,9 @@ layer `TokenAndPosition` (3000 x 32 token table, 2-row position table);
 `sequential`, a `Sequential` with an `Embedding`; `shared`, two lookups
 of one table; `two_dims`, two tables of different widths; `keras_rs`,
 keras-rs's `EmbedReduce` (if keras-rs is installed); `dynamic`, a
-`DynamicEmbedding` over 64-bit keys (admitted at their second step).
+`DynamicEmbedding` over 64-bit keys (admitted at their second step);
+`dynamic_strings`, the same over string keys (which travel as their
+63-bit hashes on several workers).
 """
 
 import os
@@ -20,6 +22,7 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
+from keras_hybrid.dynamic import key_hash
 from keras_hybrid.layers import DynamicEmbedding
 from keras_hybrid.testing import models
 
@@ -38,6 +41,7 @@ MODELS = (
     "two_dims",
     "keras_rs",
     "dynamic",
+    "dynamic_strings",
 )
 VOCAB = 500  # table rows: 500 virtual shards
 DYNAMIC_CAPACITY = 512  # per worker: every key fits on one, no eviction
@@ -120,6 +124,9 @@ _BUILDERS = {
     "two_dims": lambda: _with_features("two_dims", _two_dims),
     "keras_rs": lambda: _with_features("keras_rs", _keras_rs),
     "dynamic": lambda: _with_features("dynamic", _dynamic, "int64"),
+    "dynamic_strings": lambda: _with_features(
+        "dynamic_strings", _dynamic, "string"
+    ),
 }
 
 
@@ -166,10 +173,14 @@ def make_data(name: str, num_samples: int):
     ids = rng.permutation(rows)[ranks].astype("int32")
     scores = rng.normal(size=(rows, 3)).astype("float32")
     y = np.argmax(scores[ids].sum(axis=1) + x[:, :3], axis=1)
-    if name == "dynamic":
+    if name.startswith("dynamic"):
         # The same ids as 64-bit keys from the whole range.
         pool = rng.integers(-(2**63), 2**63 - 1, size=rows, dtype=np.int64)
         ids = pool[ids]
+        if name == "dynamic_strings":
+            ids = np.array([f"user-{k:x}" for k in ids.ravel()]).reshape(
+                ids.shape
+            )
     if name == "sequential":
         return ids, y.astype("int32")
     return (ids, x), y.astype("int32")
@@ -193,12 +204,17 @@ def table_reference(
     ).get_weights()
 
 
-def dynamic_reference(initial, optimizer="adam", num_samples=480):
-    """The `dynamic` model trained as `table_reference` trains (in one
+def dynamic_reference(
+    initial, optimizer="adam", num_samples=480, name="dynamic"
+):
+    """A `dynamic` model trained as `table_reference` trains (in one
     process, the dynamic table's gradient made dense). Returns
-    `{"rows": {key: row}, "dense": hidden and head weights}`."""
-    model = _trained(initial, num_samples, 2, 12, "dynamic", optimizer)
+    `{"rows": {key: row}, "dense": hidden and head weights}`, string keys
+    as the int64 hashes that stand for them on several workers."""
+    model = _trained(initial, num_samples, 2, 12, name, optimizer)
     keys, values = model.get_layer("dyn").live_rows()
+    if name == "dynamic_strings":
+        keys = key_hash.string_keys(tf.constant(keys)).numpy()
     return {
         "rows": dict(zip(keys.tolist(), values, strict=True)),
         "dense": dense_weights(model),

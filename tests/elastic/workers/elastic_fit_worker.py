@@ -204,7 +204,9 @@ def main(argv):
     )
     # A collective with a partitioned table: every member reads.
     weights = model.get_weights()
-    dynamic = _dynamic_result(model) if FLAGS.model == "dynamic" else {}
+    dynamic = (
+        _dynamic_result(model) if FLAGS.model.startswith("dynamic") else {}
+    )
     if strategy.is_chief:
         save_result(
             FLAGS.out_dir,

@@ -178,9 +178,9 @@ def make_data(name: str, num_samples: int):
         pool = rng.integers(-(2**63), 2**63 - 1, size=rows, dtype=np.int64)
         ids = pool[ids]
         if name == "dynamic_strings":
-            ids = np.array([f"user-{k:x}" for k in ids.ravel()]).reshape(
-                ids.shape
-            )
+            # Object arrays: Keras' array adapter takes no unicode dtype.
+            names = np.array([f"user-{k:x}" for k in ids.ravel()], object)
+            ids = names.reshape(ids.shape)
     if name == "sequential":
         return ids, y.astype("int32")
     return (ids, x), y.astype("int32")

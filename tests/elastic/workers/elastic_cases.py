@@ -10,8 +10,8 @@ layer `TokenAndPosition` (3000 x 32 token table, 2-row position table);
 of one table; `two_dims`, two tables of different widths; `keras_rs`,
 keras-rs's `EmbedReduce` (if keras-rs is installed); `dynamic`, a
 `DynamicEmbedding` over 64-bit keys (admitted at their second step);
-`dynamic_strings`, the same over string keys (which travel as their
-63-bit hashes on several workers).
+`dynamic_strings`, the same keys made strings in the model (string keys
+travel as their 63-bit hashes on several workers).
 """
 
 import os
@@ -118,6 +118,17 @@ def _dynamic(keys):
     return keras.layers.GlobalAveragePooling1D(name="pool")(x)
 
 
+class AsStrings(keras.layers.Layer):
+    """64-bit keys as strings (`"user-<key>"`): string keys from arrays,
+    which Keras' array adapter takes only as numbers."""
+
+    def call(self, keys):
+        return tf.strings.join(["user-", tf.strings.as_string(keys)])
+
+    def compute_output_spec(self, keys):
+        return keras.KerasTensor(keys.shape, dtype="string")
+
+
 _BUILDERS = {
     "sequential": _sequential,
     "shared": lambda: _with_features("shared", _shared),
@@ -125,7 +136,7 @@ _BUILDERS = {
     "keras_rs": lambda: _with_features("keras_rs", _keras_rs),
     "dynamic": lambda: _with_features("dynamic", _dynamic, "int64"),
     "dynamic_strings": lambda: _with_features(
-        "dynamic_strings", _dynamic, "string"
+        "dynamic_strings", lambda keys: _dynamic(AsStrings()(keys)), "int64"
     ),
 }
 
@@ -177,10 +188,6 @@ def make_data(name: str, num_samples: int):
         # The same ids as 64-bit keys from the whole range.
         pool = rng.integers(-(2**63), 2**63 - 1, size=rows, dtype=np.int64)
         ids = pool[ids]
-        if name == "dynamic_strings":
-            # Object arrays: Keras' array adapter takes no unicode dtype.
-            names = np.array([f"user-{k:x}" for k in ids.ravel()], object)
-            ids = names.reshape(ids.shape)
     if name == "sequential":
         return ids, y.astype("int32")
     return (ids, x), y.astype("int32")

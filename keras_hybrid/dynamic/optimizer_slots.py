@@ -150,11 +150,18 @@ def _initial(optimizer, slot_name: str) -> float | None:
 
 def _optimizers_of(table: keras.Variable) -> list:
     """Built optimizers that update `table` (by identity: another model's
-    variable may have the same path)."""
-    return [
-        o
-        for o in gc.get_objects()
-        if isinstance(o, keras.optimizers.Optimizer)
-        and o.built
-        and any(v is table for v in keras_compat.last_trainable_variables(o))
-    ]
+    variable may have the same path), each once: a wrapper
+    (`LossScaleOptimizer`, `HybridOptimizer`) stands for the optimizer
+    it wraps, which owns the slots and their settings."""
+    found = {}
+    for o in gc.get_objects():
+        if not (isinstance(o, keras.optimizers.Optimizer) and o.built):
+            continue
+        if not any(
+            v is table for v in keras_compat.last_trainable_variables(o)
+        ):
+            continue
+        while hasattr(o, "inner_optimizer"):
+            o = o.inner_optimizer
+        found[id(o)] = o
+    return list(found.values())

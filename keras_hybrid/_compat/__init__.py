@@ -44,6 +44,8 @@ TensorFlow (`tf.py`, `one_process_extended.py`):
 - `plain_variable`: `ResourceVariable` built directly so that no
   variable-creator scope sees it, with the `_distribute_strategy` of the
   variable it replaces;
+- `tape_records`: `eager.record.could_possibly_record` (whether any
+  gradient tape is active);
 - `in_shape_query`: the Python stack, for `array_ops.shape_internal`
   (eager `tf.shape` converts a Keras variable's whole value).
 - `custom_gradient_owned_by_graph`: `ops._gradient_registry`'s entries
@@ -55,6 +57,8 @@ Keras (`keras.py`):
 - `variable_info`: the closure Keras' TF `Variable` passes to
   `tf.Variable` as `initial_value` (`self`, `initializer`);
 - `in_symbolic_scope`: `keras.src.backend.common.symbolic_scope`;
+- `variables_made_now`: the `"stateless_scope"` global attribute of
+  `keras.src.backend.common.global_state`, cleared for a while;
 - `set_variable_storage`: a Keras TF `Variable`'s `_value`;
 - `own_variables`, `last_trainable_variables`, `accumulators`,
   `iterations_variable`, `apply_accumulated_update`: an optimizer's

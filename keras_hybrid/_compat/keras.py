@@ -1,8 +1,10 @@
 """Private Keras 3 hooks (see the package docstring for the list)."""
 
+import contextlib
 import importlib
 
 import keras
+from keras.src.backend.common import global_state
 from keras.src.backend.common import symbolic_scope
 
 
@@ -33,6 +35,19 @@ def variable_info(initial_value):
 def in_symbolic_scope() -> bool:
     """Whether Keras is computing output specs (a graph never run)."""
     return symbolic_scope.in_symbolic_scope()
+
+
+@contextlib.contextmanager
+def variables_made_now():
+    """Within, Keras variables hold their value as they are made, also
+    inside a stateless scope (Keras' symbolic build of a subclassed
+    model), where Keras would defer it to the scope's end."""
+    scope = global_state.get_global_attribute("stateless_scope")
+    global_state.set_global_attribute("stateless_scope", None)
+    try:
+        yield
+    finally:
+        global_state.set_global_attribute("stateless_scope", scope)
 
 
 def set_variable_storage(variable: keras.Variable, storage) -> None:

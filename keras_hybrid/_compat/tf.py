@@ -56,6 +56,14 @@ def in_shape_query(depth: int = 16) -> bool:
     return False
 
 
+def tape_records() -> bool:
+    """Whether a gradient tape is recording (in a traced step too: the
+    forward pass of a train step runs under its tape)."""
+    from tensorflow.python.eager import record
+
+    return record.could_possibly_record()
+
+
 # -- variables (sparse/sharded_table.py, strategy/global_read_variable.py)
 
 

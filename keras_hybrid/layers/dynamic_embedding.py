@@ -5,8 +5,10 @@ import contextlib
 import keras
 import numpy as np
 import tensorflow as tf
+from absl import logging
 
 from keras_hybrid._compat import keras as keras_compat
+from keras_hybrid._compat import tf as tf_compat
 from keras_hybrid.dynamic import key_exchange
 from keras_hybrid.dynamic import key_hash
 from keras_hybrid.dynamic import optimizer_slots
@@ -42,7 +44,9 @@ class DynamicEmbedding(keras.layers.Layer):
 
     Only training calls (`training=True`, as in `fit`) admit, count and
     evict; `predict` and `evaluate` read the table and give unknown keys
-    the default row. Call the layer once per training step.
+    the default row. A call with no `training` (in a model whose `call`
+    takes none, `fit` passes none) is a training call when a gradient
+    tape records it. Call the layer once per training step.
 
     Under `keras_hybrid.HybridStrategy`, each key has an owner (a hash of
     the key picks a virtual shard, a virtual shard a worker), and each
@@ -156,6 +160,7 @@ class DynamicEmbedding(keras.layers.Layer):
         self._communicator = None
         self._key_rank = None
         self.key_owners = None
+        self._told_training = False
 
     def __call__(self, inputs, *args, **kwargs):
         dynamic_keys.check_keys(inputs)
@@ -180,6 +185,13 @@ class DynamicEmbedding(keras.layers.Layer):
             scope = local_variables.scope()
         rank = None if self._communicator is None else self._communicator.rank
         with (
+            # Made now and out of any graph being traced: a subclassed
+            # model builds its layers in `call`, which Keras traces
+            # symbolically in a stateless scope, where it would make
+            # Keras variables at the scope's end, outside the local scope.
+            # The hash tables and keys as well.
+            tf.init_scope(),
+            keras_compat.variables_made_now(),
             scope,
             table_memory.allocating(
                 self.name,
@@ -274,6 +286,7 @@ class DynamicEmbedding(keras.layers.Layer):
         return state
 
     def call(self, inputs, training=None):
+        training = self._training(training)
         keys = tf.reshape(dynamic_keys.as_keys(inputs, self.key_dtype), [-1])
         if self._hashes_strings():
             keys = key_hash.string_keys(keys)
@@ -290,6 +303,26 @@ class DynamicEmbedding(keras.layers.Layer):
         # The hash tables' lookups lose the static shape; restore it.
         values.set_shape(tf.TensorShape(inputs.shape) + [self.output_dim])
         return values
+
+    def _training(self, training) -> bool:
+        """`training`, or when the caller passed none, whether a gradient
+        tape records this call. Keras' `fit` passes no `training` to a
+        model whose `call` takes none (a subclassed model often), and its
+        layers then get None; the tape says that the rows get gradients,
+        so the call is a training step."""
+        if training is not None:
+            return bool(training)
+        recording = tf_compat.tape_records()
+        if recording and not self._told_training:
+            self._told_training = True
+            logging.info(
+                "keras-hybrid: %s is called with no `training` argument "
+                "under a gradient tape: it admits, counts and evicts keys "
+                "as in training. Pass `training` through the model's "
+                "`call` to decide.",
+                self.name,
+            )
+        return recording
 
     def _local_rows(self, unique, position, uses, training):
         """One process: the rows of each lookup, from this table."""

@@ -559,6 +559,20 @@ class CompatHooksTest(TestCase):
         Probe()(np.zeros((1, 2), "float32"))
         self.assertEqual(flags, [True, False])
 
+    def test_variables_made_now_inside_a_stateless_scope(self):
+        from keras.src.backend.common.stateless_scope import StatelessScope
+
+        from keras_hybrid._compat import keras as keras_compat
+
+        with StatelessScope():
+            deferred = keras.Variable(keras.initializers.Zeros(), shape=(2,))
+            with keras_compat.variables_made_now():
+                made = keras.Variable(keras.initializers.Ones(), shape=(2,))
+            self.assertIsNone(deferred._value)
+            self.assertIsNotNone(made._value)
+        np.testing.assert_array_equal(made.numpy(), [1.0, 1.0])
+        np.testing.assert_array_equal(deferred.numpy(), [0.0, 0.0])
+
     def test_storage_swap_keeps_the_optimizer_key(self):
         from keras_hybrid._compat import keras as keras_compat
         from keras_hybrid._compat import tf as tf_compat
@@ -848,6 +862,22 @@ class TableGradientMarkTest(TestCase):
 class CompatFunctionsTest(TestCase):
     """The `_compat` functions and base classes themselves, as the package
     calls them (the classes above check the TF/Keras members under them)."""
+
+    def test_tape_records_in_a_tape_eagerly_and_traced(self):
+        seen = []
+
+        @tf.function
+        def step():
+            seen.append(tf_compat.tape_records())
+            with tf.GradientTape():
+                seen.append(tf_compat.tape_records())
+            return tf.constant(0)
+
+        step()
+        self.assertFalse(tf_compat.tape_records())
+        with tf.GradientTape():
+            self.assertTrue(tf_compat.tape_records())
+        self.assertEqual(seen, [False, True])
 
     def test_collectives_run_in_a_group_of_one(self):
         kwargs = dict(group_size=1, group_key=_GROUP + 1, timeout=30)

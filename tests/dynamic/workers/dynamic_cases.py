@@ -48,14 +48,34 @@ def make_optimizer(name: str):
     return keras.optimizers.Adam(0.01)
 
 
-def build_model(admit_after: int, key_dtype: str = "int64"):
-    """`(model, layer)`: a DynamicEmbedding, Flatten and Dense(1)."""
-    keys = keras.Input(shape=(SEQ,), dtype=key_dtype)
+def build_model(
+    admit_after: int, key_dtype: str = "int64", subclassed: bool = False
+):
+    """`(model, layer)`: a DynamicEmbedding, Flatten and Dense(1); with
+    `subclassed`, in a `Subclassed` model, which `fit` builds."""
     layer = DynamicEmbedding(
         DIM, capacity=CAPACITY, admit_after=admit_after, name="dyn"
     )
+    if subclassed:
+        return Subclassed(layer), layer
+    keys = keras.Input(shape=(SEQ,), dtype=key_dtype)
     x = keras.layers.Flatten()(layer(keys))
     return keras.Model(keys, keras.layers.Dense(1, name="head")(x)), layer
+
+
+class Subclassed(keras.Model):
+    """The functional model's layers in a subclassed model, built in
+    `call`: Keras' `fit` builds it by tracing `call` symbolically in a
+    stateless scope, where the table is made."""
+
+    def __init__(self, layer, **kwargs):
+        super().__init__(**kwargs)
+        self.dyn = layer
+        self.flatten = keras.layers.Flatten()
+        self.head = keras.layers.Dense(1, name="head")
+
+    def call(self, keys):
+        return self.head(self.flatten(self.dyn(keys)))
 
 
 def key(optimizer: str, admit_after: int) -> str:

@@ -1,11 +1,12 @@
 """Pool scenarios of `DynamicEmbedding` under `HybridStrategy`.
 
 `train` fits every [optimizer, admit_after] config of `dynamic_cases`
-and returns, per config, this rank's live keys and their rows, the head's
-weights before and after, the losses and the (global) predictions. Ranks
-seed differently on purpose: dense weights are broadcast from rank 0 and
-rows drawn from their keys, so every rank and worker count must start
-alike anyway.
+(those with `admit_after` > 1 on a subclassed model, which `fit` builds)
+and returns, per config, this rank's live keys and their rows, the
+head's weights before and after, the losses and the (global)
+predictions. Ranks seed differently on purpose: dense weights are
+broadcast from rank 0 and rows drawn from their keys, so every rank and
+worker count must start alike anyway.
 
 `train_strings` fits string keys (`cases.make_string_data`), and saves
 the model when given a path.
@@ -47,10 +48,16 @@ def train(configs: list, timeout: float = 60) -> dict:
 def train_one(strategy, optimizer, admit_after, keys, targets) -> dict:
     keras.utils.set_random_seed(cases.SEED + 1000 * strategy.rank)
     with strategy.scope():
-        model, layer = cases.build_model(admit_after)
+        model, layer = cases.build_model(
+            admit_after, subclassed=admit_after > 1
+        )
         model.compile(optimizer=cases.make_optimizer(optimizer), loss="mse")
     head = model.get_layer("head")
-    initial_head = head.get_weights()
+    initial_head = []
+    # At `fit`'s start: a subclassed model is built by then.
+    record_head = keras.callbacks.LambdaCallback(
+        on_train_begin=lambda logs: initial_head.extend(head.get_weights())
+    )
     before = strategy.communicator.stats.snapshot()
     history = model.fit(
         keys,
@@ -60,7 +67,7 @@ def train_one(strategy, optimizer, admit_after, keys, targets) -> dict:
         shuffle=False,
         verbose=0,
         # Its epoch logs hold `DynamicTableStats`' figures too.
-        callbacks=[kh.callbacks.CommunicationStats()],
+        callbacks=[record_head, kh.callbacks.CommunicationStats()],
     )
     moved = strategy.communicator.stats.delta(before)
     live_keys, live_rows = layer.live_keys()

@@ -174,7 +174,8 @@ def test_keys_live_on_their_owners(engine, num_workers):
             assert (got["owners"] == rank).all()
             # Each worker's table has its own capacity; slots follow it.
             assert got["table_shape"] == (cases.CAPACITY, cases.DIM)
-            assert all(s == got["table_shape"] for s in got["slot_shapes"])
+            slots = {"sgd": 0, "adam": 2}[optimizer]
+            assert got["slot_shapes"] == [got["table_shape"]] * slots
             assert got["worker_stats"][rank]["rows"] == len(mine)
     if num_workers > 1:
         # The keys are spread: no worker holds them all.
@@ -218,21 +219,23 @@ def test_stats_are_summed_over_workers(engine, num_workers):
         mine = [len(got[r]["keys"]) for r in range(num_workers)]
         for result in got.values():
             history = result["history"]
+            # `dyn_embeddings`, or with the model's name (subclassed).
+            table = result["table_path"].replace("/", "_")
             assert len(history["comm_total_sent_bytes"]) == cases.EPOCHS
             assert result["stats"]["rows"] == total
-            assert sum(history["dyn_embeddings_admissions"]) == total
-            assert history["dyn_embeddings_rows"][-1] == total
+            assert sum(history[f"{table}_admissions"]) == total
+            assert history[f"{table}_rows"][-1] == total
             assert result["stats"]["evictions"] == 0
-            assert sum(history["dyn_embeddings_evictions"]) == 0
+            assert sum(history[f"{table}_evictions"]) == 0
             per_worker = [s["rows"] for s in result["worker_stats"]]
             assert per_worker == mine
             if num_workers == 1:
-                assert "dyn_embeddings_rows_worker0" not in history
+                assert f"{table}_rows_worker0" not in history
                 continue
             for rank in range(num_workers):
-                name = f"dyn_embeddings_admissions_worker{rank}"
+                name = f"{table}_admissions_worker{rank}"
                 assert sum(history[name]) == mine[rank]
-                rows = history[f"dyn_embeddings_rows_worker{rank}"]
+                rows = history[f"{table}_rows_worker{rank}"]
                 assert rows[-1] == mine[rank]
 
 

@@ -89,7 +89,8 @@ def train_one(strategy, optimizer, admit_after, keys, targets) -> dict:
         "slot_shapes": [
             tuple(v.shape)
             for v in model.optimizer.variables
-            if v.path.startswith("dyn_")
+            # `adam/dyn_embeddings_momentum`, or with the model's name.
+            if layer.embeddings.path.replace("/", "_") + "_" in v.path
         ],
         "predict": model.predict(keys, batch_size=cases.BATCH, verbose=0),
         "calls": {

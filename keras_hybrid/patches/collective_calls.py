@@ -11,7 +11,9 @@ Saves are fenced where `chief_writes` routes them, sharded checkpoints
 and `ShardedTable.numpy` where they are defined. `predict` and
 `predict_on_batch` also turn on `global_predictions.gathering()`, and
 `predict_on_batch` passes on only this worker's slice of its batch.
-Each model call first turns off a `jit_compile=True` (`xla_off`).
+Each model call first turns off a `jit_compile=True` (`xla_off`), and
+`fit` refuses callbacks that would save dynamic tables as Keras weights
+files (`checkpoint.weight_callbacks`).
 
 Public methods patched (Keras 3.15): `keras.Model.fit`, `evaluate`,
 `predict`, `predict_on_batch`, `train_on_batch`, `test_on_batch` (set on
@@ -20,9 +22,11 @@ Public methods patched (Keras 3.15): `keras.Model.fit`, `evaluate`,
 """
 
 import functools
+import inspect
 
 import keras
 
+from keras_hybrid.checkpoint import weight_callbacks
 from keras_hybrid.comm import call_fence
 from keras_hybrid.comm.call_fence import CallFence
 from keras_hybrid.patches.patch_set import Patch
@@ -64,11 +68,20 @@ def _fenced_model_call(name: str):
     gathers = name in _GATHERED
 
     def make(original):
+        signature = inspect.signature(original)
+
         @functools.wraps(original)
         def wrapper(self, *args, **kwargs):
             if not _is_multi_worker(self.distribute_strategy):
                 return original(self, *args, **kwargs)
             xla_off.turn_off(self, self.distribute_strategy.size)
+            if name == "fit":
+                bound = signature.bind(self, *args, **kwargs).arguments
+                weight_callbacks.check(
+                    self,
+                    bound.get("callbacks"),
+                    self.distribute_strategy.size,
+                )
             if not gathers:
                 with call_fence.fenced(call):
                     return original(self, *args, **kwargs)

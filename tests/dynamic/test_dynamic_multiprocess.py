@@ -306,6 +306,9 @@ def test_refusals_on_two_workers(engine):
         assert (
             "`embeddings_constraint` is not supported" in (result["constraint"])
         )
+        for name in ("BackupAndRestore", "save_weights_only"):
+            assert "ShardedCheckpoint" in result[name], result
+            assert result[name].endswith("(after 0 steps)"), result
 
 
 STRING_CONFIGS = [("sgd", 1), ("adam", 3)]

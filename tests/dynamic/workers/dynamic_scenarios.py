@@ -180,7 +180,8 @@ def masked_strings(timeout: float = 60) -> dict:
 
 
 def refusals(timeout: float = 60) -> dict:
-    """`{case: error message}` of what several workers refuse."""
+    """`{case: error message}` of what several workers refuse, `fit`'s
+    callbacks that save Keras weights files too."""
     out = {}
     with kh.HybridStrategy(timeout_seconds=timeout) as strategy:
         with strategy.scope():
@@ -211,6 +212,25 @@ def refusals(timeout: float = 60) -> dict:
                 )
             except NotImplementedError as error:
                 out["global_clipnorm"] = str(error)
+            model, _ = cases.build_model(1)
+            model.compile(optimizer="sgd", loss="mse")
+        keys, targets = cases.make_data()
+        for name, callback in (
+            ("BackupAndRestore", keras.callbacks.BackupAndRestore("/nowhere")),
+            (
+                "save_weights_only",
+                keras.callbacks.ModelCheckpoint(
+                    "/nowhere/w.weights.h5", save_weights_only=True
+                ),
+            ),
+        ):
+            before = model.optimizer.iterations.numpy()
+            try:
+                model.fit(keys, targets, callbacks=[callback], verbose=0)
+            except NotImplementedError as error:
+                # Refused before the first step.
+                trained = model.optimizer.iterations.numpy() - before
+                out[name] = f"{error} (after {trained} steps)"
     return out
 
 

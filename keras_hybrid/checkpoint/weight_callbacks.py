@@ -15,12 +15,14 @@ from keras_hybrid.dynamic.dynamic_table import tables_of
 
 
 def check(model: keras.Model, callbacks, workers: int) -> None:
-    """Raises if `callbacks` (a list, or None) would save `model`'s
-    dynamic tables as Keras weights on `workers` workers.
+    """Raises if `callbacks` (a list, a `keras.callbacks.CallbackList` or
+    None) would save `model`'s dynamic tables as Keras weights on
+    `workers` workers.
 
     Raises:
         NotImplementedError: Naming the callback and what to use instead.
     """
+    callbacks = getattr(callbacks, "callbacks", callbacks)
     if workers < 2 or not callbacks:
         return
     tables = tables_of(model.weights)

@@ -80,10 +80,7 @@ def check_optimizer(optimizer, tables: list[str], workers: int) -> None:
         NotImplementedError: On several workers, for `clipnorm`,
             `global_clipnorm` or `gradient_accumulation_steps`.
     """
-    # `LossScaleOptimizer` and `HybridOptimizer` wrap the one that
-    # updates the rows.
-    while hasattr(optimizer, "inner_optimizer"):
-        optimizer = optimizer.inner_optimizer
+    optimizer = _wrapped(optimizer)
     name = type(optimizer).__name__
     if name in NOT_ROW_WISE:
         raise ValueError(
@@ -161,7 +158,14 @@ def _optimizers_of(table: keras.Variable) -> list:
             v is table for v in keras_compat.last_trainable_variables(o)
         ):
             continue
-        while hasattr(o, "inner_optimizer"):
-            o = o.inner_optimizer
+        o = _wrapped(o)
         found[id(o)] = o
     return list(found.values())
+
+
+def _wrapped(optimizer):
+    """The optimizer that updates the rows: the one `optimizer` wraps, if
+    it is a `LossScaleOptimizer` or a `HybridOptimizer`."""
+    while hasattr(optimizer, "inner_optimizer"):
+        optimizer = optimizer.inner_optimizer
+    return optimizer

@@ -217,7 +217,7 @@ class HybridStrategy(tf.distribute.Strategy):
         if membership is None:
             self._agree_on_random_seed()
         else:
-            joining.share_seed(membership)
+            joining.share_seed()
         self._closed = False
         self._in_use = False
         self._close_at_exit = None
@@ -389,20 +389,19 @@ class HybridStrategy(tf.distribute.Strategy):
         return predictions
 
     def _agree_on_random_seed(self) -> None:
-        """Gives every worker rank 0's TF global seed (a random one if unset).
+        """Gives every worker rank 0's TF global seed
+        (`host_random.global_seed`: TensorFlow's default if unset).
 
         Keras shuffles `fit` data with TF random ops; workers must draw the
-        same permutation, or slices of a global batch would overlap. Rank
+        same permutation, or slices of a global batch would overlap. A
+        dataset shuffled with its own seed orders as in one process. Rank
         0's Python and NumPy random states go with it (`host_random`:
         Keras shuffles a `PyDataset` with Python's `random`).
         """
         if self.size == 1:
             return
-        seed, _ = tf.compat.v1.random.get_seed(None)
-        if seed is None:
-            seed = np.random.SeedSequence().generate_state(1)[0] % (2**31)
         seed = self.communicator.broadcast(
-            tf.constant([seed], tf.int64), root=0
+            tf.constant([host_random.global_seed()], tf.int64), root=0
         )
         seed = int(seed.numpy()[0])
         tf.random.set_seed(seed)

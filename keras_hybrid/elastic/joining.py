@@ -8,6 +8,7 @@ from absl import logging
 
 from keras_hybrid.contract.elastic_board import DIR_ENV
 from keras_hybrid.elastic.membership import ElasticMembership
+from keras_hybrid.strategy import host_random
 from keras_hybrid.strategy.cluster import ClusterInfo
 
 
@@ -47,10 +48,9 @@ def membership_for(engine: str, info: ClusterInfo):
     return membership
 
 
-def share_seed(membership: ElasticMembership) -> None:
+def share_seed() -> None:
     """Gives every worker the same TF global seed without a collective
-    (a joiner is in no group yet): the user's seed if the script set one,
-    else the launcher's."""
-    seed, _ = tf.compat.v1.random.get_seed(None)
-    if seed is None:
-        tf.random.set_seed(membership.seed)
+    (a joiner is in no group yet): the script's if it set one, else
+    TensorFlow's default for seeded ops (`host_random.global_seed`), the
+    same in every process."""
+    tf.random.set_seed(host_random.global_seed())

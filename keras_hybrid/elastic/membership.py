@@ -33,7 +33,6 @@ from keras_hybrid.contract.elastic_board import MAX_NP_ENV
 from keras_hybrid.contract.elastic_board import MEMBERS_ENV
 from keras_hybrid.contract.elastic_board import MIN_NP_ENV
 from keras_hybrid.contract.elastic_board import PAIR_GROUP_KEY_BASE
-from keras_hybrid.contract.elastic_board import SEED_ENV
 from keras_hybrid.contract.elastic_board import STATE_GROUP_KEY_BASE
 from keras_hybrid.contract.plan_channel import FileChannel
 from keras_hybrid.contract.plan_channel import channel_from_env
@@ -49,7 +48,6 @@ class ElasticMembership:
             indices); `None` for a joiner, which waits for a plan naming it.
         min_np: Int. Fewest workers the job runs with.
         max_np: Int. Most workers (tasks in the cluster).
-        seed: Int. TF global seed shared by every worker of the job.
         commit_interval: Int. Global steps between two in-memory commits
             (`ElasticCommit`). Defaults to `DEFAULT_COMMIT_INTERVAL`.
         commit_files: Optional. Where commits of partitioned tables go
@@ -68,7 +66,6 @@ class ElasticMembership:
         members: list[int] | None,
         min_np: int,
         max_np: int,
-        seed: int,
         commit_interval: int = DEFAULT_COMMIT_INTERVAL,
         commit_files=None,
         buddy_copies: int = 1,
@@ -83,7 +80,6 @@ class ElasticMembership:
         self.channel = FileChannel(directory)
         self.min_np = min_np
         self.max_np = max_np
-        self.seed = seed
         self.generation = 0
         self.global_step = 0  # train steps of the job so far
         # A re-address plan's generation, agreed at this step's end.
@@ -127,7 +123,6 @@ class ElasticMembership:
             None if not members else [int(t) for t in members.split(",")],
             int(os.environ[MIN_NP_ENV]),
             int(os.environ[MAX_NP_ENV]),
-            int(os.environ.get(SEED_ENV, "0")),
             int(os.environ.get(COMMIT_INTERVAL_ENV, DEFAULT_COMMIT_INTERVAL)),
             commit_files_from_env(),
             int(os.environ.get(BUDDY_COPIES_ENV, "1")),

@@ -141,6 +141,11 @@ def _clean_up(keras, baseline: _Baseline) -> str | None:
 
     left_open = registry.open_count() > 0 or cluster.watchdog() is not None
     keras.backend.clear_session()
+    # A new process has no TF global seed; a strategy or the scenario may
+    # have set one.
+    import tensorflow as tf
+
+    tf.random.set_seed(None)
     keras.config.set_dtype_policy(baseline.policy)
     if baseline.interactive:
         keras.config.enable_interactive_logging()

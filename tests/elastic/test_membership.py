@@ -11,9 +11,7 @@ from keras_hybrid.testing import TestCase
 
 
 def _membership(task, members, max_np=8):
-    return ElasticMembership(
-        task, tempfile.gettempdir(), members, 2, max_np, seed=0
-    )
+    return ElasticMembership(task, tempfile.gettempdir(), members, 2, max_np)
 
 
 class PairGroupKeyTest(TestCase):

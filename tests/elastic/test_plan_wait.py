@@ -41,7 +41,7 @@ class PlanWaitTest(TestCase):
 
     def test_the_launcher_passes_its_elastic_timeout_on(self):
         settings = ElasticSettings(
-            "/tmp/plans", 2, 3, "1", 10, {}, None, None,
+            "/tmp/plans", 2, 3, 10, {}, None, None,
             discovery_wait_seconds=42.5,
         )  # fmt: skip
         envs, _ = task_envs({0: "localhost"}, settings, [1, 2, 3])

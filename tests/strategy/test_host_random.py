@@ -7,7 +7,9 @@ state, each worker shuffled its batches in another order.
 import random
 
 import numpy as np
+import tensorflow as tf
 
+from keras_hybrid.elastic import joining
 from keras_hybrid.strategy import host_random
 from keras_hybrid.testing import TestCase
 
@@ -71,3 +73,29 @@ class HostRandomTest(TestCase):
         expected = list(range(32))
         random.shuffle(expected)
         self.assertEqual(order, expected)
+
+
+class GlobalSeedTest(TestCase):
+    def setUp(self) -> None:
+        super().setUp()
+        tf.random.set_seed(None)
+        self.addCleanup(tf.random.set_seed, None)
+
+    def _order(self):
+        data = tf.data.Dataset.range(16).shuffle(16, seed=1)
+        return list(data.as_numpy_iterator())
+
+    def test_unset_is_the_seed_of_ops_that_name_their_own(self):
+        alone = self._order()
+        tf.random.set_seed(host_random.global_seed())
+        self.assertEqual(self._order(), alone)
+
+    def test_a_script_seed_is_kept(self):
+        tf.random.set_seed(1234)
+        self.assertEqual(host_random.global_seed(), 1234)
+
+    def test_an_elastic_worker_takes_it_without_a_collective(self):
+        alone = self._order()
+        joining.share_seed()
+        self.assertIsNotNone(tf.compat.v1.random.get_seed(None)[0])
+        self.assertEqual(self._order(), alone)

@@ -203,6 +203,20 @@ def test_random_layers_draw_another_stream_on_each_worker(engine):
     assert (out[:4, 6:] != out[8:12, 6:]).all()
 
 
+def test_a_dataset_seeded_by_the_script_shuffles_as_in_one_process():
+    # The strategy used to draw a random global seed when the script set
+    # none, so `shuffle(n, seed=1)` ordered differently on every run and
+    # from one process. Unseeded draws must still agree across ranks.
+    run = run_scenario(SCENARIOS, "seeded_shuffles", 2).check()
+    for result in run.results.values():
+        assert result["fresh"]  # the pool's process had no global seed
+        assert result["alone"][0] != result["alone"][1]  # reshuffled
+        assert result["under"] == result["alone"]
+    np.testing.assert_array_equal(
+        run.results[0]["unseeded"], run.results[1]["unseeded"]
+    )
+
+
 @by_engine
 def test_batchnorm_statistics_are_the_mean_of_the_workers(engine):
     # Unsynchronized BatchNormalization updates its moving statistics from

@@ -34,7 +34,6 @@ with joiners; else it stops the job.
 import dataclasses
 import functools
 import logging
-import secrets
 import signal
 import tempfile
 import time
@@ -166,7 +165,6 @@ class ElasticDriver(LostWorkers):
             self.directory,
             min_np,
             max_np,
-            str(secrets.randbelow(2**31)),
             int(commit_interval),
             {},
             threads,

@@ -20,7 +20,6 @@ class ElasticSettings:
         directory: String. The plan files' directory (`DIR_ENV`).
         min_np: Int. Fewest workers.
         max_np: Int. Most workers (tasks in the cluster).
-        seed: String. The job's TF seed.
         commit_interval: Int. Global steps between two commits.
         commit_env: Dict. The variables naming the commit store to this
             host's tasks (`job_setup.JobSetup.commit_env`); empty for
@@ -50,7 +49,6 @@ class ElasticSettings:
     directory: str
     min_np: int
     max_np: int
-    seed: str
     commit_interval: int
     commit_env: dict
     threads: int | None
@@ -78,7 +76,6 @@ def task_envs(
         elastic_board.DIR_ENV: settings.directory,
         elastic_board.MIN_NP_ENV: str(settings.min_np),
         elastic_board.MAX_NP_ENV: str(settings.max_np),
-        elastic_board.SEED_ENV: settings.seed,
         elastic_board.COMMIT_INTERVAL_ENV: str(int(settings.commit_interval)),
         elastic_board.DISCOVERY_WAIT_ENV: str(
             float(settings.discovery_wait_seconds)

@@ -54,6 +54,31 @@ def on_workers(case: str, indexed_slices: str | None = None) -> dict:
         return run_case(case, strategy)
 
 
+def seeded_shuffles() -> dict:
+    """Orders of a dataset shuffled with its own seed (two epochs) under a
+    2-worker strategy of a script that set no global seed, and with no
+    global seed, as in one process (after the strategy: a process must
+    not run TF ops before its first strategy); and an unseeded draw under
+    the strategy."""
+    fresh = tf.compat.v1.random.get_seed(None)[0] is None
+
+    def orders():
+        data = tf.data.Dataset.range(32).shuffle(32, seed=1)
+        return [list(data.as_numpy_iterator()) for _ in range(2)]
+
+    with kh.HybridStrategy(timeout_seconds=60):
+        under = orders()
+        unseeded = tf.random.uniform([4]).numpy()
+    tf.random.set_seed(None)
+    alone = orders()
+    return {
+        "fresh": fresh,
+        "alone": alone,
+        "under": under,
+        "unseeded": unseeded,
+    }
+
+
 def run_case(case, strategy, callbacks=()):
     scope = strategy.scope() if strategy else contextlib.nullcontext()
     rank = strategy.rank if strategy else 0

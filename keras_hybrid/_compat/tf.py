@@ -215,6 +215,15 @@ def run_independently(op) -> bool:
 # -- cluster (strategy/cluster.py, comm/peer_watchdog.py)
 
 
+def eager_context_started() -> bool:
+    """Whether this process's eager context has started (an op, tensor,
+    variable or dataset was made): collectives can then no longer be
+    enabled in it."""
+    from tensorflow.python.eager import context
+
+    return bool(context.context()._initialized)
+
+
 def enable_collectives(
     cluster_spec: tf.train.ClusterSpec,
     job: str,

@@ -185,6 +185,17 @@ def start_server(info: ClusterInfo) -> None:
             "Create every HybridStrategy of a process from the same "
             "cluster, or start a new process."
         )
+    if tf_compat.eager_context_started():
+        raise RuntimeError(
+            "A multi-worker HybridStrategy must be created before this "
+            "process runs any TensorFlow op: TensorFlow enables collectives "
+            "only in an eager context that has not started, and this "
+            f"worker (rank {info.rank} of {info.size}) has already made a "
+            "tensor, variable, dataset or lookup table (for example "
+            "`tf.data`, `layer.adapt` or `tf.constant`). Create "
+            "`keras_hybrid.HybridStrategy()` first, at the top of `main`, "
+            "then load the data and build the model."
+        )
     tf_compat.enable_collectives(
         info.cluster_spec, _JOB, info.rank, info.rpc_layer, info.leader
     )

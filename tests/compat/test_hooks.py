@@ -209,6 +209,11 @@ class ClusterContextTest(TestCase):
     def test_unavailable_is_the_public_error_code(self):
         self.assertEqual(errors.UNAVAILABLE, tf.errors.UNAVAILABLE)
 
+    def test_context_tells_it_has_started(self):
+        tf.constant(1.0)  # starts it, if nothing had
+        self.assertTrue(context.context()._initialized)
+        self.assertTrue(tf_compat.eager_context_started())
+
     def test_reset_context_exists(self):
         self.assertTrue(callable(context._reset_context))
         self.assertEqual(_params(context._reset_context), set())

@@ -10,6 +10,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_hybrid import HybridStrategy
+from keras_hybrid.strategy import cluster
 from keras_hybrid.strategy import quiet_ranks
 from keras_hybrid.testing import OneProcessTestCase
 from keras_hybrid.testing import TestCase
@@ -79,6 +80,20 @@ class HybridStrategyArgsTest(OneProcessTestCase):
         resolver = _Resolver(spec, task_type="worker", task_id=3)
         with self.assertRaisesRegex(ValueError, r"task index must be in"):
             HybridStrategy(cluster_resolver=resolver)
+
+    def test_a_worker_that_ran_tensorflow_first_is_told_to_create_it_first(
+        self,
+    ):
+        # TensorFlow only said "Collective ops must be configured at
+        # program startup" for a script that loads its data first.
+        tf.constant(1.0)  # this process's eager context has started
+        spec = tf.train.ClusterSpec({"worker": ["127.0.0.1:1", "127.0.0.1:2"]})
+        resolver = _Resolver(spec, task_type="worker", task_id=1)
+        with mock.patch.object(cluster, "_joined", None):
+            with self.assertRaisesRegex(
+                RuntimeError, r"before this process runs any TensorFlow op"
+            ):
+                HybridStrategy(cluster_resolver=resolver)
 
 
 class SingleProcessTest(TestCase):

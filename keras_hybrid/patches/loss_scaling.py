@@ -41,11 +41,20 @@ Keras' own `scale_loss_for_distribution` (its `1/N`) and
 share, so a global batch that does not split evenly trains and logs as
 on one process.
 
+A scaled loss (what `scale_loss_for_distribution` returns, and
+`Model.compute_loss`'s total in a step) is marked
+(`strategy.batch_share.mark_scaled`), and a mean metric
+(`keras.metrics.Mean.update_state`) given that very tensor unscales it
+first, as Keras' loss tracker does: a step written as Keras' guide writes
+it (`loss = self.compute_loss(...)`, then `metric.update_state(loss)`)
+logs one process's loss, not `1/N` of it.
+
 Private hooks touched: Keras' `Trainer._compute_loss`,
 `scale_loss_for_distribution` and `unscale_loss_for_distribution`
 (`_compat.keras` patch sites). Public ones:
-`tf.GradientTape.__enter__`, `__exit__` and `gradient`, and
-`tf.nn.compute_average_loss`.
+`tf.GradientTape.__enter__`, `__exit__` and `gradient`,
+`tf.nn.compute_average_loss`, `keras.Model.compute_loss` and
+`keras.metrics.Mean.update_state`.
 """
 
 import functools
@@ -65,6 +74,7 @@ from keras_hybrid.strategy import hybrid_extended
 
 _COMPUTE = "Trainer._compute_loss"
 _SCALE = "scale_loss_for_distribution"
+_UNSCALE = "unscale_loss_for_distribution"
 _local = threading.local()
 _told: set = set()
 # Per gradient tape: [how many losses were scaled while it recorded].
@@ -102,9 +112,46 @@ def _by_share(scale, inverse: bool = False):
             # A worker with no rows this step has share 0: its (zero) loss
             # stays 0 for the tracker, which weighs it by its 0 rows.
             return tf.math.divide_no_nan(value, factor)
-        return value * factor
+        return batch_share.mark_scaled(value * factor)
 
     return scaled
+
+
+def _marked_total_of(compute_loss):
+    """`Model.compute_loss`, whose total (each loss scaled for
+    distribution, then added) is marked as a scaled loss inside a step of
+    a multi-worker strategy."""
+
+    @functools.wraps(compute_loss)
+    def marked(self, *args, **kwargs):
+        loss = compute_loss(self, *args, **kwargs)
+        if loss is not None and _in_multi_worker_step():
+            batch_share.mark_scaled(loss)
+        return loss
+
+    return marked
+
+
+def _unscaling_update_of(update_state):
+    """`keras.metrics.Mean.update_state` (every mean metric), which takes a
+    scaled loss back to the worker's own loss, as Keras' loss tracker
+    does: a `train_step` written as Keras' guide writes it
+    (`loss = self.compute_loss(...)`, then `metric.update_state(loss)`)
+    logs what the built-in step logs, not `1/N` of it."""
+
+    @functools.wraps(update_state)
+    def update(self, values, *args, **kwargs):
+        if batch_share.is_scaled(values):
+            values = keras_compat.current(_UNSCALE)(values)
+        return update_state(self, values, *args, **kwargs)
+
+    return update
+
+
+def _in_multi_worker_step() -> bool:
+    context = tf.distribute.get_replica_context()
+    strategy = getattr(context, "strategy", None)
+    return hybrid_extended.is_hybrid(strategy) and strategy.size > 1
 
 
 def _checked(compute):
@@ -255,10 +302,12 @@ PATCHES = PatchSet(
         Patch(PRIVATE_KERAS, _SCALE, _by_share),
         Patch(
             PRIVATE_KERAS,
-            "unscale_loss_for_distribution",
+            _UNSCALE,
             lambda unscale: _by_share(unscale, inverse=True),
         ),
         Patch(PRIVATE_KERAS, _COMPUTE, _checked),
+        Patch(keras.Model, "compute_loss", _marked_total_of),
+        Patch(keras.metrics.Mean, "update_state", _unscaling_update_of),
         Patch(tf.GradientTape, "__enter__", _enter_of),
         Patch(tf.GradientTape, "__exit__", _exit_of),
         Patch(tf.GradientTape, "gradient", _gradient_of),

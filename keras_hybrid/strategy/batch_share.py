@@ -20,10 +20,27 @@ for the share and only then (a step without a loss makes none).
 
 import contextlib
 import threading
+import weakref
 
 import tensorflow as tf
 
 _local = threading.local()
+# Losses scaled by this worker's share, as Keras scales a loss for
+# distribution (by `id`; a tensor leaves when it is collected).
+_scaled: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
+
+
+def mark_scaled(loss: tf.Tensor) -> tf.Tensor:
+    """Records `loss` as a loss scaled by this worker's share (what Keras'
+    `scale_loss_for_distribution` returns, or `compute_loss`'s total);
+    returns it."""
+    _scaled[id(loss)] = loss
+    return loss
+
+
+def is_scaled(value) -> bool:
+    """Whether `value` is a loss recorded by `mark_scaled`."""
+    return _scaled.get(id(value)) is value
 
 
 def rows_of(structure) -> tf.Tensor | None:

@@ -70,8 +70,11 @@ def global_logs(model, logs, reduced):
     # A step may report only some of its metrics (keras-rs' multi-task
     # example leaves its top-k metric out of training): those it reports
     # become global; a name that is not a metric's stays as the step
-    # computed it.
+    # computed it. A step written as Keras' guide writes it returns
+    # `{m.name: m.result()}`, which nests the compiled metrics' dict.
     return {
-        **logs,
-        **{name: v for name, v in values.items() if name in logs},
+        name: {k: values.get(k, w) for k, w in v.items()}
+        if isinstance(v, dict)
+        else values.get(name, v)
+        for name, v in logs.items()
     }

@@ -59,7 +59,8 @@ def _float64():
 
 
 @functools.cache
-def one_process(case: str) -> list:
+def one_process(case: str) -> tuple[list, dict]:
+    """The final weights and logs of `case` in this process."""
     keras.backend.clear_session()
     with _float64():
         return train_steps.train(train_steps.build(case), case)
@@ -74,7 +75,7 @@ def untrained(case: str) -> list:
 @pytest.mark.parametrize("num_workers", [2, 4])
 @pytest.mark.parametrize("case", train_steps.CASES)
 def test_equals_one_process(case, num_workers):
-    want = one_process(case)
+    want, _ = one_process(case)
     moved = max(
         float(np.abs(a - b).max())
         for a, b in zip(want, untrained(case), strict=True)
@@ -90,6 +91,19 @@ def test_equals_one_process(case, num_workers):
                 rtol=0,
                 err_msg=f"{case}: {num_workers} workers, rank {rank}, "
                 f"weight {i}",
+            )
+
+
+@pytest.mark.parametrize("num_workers", [2, 4])
+def test_the_guide_step_logs_what_one_process_logs(num_workers):
+    # Its loss tracker got the loss Keras scaled for distribution: on N
+    # workers it logged 1/N of one process's loss.
+    _, want = one_process("guide")
+    for rank, result in launch(num_workers).items():
+        got = result["logs"]["guide"]
+        for name in ("loss", "mae"):
+            np.testing.assert_allclose(
+                got[name], want[name], rtol=1e-6, err_msg=f"{name} {rank}"
             )
 
 

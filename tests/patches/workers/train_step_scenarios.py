@@ -14,7 +14,8 @@ import train_steps  # noqa: E402
 
 
 def train() -> dict:
-    """Case -> this rank's final weights, and `kinds`: path -> kind."""
+    """Case -> this rank's final weights, `logs`: case -> its logs, and
+    `kinds`: path -> kind."""
     floatx = keras.config.floatx()
     keras.config.set_floatx("float64")
     # The pool sets its baseline policy explicitly after each scenario,
@@ -22,14 +23,16 @@ def train() -> dict:
     # fresh process's `set_floatx` alone does.
     keras.config.set_dtype_policy("float64")
     try:
-        results = {}
+        results = {"logs": {}}
         with kh.HybridStrategy(
             variable_kinds={".*table/embeddings": "sparse"}
         ) as strategy:
             for case in train_steps.CASES:
                 with strategy.scope():
                     model = train_steps.build(case)
-                results[case] = train_steps.train(model, case)
+                results[case], results["logs"][case] = train_steps.train(
+                    model, case
+                )
             results["kinds"] = {p.path: p.kind for p in strategy.plan.variables}
         return results
     finally:

@@ -11,7 +11,15 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
-CASES = ("vae", "gan", "gan_keras_losses", "mirrored", "summed", "table")
+CASES = (
+    "vae",
+    "gan",
+    "gan_keras_losses",
+    "mirrored",
+    "summed",
+    "table",
+    "guide",
+)
 BATCH = 16
 STEPS = 6
 FEATURES = 6
@@ -29,6 +37,8 @@ def data(case: str):
     if case == "summed":
         x = rng.normal(size=(n, FEATURES))
         return x, rng.integers(0, 5, size=(n,)).astype("int32")
+    if case == "guide":
+        return rng.normal(size=(n, FEATURES)), rng.normal(size=(n, 1))
     x = rng.normal(size=(n, FEATURES))
     noise = rng.normal(size=(n, LATENT))
     return (x, noise), np.zeros((n, 1))
@@ -189,6 +199,35 @@ class TableStep(keras.Model):
         return {"loss": loss}
 
 
+class Guide(keras.Model):
+    """Keras' guide "Customizing what happens in fit()": the compiled loss
+    from `compute_loss`, then every metric updated, the loss tracker with
+    that loss (scaled for distribution under a strategy)."""
+
+    def __init__(self):
+        super().__init__()
+        self.dense = keras.layers.Dense(1, name="dense")
+
+    def call(self, x):
+        return self.dense(x)
+
+    def train_step(self, data):
+        x, y = data
+        with tf.GradientTape() as tape:
+            y_pred = self(x, training=True)
+            loss = self.compute_loss(y=y, y_pred=y_pred)
+        grads = tape.gradient(loss, self.trainable_variables)
+        self.optimizer.apply_gradients(
+            zip(grads, self.trainable_variables, strict=True)
+        )
+        for metric in self.metrics:
+            if metric.name == "loss":
+                metric.update_state(loss)
+            else:
+                metric.update_state(y, y_pred)
+        return {m.name: m.result() for m in self.metrics}
+
+
 def build(case: str) -> keras.Model:
     """The compiled model of `case`, built, with fixed initial weights."""
     keras.utils.set_random_seed(11)
@@ -202,6 +241,8 @@ def build(case: str) -> keras.Model:
         model = Summed()
     elif case == "table":
         model = TableStep()
+    elif case == "guide":
+        model = Guide()
     else:
         raise ValueError(f"Unknown case {case!r}; one of {CASES}.")
     x, _ = data(case)
@@ -212,14 +253,20 @@ def build(case: str) -> keras.Model:
             d_optimizer=keras.optimizers.SGD(0.1),
             g_optimizer=keras.optimizers.SGD(0.1),
         )
+    elif case == "guide":
+        model.compile(
+            optimizer=keras.optimizers.SGD(0.1), loss="mse", metrics=["mae"]
+        )
     else:
         model.compile(optimizer=keras.optimizers.SGD(0.1))
     return model
 
 
-def train(model, case: str) -> list:
+def train(model, case: str) -> tuple[list, dict]:
     """Trains `model` on the STEPS global batches of `case`, in order;
-    returns its weights."""
+    returns its weights and its logs (`History.history`)."""
     x, y = data(case)
-    model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
-    return model.get_weights()
+    history = model.fit(
+        x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0
+    )
+    return model.get_weights(), history.history

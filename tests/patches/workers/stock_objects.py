@@ -74,6 +74,9 @@ def stock_objects() -> dict:
         objects[f"Model.{name}"] = keras.Model.__dict__.get(name)
     # `dynamic_compile`: inherited from Keras' `Trainer`.
     objects["Model.compile"] = keras.Model.__dict__.get("compile")
+    # `loss_scaling`: inherited from `Trainer`, and `Mean`'s own.
+    objects["Model.compute_loss"] = keras.Model.__dict__.get("compute_loss")
+    objects["Mean.update_state"] = vars(keras.metrics.Mean)["update_state"]
     return objects
 
 

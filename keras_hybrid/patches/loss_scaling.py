@@ -125,7 +125,7 @@ def _marked_total_of(compute_loss):
     @functools.wraps(compute_loss)
     def marked(self, *args, **kwargs):
         loss = compute_loss(self, *args, **kwargs)
-        if loss is not None and _in_multi_worker_step():
+        if loss is not None and _multi_worker_strategy() is not None:
             batch_share.mark_scaled(loss)
         return loss
 
@@ -148,10 +148,14 @@ def _unscaling_update_of(update_state):
     return update
 
 
-def _in_multi_worker_step() -> bool:
+def _multi_worker_strategy():
+    """The `HybridStrategy` of the step running now if it has several
+    workers, else None."""
     context = tf.distribute.get_replica_context()
     strategy = getattr(context, "strategy", None)
-    return hybrid_extended.is_hybrid(strategy) and strategy.size > 1
+    if hybrid_extended.is_hybrid(strategy) and strategy.size > 1:
+        return strategy
+    return None
 
 
 def _checked(compute):
@@ -228,14 +232,12 @@ def _averaged_over(tape, target, sources):
     gradients of variables are summed over workers; gradients of tensors
     (a gradient penalty, the strategy's own row-wise regularizers) stay
     as they are."""
-    context = tf.distribute.get_replica_context()
-    strategy = getattr(context, "strategy", None)
+    strategy = _multi_worker_strategy()
     frame = _scalings.get(tape)
     if (
         frame is None
         or frame[0]
-        or not hybrid_extended.is_hybrid(strategy)
-        or strategy.size < 2
+        or strategy is None
         or not all(_is_variable(s) for s in tf.nest.flatten(sources))
     ):
         return None

@@ -23,6 +23,12 @@ hold an exclusive lock on `KERAS_HYBRID_NETNS_LOCK` (default
 `/tmp/keras-hybrid-netns.lock`) per file, so a benchmark run elsewhere on
 the machine under `flock` on the same file does not share their subnets
 either.
+
+Each pytest process (controller and xdist workers) makes its own
+temporary folder and points `TMPDIR` (and `tempfile`) at it before any
+test runs, so the folders tests make with `tempfile` and the files their
+workers write land there. It is removed when the session passes; when a
+test failed it is kept and its path printed, with the workers' outputs.
 """
 
 import collections
@@ -30,6 +36,8 @@ import fcntl
 import json
 import os
 import resource
+import shutil
+import tempfile
 import time
 
 import pytest
@@ -162,9 +170,39 @@ def pytest_runtest_protocol(item, nextitem):
     )
 
 
+_SESSION_TMP = "KERAS_HYBRID_SESSION_TMP"
+_previous_tmpdir: list = []
+
+
+def pytest_configure(config):
+    del config
+    folder = tempfile.mkdtemp(prefix="keras_hybrid_tests_")
+    _previous_tmpdir.append(os.environ.get("TMPDIR"))
+    os.environ[_SESSION_TMP] = folder
+    os.environ["TMPDIR"] = folder
+    tempfile.tempdir = folder
+
+
+def _remove_session_tmp(failed: bool) -> None:
+    folder = os.environ.pop(_SESSION_TMP, None)
+    tempfile.tempdir = None
+    previous = _previous_tmpdir.pop() if _previous_tmpdir else None
+    if previous is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = previous
+    if folder is None:
+        return
+    if failed:
+        print(f"\nThe tests' temporary files are kept in {folder}")
+    else:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def pytest_sessionfinish(session, exitstatus):
-    del session, exitstatus
+    del session
     pool.close_pools()
+    _remove_session_tmp(failed=exitstatus != 0)
     path = os.environ.get(PROFILE_ENV)
     if path and _profile:
         worker = os.environ.get("PYTEST_XDIST_WORKER")

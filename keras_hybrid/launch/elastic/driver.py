@@ -34,6 +34,7 @@ with joiners; else it stops the job.
 import dataclasses
 import functools
 import logging
+import shutil
 import signal
 import tempfile
 import time
@@ -278,6 +279,9 @@ class ElasticDriver(LostWorkers):
             if self.commit_server is not None:
                 self.commit_server.close()
             remove_commit_dir(self.commit_dir)
+            # The plan and recovery files are the job's own: no run reads
+            # another's.
+            shutil.rmtree(self.directory, ignore_errors=True)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
 

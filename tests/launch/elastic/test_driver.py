@@ -144,7 +144,7 @@ plan = wait("recover-1.json")
 old = json.loads(os.environ["TF_CONFIG"])["cluster"]["worker"]
 interval = os.environ["KERAS_HYBRID_ELASTIC_COMMIT_INTERVAL"]
 print(json.dumps({"task": task, "plan": plan, "old": old,
-                  "interval": interval}))
+                  "interval": interval, "dir": d}))
 if task == 0:
     with open(os.path.join(d, "recovered-1.json"), "w") as f:
         f.write("{}")
@@ -153,6 +153,8 @@ if task == 0:
 
 
 def test_a_lost_member_gets_a_recovery_plan_on_new_ports(tmp_path):
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
     proc = subprocess.run(
         [*CLI, "--min-np", "2", "--max-np", "3", "--commit-interval", "7"]
         + ["--discovery-interval", "0.1", "--grace_seconds", "1"]
@@ -161,8 +163,13 @@ def test_a_lost_member_gets_a_recovery_plan_on_new_ports(tmp_path):
         capture_output=True,
         text=True,
         timeout=60,
+        env={**os.environ, "TMPDIR": str(scratch)},
     )
     assert proc.returncode == 0, proc.stderr
+    # The job's plan folder (under TMPDIR) held the plans read below, and
+    # the launcher removed it when the job ended.
+    assert "keras_hybrid_elastic_" in proc.stdout
+    assert os.listdir(scratch) == []
     assert "rank 2 (task 2) exited with code -9" in proc.stderr
     lines = [line.partition("] ")[2] for line in proc.stdout.splitlines()]
     seen = [json.loads(line) for line in lines if line.startswith("{")]

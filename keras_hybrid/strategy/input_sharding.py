@@ -30,20 +30,24 @@ def shard_dataset(
         return dataset
     if policy == _FILE:
         return tf_compat.shard_files(dataset, rank, size)
+    # `map` passes a tuple element's parts as arguments: the slice of a
+    # tuple is returned whole (a one-tuple stays one), anything else as
+    # its one part.
+    whole = isinstance(dataset.element_spec, tuple)
     return dataset.map(
-        lambda *batch: _slice_batch(batch, rank, size),
+        lambda *batch: _slice_batch(batch, rank, size, whole),
         num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=True,
     )
 
 
-def _slice_batch(batch: tuple, rank: int, size: int):
+def _slice_batch(batch: tuple, rank: int, size: int, whole: bool):
     flat = tf.nest.flatten(batch)
     rows = tf.shape(flat[0], out_type=tf.int64)[0]
     start = rank * rows // size
     stop = (rank + 1) * rows // size
     sliced = tf.nest.pack_sequence_as(batch, [t[start:stop] for t in flat])
-    return sliced if len(batch) > 1 else sliced[0]
+    return sliced if whole else sliced[0]
 
 
 def slice_rows(structure, rank: tf.Tensor, size: tf.Tensor):

@@ -1,5 +1,6 @@
 """How a global batch is split among workers."""
 
+import keras
 import numpy as np
 import tensorflow as tf
 from keras.src.trainers.data_adapters import array_data_adapter
@@ -35,6 +36,34 @@ class ShardDatasetTest(TestCase):
         ((xs, ys),) = list(input_sharding.shard_dataset(data, 1, 3))
         self.assertEqual(ys.numpy().tolist(), [2, 3])
         self.assertEqual(xs.numpy().tolist(), [[4, 5], [6, 7]])
+
+    def test_every_element_keeps_its_structure(self):
+        # Keras' `predict` on a list of inputs gives `((a, b),)` elements:
+        # a one-tuple that must stay one, or `predict_step` reads `b` as
+        # the labels.
+        a, b = np.arange(6), np.arange(6, 12)
+        for element in ((a,), ((a, b),), (a, b), {"a": a, "b": b}, a):
+            data = tf.data.Dataset.from_tensors(element)
+            shard = input_sharding.shard_dataset(data, 1, 2)
+            tf.nest.assert_same_structure(shard.element_spec, data.element_spec)
+            (got,) = list(shard)
+            self.assertEqual(
+                tf.nest.map_structure(lambda t: t.numpy().tolist(), got),
+                tf.nest.map_structure(lambda t: t[3:].tolist(), element),
+            )
+
+    def test_predict_on_a_list_of_inputs_gets_both_inputs(self):
+        a, b = np.arange(6), np.arange(6, 12)
+        adapter = array_data_adapter.ArrayDataAdapter([a, b], batch_size=6)
+        (element,) = list(
+            input_sharding.shard_dataset(adapter.get_tf_dataset(), 1, 2)
+        )
+        # What `predict_step` takes apart: x, and no labels.
+        x, y, _ = keras.utils.unpack_x_y_sample_weight(element)
+        self.assertIsNone(y)
+        self.assertEqual(
+            [t.numpy().tolist() for t in x], [[3, 4, 5], [9, 10, 11]]
+        )
 
     def test_off_policy_leaves_the_dataset_alone(self):
         options = tf.data.Options()

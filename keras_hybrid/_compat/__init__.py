@@ -88,7 +88,9 @@ Keras (`keras.py`):
   made), `TensorFlowTrainer._maybe_symbolic_build` (the model is built
   from the dataset's spec, not from a batch drawn from it) and
   `Trainer._compute_loss` (a `compute_loss` that averages by itself is
-  scaled as Keras' losses are);
+  scaled as Keras' losses are), `BaseOptimizer._clip_gradients` and
+  `TFOptimizer._all_reduce_sum_gradients` (an optimizer clips the
+  gradients summed over workers);
 - `variable_storage`, `autocast_read`: a Keras variable's `_value` and
   `_maybe_autocast` (a replicated table gathered by rows).
 """

@@ -251,6 +251,18 @@ _SITES = {
         None,
         "unscale_loss_for_distribution",
     ),
+    # An optimizer's clipping, and its sum over replicas after it
+    # (patches/gradient_clipping.py).
+    "BaseOptimizer._clip_gradients": (
+        "keras.src.optimizers.base_optimizer",
+        "BaseOptimizer",
+        "_clip_gradients",
+    ),
+    "TFOptimizer._all_reduce_sum_gradients": (
+        "keras.src.backend.tensorflow.optimizer",
+        "TFOptimizer",
+        "_all_reduce_sum_gradients",
+    ),
 }
 SITES = tuple(_SITES)
 

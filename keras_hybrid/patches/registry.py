@@ -4,7 +4,8 @@ out in exactly the reverse order.
 A multi-worker `HybridStrategy` changes Keras for the whole process from
 its first `scope()`: one writer per path (`chief_summaries`,
 `h5_streaming`, `chief_writes`), one finite-gradient verdict
-(`finite_check`), fenced collective calls (`collective_calls`), a random
+(`finite_check`), optimizer clipping of the summed gradients
+(`gradient_clipping`), fenced collective calls (`collective_calls`), a random
 stream per worker (`worker_random`), state a step assigns averaged over
 workers (`state_averaging`), a model built from its dataset's spec
 (`build_from_spec`), optimizers that cannot train a model's dynamic
@@ -40,6 +41,7 @@ from keras_hybrid.patches import collective_calls
 from keras_hybrid.patches import dynamic_compile
 from keras_hybrid.patches import elastic_training
 from keras_hybrid.patches import finite_check
+from keras_hybrid.patches import gradient_clipping
 from keras_hybrid.patches import h5_streaming
 from keras_hybrid.patches import loss_scaling
 from keras_hybrid.patches import progress_bar
@@ -55,6 +57,7 @@ SETS = (
     h5_streaming.PATCHES,
     chief_writes.PATCHES,
     finite_check.PATCHES,
+    gradient_clipping.PATCHES,
     collective_calls.PATCHES,
     worker_random.PATCHES,
     state_averaging.PATCHES,

@@ -112,6 +112,15 @@ def test_the_table_of_the_custom_step_is_partitioned():
         assert result["kinds"]["table_step/table/embeddings"] == "sparse"
 
 
+def test_clipping_optimizers_train_a_replicated_table():
+    # Their table gradients are rows (`IndexedSlices`), clipped as one
+    # process clips them, not a partitioned table's summed rows.
+    for result in launch(2).values():
+        paths = [p for p in result["kinds"] if p.endswith("rows/embeddings")]
+        assert len(paths) == len(train_steps.CLIPPING)
+        assert {result["kinds"][p] for p in paths} == {"dense"}
+
+
 def test_averaging_is_logged_once():
     # Run the VAE on 2 workers alone and read the launcher's output.
     script = (

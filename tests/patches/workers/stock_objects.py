@@ -5,12 +5,14 @@ list the registry is checked against, kept apart from it."""
 import keras
 import tensorflow as tf
 from keras.src import export as export_pkg
+from keras.src.backend.tensorflow import optimizer as tf_optimizer
 from keras.src.backend.tensorflow import trainer as tf_trainer
 from keras.src.callbacks import backup_and_restore
 from keras.src.callbacks import csv_logger
 from keras.src.callbacks import model_checkpoint
 from keras.src.callbacks import tensorboard
 from keras.src.losses import loss as loss_module
+from keras.src.optimizers import base_optimizer
 from keras.src.saving import saving_api
 from keras.src.saving import saving_lib
 from keras.src.trainers import trainer as base_trainer
@@ -77,6 +79,13 @@ def stock_objects() -> dict:
     # `loss_scaling`: inherited from `Trainer`, and `Mean`'s own.
     objects["Model.compute_loss"] = keras.Model.__dict__.get("compute_loss")
     objects["Mean.update_state"] = vars(keras.metrics.Mean)["update_state"]
+    # `gradient_clipping`.
+    objects["BaseOptimizer._clip_gradients"] = vars(
+        base_optimizer.BaseOptimizer
+    )["_clip_gradients"]
+    objects["TFOptimizer._all_reduce_sum_gradients"] = vars(
+        tf_optimizer.TFOptimizer
+    )["_all_reduce_sum_gradients"]
     return objects
 
 

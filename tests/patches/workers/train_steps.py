@@ -19,7 +19,13 @@ CASES = (
     "summed",
     "table",
     "guide",
+    "clipnorm",
+    "global_clipnorm",
+    "clipvalue",
 )
+# Stock `fit` with an optimizer that clips: a replicated table ("rows": its
+# gradient rows, with repeated ids) and dense layers. Each bound bites.
+CLIPPING = {"clipnorm": 0.05, "global_clipnorm": 0.08, "clipvalue": 0.004}
 BATCH = 16
 STEPS = 6
 FEATURES = 6
@@ -31,7 +37,7 @@ def data(case: str):
     """`(x, y)` arrays of STEPS global batches for `case`."""
     rng = np.random.default_rng(3)
     n = BATCH * STEPS
-    if case == "table":
+    if case == "table" or case in CLIPPING:
         ids = rng.integers(0, VOCAB, size=(n, 4)).astype("int32")
         return ids, rng.normal(size=(n, 1))
     if case == "summed":
@@ -243,6 +249,15 @@ def build(case: str) -> keras.Model:
         model = TableStep()
     elif case == "guide":
         model = Guide()
+    elif case in CLIPPING:
+        model = keras.Sequential(
+            [
+                keras.layers.Embedding(VOCAB, 3, name="rows"),
+                keras.layers.Flatten(),
+                keras.layers.Dense(4, activation="tanh", name="hidden"),
+                keras.layers.Dense(1, name="head"),
+            ]
+        )
     else:
         raise ValueError(f"Unknown case {case!r}; one of {CASES}.")
     x, _ = data(case)
@@ -257,6 +272,9 @@ def build(case: str) -> keras.Model:
         model.compile(
             optimizer=keras.optimizers.SGD(0.1), loss="mse", metrics=["mae"]
         )
+    elif case in CLIPPING:
+        clip = {case: CLIPPING[case]}
+        model.compile(optimizer=keras.optimizers.SGD(0.5, **clip), loss="mse")
     else:
         model.compile(optimizer=keras.optimizers.SGD(0.1))
     return model

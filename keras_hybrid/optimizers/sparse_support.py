@@ -52,7 +52,8 @@ def check(optimizer, variables, wrapped: bool) -> None:
         if getattr(optimizer, option, None) is not None:
             raise NotImplementedError(
                 f"`{option}` needs the norm of whole gradients, but {tables} "
-                "are partitioned over workers. Use `clipvalue`, "
+                "are partitioned over workers. Use `clipvalue` (it clips a "
+                "partitioned table's rows summed per id, docs/sparse.md), "
                 f"{keep_dense}"
             )
     if getattr(optimizer, "use_ema", False):

@@ -98,11 +98,16 @@ def check_optimizer(optimizer, tables: list[str], workers: int) -> None:
     ):
         value = getattr(optimizer, option, None)
         if value:
+            instead = (
+                "a larger batch"
+                if option == "gradient_accumulation_steps"
+                else "`clipvalue`"
+            )
             raise NotImplementedError(
                 f"`{option}` is not supported with dynamic tables "
                 f"{tables} on several workers: each worker holds only its "
                 f"keys' rows and their gradients. Received: {option}="
-                f"{value} on {workers} workers. Use `clipvalue`, or drop "
+                f"{value} on {workers} workers. Use {instead}, or drop "
                 f"`{option}`."
             )
 

@@ -299,6 +299,9 @@ def test_refusals_on_two_workers(engine):
         )
         assert "`Lamb` cannot update a dynamic table" in result["Lamb"]
         assert "global_clipnorm" in result["global_clipnorm"]
+        assert "Use `clipvalue`" in result["global_clipnorm"]
+        accumulation = result["gradient_accumulation_steps"]
+        assert "Use a larger batch" in accumulation, accumulation
         assert (
             "`embeddings_regularizer` is not supported"
             in (result["regularizer"])

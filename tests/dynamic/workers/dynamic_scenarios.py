@@ -213,6 +213,16 @@ def refusals(timeout: float = 60) -> dict:
             except NotImplementedError as error:
                 out["global_clipnorm"] = str(error)
             model, _ = cases.build_model(1)
+            try:
+                model.compile(
+                    optimizer=keras.optimizers.SGD(
+                        gradient_accumulation_steps=2
+                    ),
+                    loss="mse",
+                )
+            except NotImplementedError as error:
+                out["gradient_accumulation_steps"] = str(error)
+            model, _ = cases.build_model(1)
             model.compile(optimizer="sgd", loss="mse")
         keys, targets = cases.make_data()
         for name, callback in (

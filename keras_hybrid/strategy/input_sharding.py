@@ -30,10 +30,10 @@ def shard_dataset(
         return dataset
     if policy == _FILE:
         return tf_compat.shard_files(dataset, rank, size)
-    # `map` passes a tuple element's parts as arguments: the slice of a
-    # tuple is returned whole (a one-tuple stays one), anything else as
-    # its one part.
-    whole = isinstance(dataset.element_spec, tuple)
+    # `map` passes a plain tuple element's parts as arguments (not a
+    # namedtuple's): its slice is returned whole (a one-tuple stays one),
+    # anything else as its one part.
+    whole = type(dataset.element_spec) is tuple
     return dataset.map(
         lambda *batch: _slice_batch(batch, rank, size, whole),
         num_parallel_calls=tf.data.AUTOTUNE,

@@ -1,5 +1,7 @@
 """How a global batch is split among workers."""
 
+import collections
+
 import keras
 import numpy as np
 import tensorflow as tf
@@ -42,7 +44,9 @@ class ShardDatasetTest(TestCase):
         # a one-tuple that must stay one, or `predict_step` reads `b` as
         # the labels.
         a, b = np.arange(6), np.arange(6, 12)
-        for element in ((a,), ((a, b),), (a, b), {"a": a, "b": b}, a):
+        pair = collections.namedtuple("Pair", "a b")
+        elements = ((a,), ((a, b),), (a, b), {"a": a, "b": b}, a, pair(a, b))
+        for element in elements:
             data = tf.data.Dataset.from_tensors(element)
             shard = input_sharding.shard_dataset(data, 1, 2)
             tf.nest.assert_same_structure(shard.element_spec, data.element_spec)

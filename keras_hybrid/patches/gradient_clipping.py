@@ -37,20 +37,13 @@ from keras_hybrid.patches.patch_set import PRIVATE_KERAS
 from keras_hybrid.patches.patch_set import Patch
 from keras_hybrid.patches.patch_set import PatchSet
 from keras_hybrid.sparse import table_gradients
-from keras_hybrid.strategy.hybrid_extended import HybridExtended
+from keras_hybrid.strategy import hybrid_extended
 
 # What `_clip_gradients` left to do, by optimizer, until its reduce:
 # (the option, its value, by the position of each `IndexedSlices`
 # gradient of lookup rows: its local sum of squares under a norm, None
 # under `clipvalue`, which clipped it already).
 _pending = weakref.WeakKeyDictionary()
-
-
-def _multi_worker_extended():
-    extended = tf.distribute.get_strategy().extended
-    if isinstance(extended, HybridExtended) and extended.communicator.size > 1:
-        return extended
-    return None
 
 
 def _option(optimizer):
@@ -74,7 +67,10 @@ def _is_lookup_rows(grad) -> bool:
 def _clip_gradients_of(original):
     def clip_gradients(optimizer, grads):
         option = _option(optimizer)
-        if option is None or _multi_worker_extended() is None:
+        if (
+            option is None
+            or hybrid_extended.multi_worker_step_strategy() is None
+        ):
             return original(optimizer, grads)
         name, value = option
         grads = list(grads)
@@ -97,8 +93,8 @@ def _all_reduce_sum_gradients_of(original):
     def all_reduce_sum_gradients(optimizer, grads_and_vars):
         reduced = list(original(optimizer, grads_and_vars))
         pending = _pending.pop(optimizer, None)
-        extended = _multi_worker_extended()
-        if pending is None or extended is None:
+        strategy = hybrid_extended.multi_worker_step_strategy()
+        if pending is None or strategy is None:
             return reduced
         name, value, squares = pending
         grads = [g for g, _ in reduced]
@@ -111,7 +107,7 @@ def _all_reduce_sum_gradients_of(original):
             ]
         else:
             grads = _clip_norms(
-                grads, name, value, squares, extended.communicator
+                grads, name, value, squares, strategy.communicator
             )
         return [(g, v) for g, (_, v) in zip(grads, reduced, strict=True)]
 
@@ -119,15 +115,7 @@ def _all_reduce_sum_gradients_of(original):
 
 
 def _clip_values(grad, value):
-    if grad is None:
-        return grad
-    if isinstance(grad, tf.IndexedSlices):
-        return tf.IndexedSlices(
-            tf.clip_by_value(grad.values, -value, value),
-            grad.indices,
-            grad.dense_shape,
-        )
-    return tf.clip_by_value(grad, -value, value)
+    return _map_values(grad, lambda v: tf.clip_by_value(v, -value, value))
 
 
 def _clip_norms(grads, name, value, squares, communicator):
@@ -141,38 +129,41 @@ def _clip_norms(grads, name, value, squares, communicator):
             path="control",
         )
         summed = {i: total[k] for k, i in enumerate(positions)}
-    norms2 = [
-        summed[i] if i in summed else tf.reduce_sum(tf.square(g))
+    norms2 = {
+        i: summed[i] if i in summed else tf.reduce_sum(tf.square(g))
         for i, g in enumerate(grads)
         if g is not None
-    ]
+    }
     if name == "global_clipnorm":
-        norm = tf.sqrt(tf.add_n(norms2))
+        norm = tf.sqrt(tf.add_n(list(norms2.values())))
         # Keras' `clip_by_global_norm`: NaN for a norm that is not finite.
         scale = value * tf.minimum(1.0 / norm, 1.0 / value) + (norm - norm)
         return [_scaled(g, scale) for g in grads]
-    out, k = [], 0
-    for g in grads:
-        if g is None:
-            out.append(g)
-            continue
-        # `tf.clip_by_norm`'s rule, with the norm one process takes.
-        norm2 = norms2[k]
-        k += 1
-        safe = tf.where(norm2 > 0.0, norm2, tf.ones_like(norm2))
-        norm = tf.where(norm2 > 0.0, tf.sqrt(safe), norm2)
-        scale = value / tf.maximum(norm, value)
-        out.append(_scaled(g, scale))
-    return out
+    return [
+        _scaled(g, _norm_scale(norms2[i], value)) if g is not None else g
+        for i, g in enumerate(grads)
+    ]
+
+
+def _norm_scale(norm2, value):
+    """`tf.clip_by_norm`'s factor for a squared norm `norm2`."""
+    safe = tf.where(norm2 > 0.0, norm2, tf.ones_like(norm2))
+    norm = tf.where(norm2 > 0.0, tf.sqrt(safe), norm2)
+    return value / tf.maximum(norm, value)
 
 
 def _scaled(grad, scale):
+    return _map_values(grad, lambda v: v * tf.cast(scale, v.dtype))
+
+
+def _map_values(grad, fn):
+    """`fn` on a gradient's values: a tensor's, or an `IndexedSlices`'
+    rows (its indices kept); None stays None."""
     if grad is None:
         return None
     if isinstance(grad, tf.IndexedSlices):
-        values = grad.values * tf.cast(scale, grad.values.dtype)
-        return tf.IndexedSlices(values, grad.indices, grad.dense_shape)
-    return grad * tf.cast(scale, grad.dtype)
+        return tf.IndexedSlices(fn(grad.values), grad.indices, grad.dense_shape)
+    return fn(grad)
 
 
 PATCHES = PatchSet(

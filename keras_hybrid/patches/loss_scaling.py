@@ -125,7 +125,10 @@ def _marked_total_of(compute_loss):
     @functools.wraps(compute_loss)
     def marked(self, *args, **kwargs):
         loss = compute_loss(self, *args, **kwargs)
-        if loss is not None and _multi_worker_strategy() is not None:
+        if (
+            loss is not None
+            and hybrid_extended.multi_worker_step_strategy() is not None
+        ):
             batch_share.mark_scaled(loss)
         return loss
 
@@ -146,16 +149,6 @@ def _unscaling_update_of(update_state):
         return update_state(self, values, *args, **kwargs)
 
     return update
-
-
-def _multi_worker_strategy():
-    """The `HybridStrategy` of the step running now if it has several
-    workers, else None."""
-    context = tf.distribute.get_replica_context()
-    strategy = getattr(context, "strategy", None)
-    if hybrid_extended.is_hybrid(strategy) and strategy.size > 1:
-        return strategy
-    return None
 
 
 def _checked(compute):
@@ -232,7 +225,7 @@ def _averaged_over(tape, target, sources):
     gradients of variables are summed over workers; gradients of tensors
     (a gradient penalty, the strategy's own row-wise regularizers) stay
     as they are."""
-    strategy = _multi_worker_strategy()
+    strategy = hybrid_extended.multi_worker_step_strategy()
     frame = _scalings.get(tape)
     if (
         frame is None

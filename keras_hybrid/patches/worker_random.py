@@ -51,9 +51,8 @@ PATCHES = PatchSet(
 def _step_rank():
     """This worker's rank (a tensor under elastic membership) inside a
     multi-worker `HybridStrategy` step, else None."""
-    context = tf.distribute.get_replica_context()
-    strategy = getattr(context, "strategy", None)
-    if not hybrid_extended.is_hybrid(strategy) or strategy.size < 2:
+    strategy = hybrid_extended.multi_worker_step_strategy()
+    if strategy is None:
         return None
     communicator = strategy.communicator
     membership = getattr(communicator, "membership", None)

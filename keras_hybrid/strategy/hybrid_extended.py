@@ -471,6 +471,16 @@ def is_hybrid(strategy) -> bool:
     return isinstance(getattr(strategy, "extended", None), HybridExtended)
 
 
+def multi_worker_step_strategy():
+    """The `HybridStrategy` of the replica step running now if it has
+    several workers, else None (no step, another strategy, one worker)."""
+    context = tf.distribute.get_replica_context()
+    strategy = getattr(context, "strategy", None)
+    if is_hybrid(strategy) and strategy.size > 1:
+        return strategy
+    return None
+
+
 def _check_optimizer(optimizer, variables) -> None:
     """Refuses, before tracing, optimizers that cannot update a shard."""
     from keras_hybrid.optimizers import sparse_support

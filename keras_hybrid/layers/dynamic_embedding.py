@@ -23,6 +23,7 @@ from keras_hybrid.layers import saved_keys
 from keras_hybrid.layers import stock_lookup
 from keras_hybrid.plan import use_discovery
 from keras_hybrid.sparse import prefetch
+from keras_hybrid.sparse import shard_regularizers
 from keras_hybrid.strategy import local_variables
 from keras_hybrid.strategy.hybrid_extended import is_hybrid
 
@@ -103,9 +104,9 @@ class DynamicEmbedding(keras.layers.Layer):
         ValueError: For a bad `capacity`, `admit_after` or `eviction`.
         NotImplementedError: For an initializer that depends on the
             table's shape; when built under a `tf.distribute` strategy
-            other than `HybridStrategy`; for a regularizer or constraint
-            on several workers (in an elastic job, when `--max-np` is
-            more than one).
+            other than `HybridStrategy`; for a regularizer, or a
+            constraint that mixes rows, on several workers (in an elastic
+            job, when `--max-np` is more than one).
     """
 
     def __init__(
@@ -151,6 +152,10 @@ class DynamicEmbedding(keras.layers.Layer):
         )
         self.mask_zero = mask_zero
         self.supports_masking = mask_zero
+        # Hash tables and unique keys have no XLA kernels: `compile`'s
+        # `jit_compile="auto"` (True in one process with a GPU) resolves
+        # to False, and `jit_compile=True` warns and runs without XLA.
+        self.supports_jit = False
         self.default_value = dynamic_keys.default_row(default_value, output_dim)
         self.seed = seed
         self.key_dtype = (
@@ -216,23 +221,39 @@ class DynamicEmbedding(keras.layers.Layer):
         return self.key_dtype == "string" and self.table_key_dtype == "int64"
 
     def _check_whole_table_terms(self) -> None:
-        """On several workers, refuses a regularizer or constraint: its
-        gradient or value would cover one worker's rows as if they were
-        the table (a regularizer's dense gradient would even be summed
-        over workers)."""
+        """On several workers, refuses a regularizer, and a constraint that
+        mixes rows: its gradient or value would cover one worker's rows as
+        if they were the table (a regularizer's dense gradient would even
+        be summed over workers). A constraint that maps each row by itself
+        (`NonNeg`, `UnitNorm(axis=1)`, `MaxNorm(axis=1)`) gives each
+        worker's rows what one process gives them."""
         comm = self._communicator
         if comm is None or comm.width < 2:
             return
-        for name in ("embeddings_regularizer", "embeddings_constraint"):
-            value = getattr(self, name)
-            if value is not None:
-                raise NotImplementedError(
-                    f"`{name}` is not supported for a DynamicEmbedding on "
-                    "several workers yet: each worker holds only its keys' "
-                    f"rows. Received: {name}={type(value).__name__} on "
-                    f"{comm.width} workers. Drop it, or add the penalty to "
-                    "the loss from the looked-up rows."
-                )
+        constraint = self.embeddings_constraint
+        if constraint is not None and not shard_regularizers.acts_per_row(
+            constraint, (self.output_dim,)
+        ):
+            raise NotImplementedError(
+                "`embeddings_constraint` is not supported for a "
+                "DynamicEmbedding on several workers when it mixes rows: "
+                "each worker holds only its keys' rows. Received: "
+                f"embeddings_constraint={type(constraint).__name__} "
+                f"(config {constraint.get_config()}) on {comm.width} "
+                "workers. A constraint on each row by itself works, such "
+                "as `keras.constraints.MaxNorm(axis=1)` or "
+                "`UnitNorm(axis=1)`."
+            )
+        regularizer = self.embeddings_regularizer
+        if regularizer is not None:
+            raise NotImplementedError(
+                "`embeddings_regularizer` is not supported for a "
+                "DynamicEmbedding on several workers yet: each worker holds "
+                "only its keys' rows. Received: embeddings_regularizer="
+                f"{type(regularizer).__name__} on {comm.width} workers. "
+                "Drop it, or add the penalty to the loss from the "
+                "looked-up rows."
+            )
 
     def _build_table(self) -> None:
         self.embeddings = self.add_weight(

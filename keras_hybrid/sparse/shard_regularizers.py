@@ -100,7 +100,7 @@ def install(placed, communicator) -> str:
         variable.regularizer = RowRegularizer(regularizer, table, communicator)
     constraint = variable.constraint
     if constraint is not None:
-        if not _acts_per_row(constraint, row_shape):
+        if not acts_per_row(constraint, row_shape):
             uninstall(placed)
             return f"constraint {_name(constraint)} mixes rows"
         placed.constraint = constraint
@@ -139,7 +139,10 @@ def _sums_over_rows(regularizer, row_shape) -> bool:
     return bool(np.isclose(parts, whole, rtol=1e-5, atol=1e-6))
 
 
-def _acts_per_row(constraint, row_shape) -> bool:
+def acts_per_row(constraint, row_shape) -> bool:
+    """Whether `constraint` maps each row of a table by itself (`NonNeg`,
+    `UnitNorm(axis=1)`, `MaxNorm(axis=1)`), probed on random rows: applied
+    to a shard, it gives the whole table's rows."""
     a, b, both = _probe_rows(row_shape)
     with tf.init_scope():
         parts = np.concatenate(

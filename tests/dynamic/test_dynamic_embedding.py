@@ -86,3 +86,22 @@ class ExactnessTest(TestCase):
 
     def test_adam_admit_after_2(self):
         self._compare(lambda: keras.optimizers.Adam(0.01), 2)
+
+
+class XlaTest(TestCase):
+    """Hash tables and unique keys have no XLA kernels: a model with a
+    DynamicEmbedding does not support `jit_compile`, so Keras' "auto"
+    resolves to False (it would be True in one process with a GPU) and
+    an explicit `jit_compile=True` warns and trains without XLA."""
+
+    def test_jit_compile_is_declined_and_training_runs(self):
+        model, layer = _dynamic_model(capacity=64)
+        self.assertFalse(layer.supports_jit)
+        with self.assertWarnsRegex(UserWarning, "jit_compile=False"):
+            model.compile(optimizer="sgd", loss="mse", jit_compile=True)
+        self.assertFalse(model.jit_compile)
+        keys = _keys()
+        targets = np.zeros([len(keys), 1], "float32")
+        history = model.fit(keys, targets, batch_size=BATCH, verbose=0)
+        self.assertEqual(len(history.history["loss"]), 1)
+        self.assertGreater(layer.stats()["rows"], 0)

@@ -314,6 +314,31 @@ def test_refusals_on_two_workers(engine):
             assert result[name].endswith("(after 0 steps)"), result
 
 
+@by_engine
+def test_a_constraint_on_each_row_trains_as_on_one_worker(engine):
+    """`UnitNorm(axis=1)` maps each row by itself: on 2 workers, each
+    worker's rows get what one worker gives them (`refusals` shows a
+    constraint over columns refused)."""
+    one, two = (
+        run_scenario(
+            SCENARIO, "row_constraint", n, {}, engine=engine, timeout=240
+        ).check()
+        for n in (1, 2)
+    )
+    want = one.results[0]
+    live = 0
+    for result in two.results.values():
+        np.testing.assert_allclose(result["loss"], want["loss"], atol=ATOL)
+        np.testing.assert_allclose(
+            result["predict"], want["predict"], atol=ATOL
+        )
+        # Every live row was updated (each key is looked up in epoch 1),
+        # then projected onto the unit sphere.
+        np.testing.assert_allclose(result["norms"], 1.0, atol=1e-5)
+        live += len(result["norms"])
+    assert live == len(want["norms"]) > 0
+
+
 STRING_CONFIGS = [("sgd", 1), ("adam", 3)]
 
 

@@ -17,6 +17,10 @@ next to those of its stock copy (`to_static`).
 
 `refusals` returns the messages of what the layer refuses on several
 workers.
+
+`row_constraint` fits a table whose constraint maps each row by itself
+(`UnitNorm(axis=1)`) and returns the losses, the predictions and the
+norms of this rank's live rows.
 """
 
 import dataclasses
@@ -189,7 +193,8 @@ def refusals(timeout: float = 60) -> dict:
                 keys = keras.Input(shape=(2,), dtype="int64")
                 argument = {
                     "regularizer": {"embeddings_regularizer": "l2"},
-                    "constraint": {"embeddings_constraint": "non_neg"},
+                    # Over each column: it mixes rows.
+                    "constraint": {"embeddings_constraint": "max_norm"},
                 }[name]
                 try:
                     kh.layers.DynamicEmbedding(4, capacity=8, **argument)(keys)
@@ -347,4 +352,36 @@ def save_stock(path: str, export: str, timeout: float = 60) -> dict:
         return {
             "keys": layer.live_keys()[0],
             "predict": model.predict(keys, batch_size=cases.BATCH, verbose=0),
+        }
+
+
+def row_constraint(timeout: float = 60) -> dict:
+    keys, targets = cases.make_data()
+    with kh.HybridStrategy(timeout_seconds=timeout) as strategy:
+        keras.utils.set_random_seed(cases.SEED)
+        with strategy.scope():
+            inputs = keras.Input(shape=(cases.SEQ,), dtype="int64")
+            layer = DynamicEmbedding(
+                cases.DIM,
+                capacity=cases.CAPACITY,
+                embeddings_constraint=keras.constraints.UnitNorm(axis=1),
+                name="dyn",
+            )
+            x = keras.layers.Flatten()(layer(inputs))
+            model = keras.Model(inputs, keras.layers.Dense(1, name="head")(x))
+            model.compile(optimizer=cases.make_optimizer("adam"), loss="mse")
+        history = model.fit(
+            keys,
+            targets,
+            batch_size=cases.BATCH,
+            epochs=cases.EPOCHS,
+            shuffle=False,
+            verbose=0,
+        )
+        _, live_rows = layer.live_keys()
+        rows = layer.embeddings.numpy()[live_rows]
+        return {
+            "loss": history.history["loss"],
+            "predict": model.predict(keys, batch_size=cases.BATCH, verbose=0),
+            "norms": (rows**2).sum(axis=1) ** 0.5,
         }

@@ -255,7 +255,7 @@ class TFCommunicator(RowMoves, Communicator):
         recv_index, recv_rows = self._pair_buckets(recv_counts)
         recv_counts_of = tf.unstack(recv_counts, num=self.width)
         received = list(blocks)  # The own block stays; the others arrive.
-        sends, send_caps, recv_caps = [], [], []
+        sends, receives, send_caps, recv_caps = [], [], [], []
         cross_sent, cross_recv = [], []
 
         def send(peer):
@@ -276,6 +276,7 @@ class TFCommunicator(RowMoves, Communicator):
             with tf.control_dependencies([tensor]):
                 shape = tf.concat([[cap], row_shape], 0)
             padded = self._pair_recv(shape, tensor.dtype, peer, key)
+            receives.append(padded)
             received[peer] = padded[: recv_counts_of[peer]]
             recv_caps.append(cap)
             if self._crosses_hosts(peer):
@@ -316,12 +317,19 @@ class TFCommunicator(RowMoves, Communicator):
         # concatenating their values) into one concat and drops the
         # control edge that hangs on the inner concat's axis constant, which
         # would prune the sends and leave the peers' receives waiting
-        # forever. In a traced function each send is therefore a must-run
-        # op of the function; eagerly it has run already.
+        # forever. A receive whose result nothing needs is pruned too: the
+        # push of a frozen table (a layer with `trainable=False`: the tape
+        # still traces the push, but no gradient of the table is asked
+        # for) kept its sends and lost its receives, and every worker
+        # waited on its peers' sends forever. In a traced function each
+        # send and each receive is therefore a must-run op of the
+        # function, so that all workers run the same moves; eagerly they
+        # have run already.
+        moves = sends + receives
         if not tf.executing_eagerly() and not all(
-            tf_compat.run_independently(s.op) for s in sends
+            tf_compat.run_independently(m.op) for m in moves
         ):
-            with tf.control_dependencies(sends):
+            with tf.control_dependencies(moves):
                 received = tf.identity(received)
         return received, tf.identity(recv_counts)
 

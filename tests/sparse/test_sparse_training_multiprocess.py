@@ -5,10 +5,11 @@ Each worker count's pool runs one scenario
 of `workers/sparse_cases.py` (one table; two tables of the same ids; a
 table looked up twice; a Sequential; two tables of different widths and
 dtypes; a lookup whose ids depend on another lookup's rows; ids from
-`IntegerLookup` and `StringLookup`) x {SGD(0.1), Adam(0.01)}, 20 steps of
-global batch 32 with Zipf-skewed ids, plus `HybridOptimizer` with
-gradient accumulation on 1 and 2 workers. The tests compare the saved
-weights with each other and with plain Keras in this process.
+`IntegerLookup` and `StringLookup`; a frozen table beside a trained one)
+x {SGD(0.1), Adam(0.01)}, 20 steps of global batch 32 with Zipf-skewed
+ids, plus `HybridOptimizer` with gradient accumulation on 1 and 2
+workers. The tests compare the saved weights with each other and with
+plain Keras in this process.
 """
 
 import functools
@@ -21,6 +22,7 @@ import pytest
 import tensorflow as tf
 
 from keras_hybrid.sharding.row_partition import RowPartition
+from keras_hybrid.testing import plan_text
 from keras_hybrid.testing.multiprocess import engines_under_test
 from keras_hybrid.testing.pool import run_scenario
 
@@ -355,7 +357,21 @@ FUSED_CALLS = {
     "widths_dtypes": (1, 2, 2),
     "chained": (2, 2, 2),
     "lookup_layers": (1, 1, 1),
+    "frozen_table": (1, 1, 1),
 }
+
+
+@by_engine
+@pytest.mark.parametrize("num_workers", [2, 4])
+def test_a_frozen_table_is_partitioned_and_read(engine, num_workers):
+    """The frozen table of `frozen_table` is partitioned like the trained
+    one (the plan lists it), so its rows ride the step's exchange; its
+    weights are checked against plain Keras with the others'."""
+    for rank, result in launch(engine, num_workers).items():
+        for opt_name in cases.OPTIMIZERS:
+            plan = result[cases.key("frozen_table", opt_name)]["plan"]
+            for path in cases.FROZEN["frozen_table"]:
+                assert plan_text.partitioned(plan, path), (rank, plan)
 
 
 @by_engine

@@ -23,6 +23,7 @@ MODELS = (
     "widths_dtypes",
     "chained",
     "lookup_layers",
+    "frozen_table",
 )
 OPTIMIZERS = ("sgd", "adam")
 # Paths of the variables each model trains, in `get_weights()` order.
@@ -34,7 +35,11 @@ TABLES = {
     "widths_dtypes": ("table_a/embeddings", "table_b/embeddings"),
     "chained": ("table_a/embeddings", "table_b/embeddings"),
     "lookup_layers": ("table_a/embeddings", "table_b/embeddings"),
+    "frozen_table": ("table_b/embeddings",),
 }
+# Partitioned tables of layers made with `trainable=False`: placed like
+# the others and read every step, but not trained (no optimizer slots).
+FROZEN = {"frozen_table": ("table_a/embeddings",)}
 DENSE = ("head/kernel", "head/bias")
 
 
@@ -70,7 +75,11 @@ def build_model(name: str) -> keras.Model:
     table's ids depend on the first lookup's rows (its own exchange);
     `lookup_layers`: ids through `IntegerLookup` into one table and, as
     strings, through `StringLookup` into another: ids computed by a
-    `tf.lookup` table, whose shape a function pruned from the step loses."""
+    `tf.lookup` table, whose shape a function pruned from the step loses.
+    `frozen_table`: `two_tables` whose first table's layer is frozen
+    (`trainable=False`, as a pretrained embedding): the tape still traces
+    its push, whose result no gradient asks for (the pairwise exchange
+    once ran its sends and pruned its receives there, and hung)."""
     if name == "sequential":
         return keras.Sequential(
             [
@@ -92,6 +101,12 @@ def build_model(name: str) -> keras.Model:
         table = keras.layers.Embedding(VOCAB, 8, name="table")
         other = keras.ops.mod(ids * 7 + 3, VOCAB)
         x = keras.layers.Concatenate(name="concat")([table(ids), table(other)])
+    elif name == "frozen_table":
+        a = keras.layers.Embedding(VOCAB, 8, name="table_a", trainable=False)
+        b = keras.layers.Embedding(VOCAB, 4, name="table_b")(
+            keras.ops.mod(ids * 11 + 5, VOCAB)
+        )
+        x = keras.layers.Concatenate(name="concat")([a(ids), b])
     elif name == "widths_dtypes":
         a = keras.layers.Embedding(VOCAB, 8, name="table_a")(ids)
         b = keras.layers.Embedding(VOCAB, 3, name="table_b", dtype="float64")(

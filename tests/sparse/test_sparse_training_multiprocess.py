@@ -45,7 +45,10 @@ ACCUM_KEYS = [cases.key("one_table", o, ACCUMULATION) for o in cases.OPTIMIZERS]
 @functools.cache
 def launch(engine: str, num_workers: int) -> dict:
     """{rank: {config key: result}} of one scenario of all configs."""
-    configs = [[m, o, 0] for m, o in CONFIGS] + [["one_table", "sgd_sum", 0]]
+    configs = [[m, o, 0] for m, o in CONFIGS] + [
+        ["one_table", "sgd_sum", 0],
+        ["frozen_only", "adam", 0],
+    ]
     if num_workers <= 2:
         configs += [["one_table", o, ACCUMULATION] for o in cases.OPTIMIZERS]
     run = run_scenario(
@@ -364,14 +367,20 @@ FUSED_CALLS = {
 @by_engine
 @pytest.mark.parametrize("num_workers", [2, 4])
 def test_a_frozen_table_is_partitioned_and_read(engine, num_workers):
-    """The frozen table of `frozen_table` is partitioned like the trained
-    one (the plan lists it), so its rows ride the step's exchange; its
-    weights are checked against plain Keras with the others'."""
+    """A frozen table is partitioned like a trained one (the plan lists
+    it), so its rows ride the step's exchange. `frozen_table`'s weights
+    are checked against plain Keras with the other models'; `frozen_only`
+    (its only table frozen, nothing takes the push) trains its head as
+    plain `fit` does."""
+    want = fit_reference(engine, "frozen_only", "adam")
     for rank, result in launch(engine, num_workers).items():
-        for opt_name in cases.OPTIMIZERS:
-            plan = result[cases.key("frozen_table", opt_name)]["plan"]
+        for key in [cases.key("frozen_table", o) for o in cases.OPTIMIZERS]:
             for path in cases.FROZEN["frozen_table"]:
-                assert plan_text.partitioned(plan, path), (rank, plan)
+                assert plan_text.partitioned(result[key]["plan"], path)
+        got = result[cases.key("frozen_only", "adam")]
+        assert plan_text.partitioned(got["plan"], "table_a/embeddings")
+        assert_weights_close(got["final"], want, msg=f"rank {rank}")
+        assert max_difference(got["final"], got["initial"]) > 1e-2
 
 
 @by_engine

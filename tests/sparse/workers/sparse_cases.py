@@ -36,10 +36,14 @@ TABLES = {
     "chained": ("table_a/embeddings", "table_b/embeddings"),
     "lookup_layers": ("table_a/embeddings", "table_b/embeddings"),
     "frozen_table": ("table_b/embeddings",),
+    "frozen_only": (),
 }
 # Partitioned tables of layers made with `trainable=False`: placed like
 # the others and read every step, but not trained (no optimizer slots).
-FROZEN = {"frozen_table": ("table_a/embeddings",)}
+FROZEN = {
+    "frozen_table": ("table_a/embeddings",),
+    "frozen_only": ("table_a/embeddings",),
+}
 DENSE = ("head/kernel", "head/bias")
 
 
@@ -78,8 +82,11 @@ def build_model(name: str) -> keras.Model:
     `tf.lookup` table, whose shape a function pruned from the step loses.
     `frozen_table`: `two_tables` whose first table's layer is frozen
     (`trainable=False`, as a pretrained embedding): the tape still traces
-    its push, whose result no gradient asks for (the pairwise exchange
-    once ran its sends and pruned its receives there, and hung)."""
+    its push, whose result no gradient asks for. `frozen_only` (not in
+    `MODELS`: the generic tests expect a trained table): `one_table`
+    frozen, the step's only table, so no gradient takes its push (the
+    pairwise exchange once ran its sends and pruned its receives there,
+    and hung)."""
     if name == "sequential":
         return keras.Sequential(
             [
@@ -101,6 +108,10 @@ def build_model(name: str) -> keras.Model:
         table = keras.layers.Embedding(VOCAB, 8, name="table")
         other = keras.ops.mod(ids * 7 + 3, VOCAB)
         x = keras.layers.Concatenate(name="concat")([table(ids), table(other)])
+    elif name == "frozen_only":
+        x = keras.layers.Embedding(VOCAB, 8, name="table_a", trainable=False)(
+            ids
+        )
     elif name == "frozen_table":
         a = keras.layers.Embedding(VOCAB, 8, name="table_a", trainable=False)
         b = keras.layers.Embedding(VOCAB, 4, name="table_b")(

@@ -80,9 +80,10 @@ def build_model(name: str) -> keras.Model:
     `lookup_layers`: ids through `IntegerLookup` into one table and, as
     strings, through `StringLookup` into another: ids computed by a
     `tf.lookup` table, whose shape a function pruned from the step loses.
-    `frozen_table`: `two_tables` whose first table's layer is frozen
-    (`trainable=False`, as a pretrained embedding): the tape still traces
-    its push, whose result no gradient asks for. `frozen_only` (not in
+    `frozen_table`: a frozen Embedding(500, 8) (`trainable=False`, as a
+    pretrained embedding) of the ids beside a trained Embedding(500, 4)
+    of `(11 ids + 5) % 500`: the tape still traces the frozen table's
+    push, whose result no gradient asks for. `frozen_only` (not in
     `MODELS`: the generic tests expect a trained table): `one_table`
     frozen, the step's only table, so no gradient takes its push (the
     pairwise exchange once ran its sends and pruned its receives there,

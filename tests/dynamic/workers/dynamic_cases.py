@@ -42,6 +42,10 @@ def batches(keys, targets=None):
     return tf.data.Dataset.from_tensor_slices(data).batch(BATCH)
 
 
+# `fit`'s arguments beside the data: every epoch, batches in order.
+FIT = {"batch_size": BATCH, "epochs": EPOCHS, "shuffle": False, "verbose": 0}
+
+
 def make_optimizer(name: str):
     if name == "sgd":
         return keras.optimizers.SGD(0.1)
@@ -49,12 +53,20 @@ def make_optimizer(name: str):
 
 
 def build_model(
-    admit_after: int, key_dtype: str = "int64", subclassed: bool = False
+    admit_after: int,
+    key_dtype: str = "int64",
+    subclassed: bool = False,
+    **layer_kwargs,
 ):
-    """`(model, layer)`: a DynamicEmbedding, Flatten and Dense(1); with
-    `subclassed`, in a `Subclassed` model, which `fit` builds."""
+    """`(model, layer)`: a DynamicEmbedding (given `layer_kwargs` too),
+    Flatten and Dense(1); with `subclassed`, in a `Subclassed` model, which
+    `fit` builds."""
     layer = DynamicEmbedding(
-        DIM, capacity=CAPACITY, admit_after=admit_after, name="dyn"
+        DIM,
+        capacity=CAPACITY,
+        admit_after=admit_after,
+        name="dyn",
+        **layer_kwargs,
     )
     if subclassed:
         return Subclassed(layer), layer

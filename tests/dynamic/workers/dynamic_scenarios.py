@@ -66,12 +66,9 @@ def train_one(strategy, optimizer, admit_after, keys, targets) -> dict:
     history = model.fit(
         keys,
         targets,
-        batch_size=cases.BATCH,
-        epochs=cases.EPOCHS,
-        shuffle=False,
-        verbose=0,
         # Its epoch logs hold `DynamicTableStats`' figures too.
         callbacks=[record_head, kh.callbacks.CommunicationStats()],
+        **cases.FIT,
     )
     moved = strategy.communicator.stats.delta(before)
     live_keys, live_rows = layer.live_keys()
@@ -360,24 +357,11 @@ def row_constraint(timeout: float = 60) -> dict:
     with kh.HybridStrategy(timeout_seconds=timeout) as strategy:
         keras.utils.set_random_seed(cases.SEED)
         with strategy.scope():
-            inputs = keras.Input(shape=(cases.SEQ,), dtype="int64")
-            layer = DynamicEmbedding(
-                cases.DIM,
-                capacity=cases.CAPACITY,
-                embeddings_constraint=keras.constraints.UnitNorm(axis=1),
-                name="dyn",
+            model, layer = cases.build_model(
+                1, embeddings_constraint=keras.constraints.UnitNorm(axis=1)
             )
-            x = keras.layers.Flatten()(layer(inputs))
-            model = keras.Model(inputs, keras.layers.Dense(1, name="head")(x))
             model.compile(optimizer=cases.make_optimizer("adam"), loss="mse")
-        history = model.fit(
-            keys,
-            targets,
-            batch_size=cases.BATCH,
-            epochs=cases.EPOCHS,
-            shuffle=False,
-            verbose=0,
-        )
+        history = model.fit(keys, targets, **cases.FIT)
         _, live_rows = layer.live_keys()
         rows = layer.embeddings.numpy()[live_rows]
         return {

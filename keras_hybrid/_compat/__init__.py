@@ -46,6 +46,8 @@ TensorFlow (`tf.py`, `one_process_extended.py`):
   variable it replaces;
 - `tape_records`: `eager.record.could_possibly_record` (whether any
   gradient tape is active);
+- `tape_watches`: `eager.record.should_record_backprop` (whether an
+  active tape records a tensor's gradient);
 - `in_shape_query`: the Python stack, for `array_ops.shape_internal`
   (eager `tf.shape` converts a Keras variable's whole value).
 - `custom_gradient_owned_by_graph`: `ops._gradient_registry`'s entries

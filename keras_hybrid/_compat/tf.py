@@ -64,6 +64,14 @@ def tape_records() -> bool:
     return record.could_possibly_record()
 
 
+def tape_watches(tensors) -> bool:
+    """Whether an active gradient tape records `tensors`' gradients: made
+    from what it watches while it recorded."""
+    from tensorflow.python.eager import record
+
+    return record.should_record_backprop(tensors)
+
+
 # -- variables (sparse/sharded_table.py, strategy/global_read_variable.py)
 
 

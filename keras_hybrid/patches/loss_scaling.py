@@ -24,9 +24,10 @@ contrastive and distillation examples: `tape.gradient(loss)`, then
   `tf.nn.compute_average_loss`, as a step written for `MirroredStrategy`
   does) keeps its gradients summed over the workers;
 - a loss that is a sum (a target that is not a scalar, which
-  `tape.gradient` sums, or a scalar made by a `Sum`, such as a Keras loss
-  with `reduction="sum"`) keeps them summed too: the workers' sum is the
-  global batch's;
+  `tape.gradient` sums, or a scalar made of `Sum`s added and scaled by
+  constants, such as a Keras loss with `reduction="sum"` or
+  `ops.sum(per_example) / GLOBAL_BATCH`) keeps them summed too: the
+  workers' sum is the global batch's;
 - any other loss (a scalar the step averaged over its own rows) gets the
   gradients of its variables averaged over the workers, each weighted by
   its rows (the tape's upstream gradient is this worker's share of the
@@ -81,6 +82,11 @@ _told: set = set()
 _scalings: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 # Ops a loss passes through unchanged on its way to `tape.gradient`.
 _PASS_THROUGH = ("Identity", "Cast", "StopGradient", "Squeeze")
+# Losses that read as a sum or a mean by the step's global batch size (see
+# `_reading`), and whether each is a sum (a boolean tensor), by the loss's
+# `id` (a traced tensor lives as long as its graph).
+_maybe_sums: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
+_is_sum_now: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
 
 
 def note_scaled() -> None:
@@ -146,6 +152,14 @@ def _unscaling_update_of(update_state):
     def update(self, values, *args, **kwargs):
         if batch_share.is_scaled(values):
             values = keras_compat.current(_UNSCALE)(values)
+        elif _maybe_sums.get(id(values)) is values:
+            # A sum over the global batch or a mean of this worker's rows,
+            # decided when the step runs (`_reading`).
+            values = tf.where(
+                _is_sum_now[id(values)],
+                keras_compat.current(_UNSCALE)(values),
+                values,
+            )
         return update_state(self, values, *args, **kwargs)
 
     return update
@@ -235,7 +249,15 @@ def _averaged_over(tape, target, sources):
     ):
         return None
     targets = tf.nest.flatten(target)
-    if not targets or any(_is_sum(t) for t in targets):
+    readings = [_reading(t) for t in targets]
+    if not readings:
+        return None
+    if _SUM in readings:
+        for loss, reading in zip(targets, readings, strict=True):
+            if reading == _SUM and loss.shape.rank == 0:
+                # This worker's part of the global sum: a mean metric
+                # given it logs the global value, as for a Keras loss.
+                batch_share.mark_scaled(loss)
         return None
     if "train_step" not in _told:
         _told.add("train_step")
@@ -249,26 +271,115 @@ def _averaged_over(tape, target, sources):
             "(docs/strategy.md).",
             strategy.size,
         )
-    return batch_share.factor(strategy.communicator)
+    share = batch_share.factor(strategy.communicator)
+    divisors = [r for r in readings if r != _MEAN]
+    global_rows = batch_share.global_rows()
+    if not divisors or global_rows is None:
+        return share
+    # A `Sum` divided by the global batch's rows is a sum; by only this
+    # worker's rows, a mean (see `_reading`).
+    is_global = tf.reduce_any(
+        [tf.equal(global_rows, float(d)) for d in divisors]
+    )
+    for loss in targets:
+        _maybe_sums[id(loss)] = loss
+        _is_sum_now[id(loss)] = is_global
+    return tf.where(is_global, tf.ones_like(share), share)
 
 
 def _is_variable(source) -> bool:
     return isinstance(source, (tf.Variable, keras.Variable))
 
 
-def _is_sum(tensor) -> bool:
-    """Whether `tensor` is a sum: not a scalar (`tape.gradient` sums it),
-    or made by a `Sum` op (seen in traced steps only)."""
+_SUM, _MEAN = "sum", "mean"
+
+
+def _reading(tensor):
+    """How the workers' gradients of `tensor` combine: `_SUM`: a sum (not
+    a scalar, which `tape.gradient` sums, or, in a traced step, made of
+    `Sum`s by adding, subtracting and scaling by constants:
+    `ops.sum(x) / GLOBAL_BATCH`, `2 * ops.sum(x)`); `_MEAN`: any other
+    scalar; a number `d`: a `Sum` divided by `d`, where `d` is also the
+    rows the `Sum` saw here (its input's static shape), which reads as a
+    sum if the step's global batch has `d` rows (`ops.sum(x) / 16` with a
+    global batch of 16) and as a mean of this worker's rows otherwise
+    (`ops.sum(x) / x.shape[0]`)."""
     if not tf.is_tensor(tensor):
-        return False
+        return _MEAN
     if tensor.shape.rank != 0:
-        return True
+        return _SUM
     if tf.executing_eagerly() or not hasattr(tensor, "op"):
-        return False
-    op = tensor.op
+        return _MEAN
+    return _combined_reading(tensor)
+
+
+def _combined_reading(tensor):
+    op = _skip_pass_through(tensor.op)
+    if op.type == "Sum":
+        return _SUM
+    if op.type in ("AddV2", "Add", "Sub", "AddN"):
+        return _joined([_combined_reading(t) for t in op.inputs])
+    if op.type == "Neg":
+        return _combined_reading(op.inputs[0])
+    if op.type == "Mul":
+        for summed, weight in (op.inputs, reversed(op.inputs)):
+            scale = _constant(weight)
+            if scale:
+                return _scaled_reading(summed, 1.0 / scale)
+        return _MEAN
+    if op.type in ("RealDiv", "Div", "TrueDiv"):
+        divisor = _constant(op.inputs[1])
+        if divisor:
+            return _scaled_reading(op.inputs[0], divisor)
+    return _MEAN
+
+
+def _scaled_reading(summed, divisor: float):
+    reading = _combined_reading(summed)
+    if reading == _SUM and _rows_summed(summed, divisor):
+        return divisor
+    return reading if reading == _SUM else _MEAN
+
+
+def _joined(readings: list):
+    """One reading of a sum of terms: a sum if every term is; one
+    ambiguous divisor if every other term is a sum; else a mean."""
+    open_ = {r for r in readings if r != _SUM}
+    if not open_:
+        return _SUM
+    if len(open_) == 1 and _MEAN not in open_:
+        return open_.pop()
+    return _MEAN
+
+
+def _skip_pass_through(op):
     while op.type in _PASS_THROUGH and op.inputs:
         op = op.inputs[0].op
-    return op.type == "Sum"
+    return op
+
+
+def _constant(tensor):
+    """The scalar value of `tensor` if the graph fixes it, else None."""
+    value = tf.get_static_value(tensor)
+    if value is None or getattr(value, "size", 1) != 1:
+        return None
+    return float(value)
+
+
+def _rows_summed(summed, divisor: float) -> bool:
+    """Whether `summed` is one `Sum` whose input has, statically, `divisor`
+    rows (or elements in its leading dimensions)."""
+    op = _skip_pass_through(summed.op)
+    if op.type != "Sum" or op.inputs[0].shape.rank is None:
+        return False
+    count = 1
+    for size in op.inputs[0].shape:
+        if size is None:
+            return False
+        count *= size
+        if abs(count - divisor) <= 1e-6 * count:
+            return True
+    return False
 
 
 def _upstream(target, output_gradients, factor):

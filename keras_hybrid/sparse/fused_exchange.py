@@ -31,11 +31,13 @@ import contextlib
 import tensorflow as tf
 from absl import logging
 
+from keras_hybrid._compat import tf as tf_compat
 from keras_hybrid.sparse import hierarchical_exchange
 from keras_hybrid.sparse import hot_rows
 from keras_hybrid.sparse import owner_exchange
 
 _steps: list = []
+_logged: set = set()
 
 
 @contextlib.contextmanager
@@ -114,11 +116,40 @@ class _Step:
                 "and report the model."
             ),
         )
+        rows = self._rows[key]
+        if _unseen_by_tape(table, rows):
+            _log_once(
+                "unseen",
+                "keras-hybrid: lookup %d of %r runs under a gradient tape "
+                "that did not record the step's fused exchange (it ran at "
+                "an earlier lookup, outside this tape, as in a GAN's step); "
+                "the lookup exchanges on its own so that its gradient "
+                "reaches the table.",
+                index,
+                table.path,
+            )
+            return None
         with tf.control_dependencies([check]):
             # The rows take the shape of the ids computed ahead, which a
             # pruned function can leave unknown (ids from a `tf.lookup`
             # table); the step's own ids know it.
-            return _shape(self._rows[key], table, ids)
+            return _shape(rows, table, ids)
+
+
+def _unseen_by_tape(table, rows) -> bool:
+    """Whether a tape records now but not `rows`, rows of a trainable
+    table that the fused exchange moved: its gradient would be lost."""
+    return (
+        table.trainable
+        and tf_compat.tape_records()
+        and not tf_compat.tape_watches([rows])
+    )
+
+
+def _log_once(reason: str, message: str, *args) -> None:
+    if reason not in _logged:
+        _logged.add(reason)
+        logging.info(message, *args)
 
 
 def exchange(comm, calls: list) -> list:

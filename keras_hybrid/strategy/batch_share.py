@@ -87,6 +87,14 @@ def share() -> tf.Tensor | None:
     return rows / _global_rows(current)
 
 
+def global_rows() -> tf.Tensor | None:
+    """The step's global batch rows (float64), or None outside a step."""
+    current = getattr(_local, "step", None)
+    if current is None or current["rows"] is None:
+        return None
+    return _global_rows(current)
+
+
 def factor(communicator) -> tf.Tensor:
     """`share()`, or `1 / N` (N read when the step runs) without one."""
     found = share()

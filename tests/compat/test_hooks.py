@@ -884,6 +884,24 @@ class CompatFunctionsTest(TestCase):
             self.assertTrue(tf_compat.tape_records())
         self.assertEqual(seen, [False, True])
 
+    def test_tape_watches_what_the_open_tape_recorded(self):
+        v = tf.Variable(1.0)
+        seen = []
+
+        @tf.function
+        def step():
+            before = v * 2.0  # no tape yet
+            with tf.GradientTape():
+                inside = v * 3.0
+                seen.append(tf_compat.tape_watches([before]))
+                seen.append(tf_compat.tape_watches([inside]))
+            with tf.GradientTape():
+                seen.append(tf_compat.tape_watches([inside]))
+            return before + inside
+
+        step()
+        self.assertEqual(seen, [False, True, False])
+
     def test_collectives_run_in_a_group_of_one(self):
         kwargs = dict(group_size=1, group_key=_GROUP + 1, timeout=30)
         x = tf.constant([[1.0, 2.0]])

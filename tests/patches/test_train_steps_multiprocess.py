@@ -12,6 +12,7 @@ pool (`workers/train_step_scenarios.py`), trains every case of
 import contextlib
 import functools
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -107,9 +108,30 @@ def test_the_guide_step_logs_what_one_process_logs(num_workers):
             )
 
 
-def test_the_table_of_the_custom_step_is_partitioned():
+def test_the_tables_of_the_custom_steps_are_partitioned():
     for result in launch(2).values():
-        assert result["kinds"]["table_step/table/embeddings"] == "sparse"
+        for model in ("table_step", "table_gan"):
+            (kind,) = [
+                k
+                for p, k in result["kinds"].items()
+                if re.fullmatch(f"{model}(_\\d+)?/table/embeddings", p)
+            ]
+            assert kind == "sparse", model
+
+
+@pytest.mark.parametrize("num_workers", [2, 4])
+@pytest.mark.parametrize("case", ["gan", "gan_keras_losses", "gan_global_sums"])
+def test_a_gan_logs_the_mean_losses_of_one_process(case, num_workers):
+    # Each worker's loss is a mean of its rows, a Keras loss scaled for
+    # distribution, or its part of a sum over the global batch; the mean
+    # metrics given them log one process's means in every case.
+    _, want = one_process(case)
+    for rank, result in launch(num_workers).items():
+        got = result["logs"][case]
+        for name in ("d_loss", "g_loss"):
+            np.testing.assert_allclose(
+                got[name], want[name], rtol=1e-6, err_msg=f"{name} {rank}"
+            )
 
 
 def test_clipping_optimizers_train_a_replicated_table():

@@ -23,7 +23,7 @@ def train() -> dict:
     # fresh process's `set_floatx` alone does.
     keras.config.set_dtype_policy("float64")
     try:
-        results = {"logs": {}}
+        results = {"logs": {}, "kinds": {}}
         with kh.HybridStrategy(
             variable_kinds={".*table/embeddings": "sparse"}
         ) as strategy:
@@ -33,7 +33,11 @@ def train() -> dict:
                 results[case], results["logs"][case] = train_steps.train(
                     model, case
                 )
-            results["kinds"] = {p.path: p.kind for p in strategy.plan.variables}
+                # The plan lists the variables alive now: read it while
+                # this case's model is.
+                results["kinds"].update(
+                    (p.path, p.kind) for p in strategy.plan.variables
+                )
         return results
     finally:
         keras.config.set_floatx(floatx)

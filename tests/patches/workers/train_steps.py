@@ -15,7 +15,10 @@ CASES = (
     "vae",
     "gan",
     "gan_keras_losses",
+    "gan_global_sums",
+    "gan_table",
     "mirrored",
+    "own_rows",
     "summed",
     "table",
     "guide",
@@ -26,6 +29,11 @@ CASES = (
 # Stock `fit` with an optimizer that clips: a replicated table ("rows": its
 # gradient rows, with repeated ids) and dense layers. Each bound bites.
 CLIPPING = {"clipnorm": 0.05, "global_clipnorm": 0.08, "clipvalue": 0.004}
+GAN_LOSSES = {
+    "gan": "mean",
+    "gan_keras_losses": "keras",
+    "gan_global_sums": "global_sums",
+}
 BATCH = 16
 STEPS = 6
 FEATURES = 6
@@ -37,7 +45,7 @@ def data(case: str):
     """`(x, y)` arrays of STEPS global batches for `case`."""
     rng = np.random.default_rng(3)
     n = BATCH * STEPS
-    if case == "table" or case in CLIPPING:
+    if case in ("table", "gan_table") or case in CLIPPING:
         ids = rng.integers(0, VOCAB, size=(n, 4)).astype("int32")
         return ids, rng.normal(size=(n, 1))
     if case == "summed":
@@ -81,15 +89,21 @@ class VAE(keras.Model):
 
 
 class GAN(keras.Model):
-    """keras-io's DCGAN step: two optimizers, two tapes. With
-    `keras_losses` the losses are `BinaryCrossentropy` (scaled for
-    distribution by Keras); else hand-written means."""
+    """keras-io's DCGAN step: two optimizers, two tapes. The losses are
+    `"mean"`: hand-written means; `"keras"`: `BinaryCrossentropy` (scaled
+    for distribution by Keras); `"global_sums"`: per-example losses summed
+    and divided by the global batch size, a constant (the idiom of TF's
+    custom-loop tutorials), the generator's as a product with its inverse.
+    It logs each loss's mean, as keras-io's step does.
+    """
 
-    def __init__(self, keras_losses: bool):
+    def __init__(self, losses: str):
         super().__init__()
+        self.d_loss_metric = keras.metrics.Mean(name="d_loss")
+        self.g_loss_metric = keras.metrics.Mean(name="g_loss")
         self.generator = keras.layers.Dense(FEATURES, name="generator")
         self.discriminator = keras.layers.Dense(1, name="discriminator")
-        self.keras_losses = keras_losses
+        self.losses_of = losses
         self.bce = keras.losses.BinaryCrossentropy(from_logits=True)
 
     def call(self, inputs):
@@ -101,14 +115,19 @@ class GAN(keras.Model):
         self.d_optimizer = d_optimizer
         self.g_optimizer = g_optimizer
 
-    def _loss(self, labels, logits):
-        if self.keras_losses:
+    def _loss(self, labels, logits, generator=False):
+        if self.losses_of == "keras":
             return self.bce(labels, logits)
-        return ops.mean(
+        per_example = (
             ops.maximum(logits, 0)
             - logits * labels
             + ops.log(1 + ops.exp(-ops.abs(logits)))
         )
+        if self.losses_of == "mean":
+            return ops.mean(per_example)
+        if generator:
+            return ops.sum(per_example) * (1.0 / BATCH)
+        return ops.sum(per_example) / BATCH
 
     def train_step(self, data):
         (real, noise), _ = data
@@ -125,8 +144,60 @@ class GAN(keras.Model):
         self.d_optimizer.apply_gradients(zip(grads, d_weights, strict=True))
         with tf.GradientTape() as tape:
             logits = self.discriminator(self.generator(noise))
-            g_loss = self._loss(ops.zeros((rows, 1), "float64"), logits)
+            g_loss = self._loss(
+                ops.zeros((rows, 1), "float64"), logits, generator=True
+            )
         g_weights = self.generator.trainable_weights
+        grads = tape.gradient(g_loss, g_weights)
+        self.g_optimizer.apply_gradients(zip(grads, g_weights, strict=True))
+        self.d_loss_metric.update_state(d_loss)
+        self.g_loss_metric.update_state(g_loss)
+        return {m.name: m.result() for m in self.metrics}
+
+    @property
+    def metrics(self):
+        return [self.d_loss_metric, self.g_loss_metric]
+
+
+class TableGAN(keras.Model):
+    """A GAN's step on a partitioned table: its first lookup (the
+    generator's fakes) runs before either tape, then each tape reads the
+    table again and each of two optimizers updates it."""
+
+    def __init__(self):
+        super().__init__()
+        self.table = keras.layers.Embedding(VOCAB, 3, name="table")
+        self.generator = keras.layers.Dense(3, name="generator")
+        self.discriminator = keras.layers.Dense(1, name="discriminator")
+
+    def _pooled(self, ids):
+        return ops.mean(self.table(ids), axis=1)
+
+    def call(self, ids):
+        return self.discriminator(self.generator(self._pooled(ids)))
+
+    def compile(self, d_optimizer, g_optimizer):
+        super().compile()
+        self.d_optimizer = d_optimizer
+        self.g_optimizer = g_optimizer
+
+    def train_step(self, data):
+        ids, y = data
+        fake = self.generator(self._pooled(ids))
+        d_weights = self.discriminator.trainable_weights + [
+            self.table.embeddings
+        ]
+        with tf.GradientTape() as tape:
+            real = self.discriminator(self._pooled(ids))
+            d_loss = ops.mean(ops.square(real - y)) + ops.mean(
+                ops.square(self.discriminator(fake))
+            )
+        grads = tape.gradient(d_loss, d_weights)
+        self.d_optimizer.apply_gradients(zip(grads, d_weights, strict=True))
+        g_weights = self.generator.trainable_weights + [self.table.embeddings]
+        with tf.GradientTape() as tape:
+            fake = self.generator(self._pooled(ids))
+            g_loss = ops.mean(ops.square(self.discriminator(fake) - 1.0))
         grads = tape.gradient(g_loss, g_weights)
         self.g_optimizer.apply_gradients(zip(grads, g_weights, strict=True))
         return {"d_loss": d_loss, "g_loss": g_loss}
@@ -150,6 +221,23 @@ class Mirrored(keras.Model):
             loss = tf.nn.compute_average_loss(
                 per_example, global_batch_size=BATCH
             )
+        grads = tape.gradient(loss, self.trainable_weights)
+        self.optimizer.apply_gradients(
+            zip(grads, self.trainable_weights, strict=True)
+        )
+        return {"loss": loss}
+
+
+class OwnRows(Mirrored):
+    """A mean written as a sum over the rows divided by their static
+    count: on N workers the count is this worker's rows, a constant of the
+    traced step, so the loss is a mean, not a sum."""
+
+    def train_step(self, data):
+        (x, noise), _ = data
+        with tf.GradientTape() as tape:
+            per_example = ops.sum(ops.square(self((x, noise)) - 1.0), axis=1)
+            loss = ops.sum(per_example) / per_example.shape[0]
         grads = tape.gradient(loss, self.trainable_weights)
         self.optimizer.apply_gradients(
             zip(grads, self.trainable_weights, strict=True)
@@ -239,10 +327,14 @@ def build(case: str) -> keras.Model:
     keras.utils.set_random_seed(11)
     if case == "vae":
         model = VAE()
+    elif case == "gan_table":
+        model = TableGAN()
     elif case.startswith("gan"):
-        model = GAN(keras_losses=case == "gan_keras_losses")
+        model = GAN(losses=GAN_LOSSES[case])
     elif case == "mirrored":
         model = Mirrored()
+    elif case == "own_rows":
+        model = OwnRows()
     elif case == "summed":
         model = Summed()
     elif case == "table":

@@ -1,0 +1,65 @@
+"""How `loss_scaling` reads a loss a train step differentiates: a sum (the
+workers' gradients are summed), a mean (averaged), or a `Sum` divided by
+its own static row count, decided by the global batch when the step runs.
+The multi-worker results are in `test_train_steps_multiprocess.py`."""
+
+import tensorflow as tf
+from keras import ops
+
+from keras_hybrid.patches import loss_scaling
+from keras_hybrid.testing import TestCase
+
+SUM, MEAN = loss_scaling._SUM, loss_scaling._MEAN
+
+
+def _readings(*losses_of, rows=8) -> list:
+    """The reading of each `loss_of(x)`, traced on a `[rows, 3]` input
+    (`rows=None`: unknown when traced)."""
+    out = []
+
+    @tf.function(input_signature=[tf.TensorSpec([rows, 3])])
+    def step(x):
+        for loss_of in losses_of:
+            out.append(loss_scaling._reading(loss_of(x)))
+        return x
+
+    step(tf.ones((8, 3)))
+    return out
+
+
+class ReadingTest(TestCase):
+    def test_sums_scaled_by_constants_are_sums(self):
+        got = _readings(
+            lambda x: ops.sum(x),
+            lambda x: ops.sum(x) / 64,
+            lambda x: ops.sum(x) * (1.0 / 64),
+            lambda x: 2.0 * ops.sum(x),
+            lambda x: ops.sum(x[:, 0]) / 64 - ops.sum(x[:, 1]) / 64,
+            lambda x: -ops.sum(x),
+            lambda x: ops.sum(ops.cast(x, "float64")) / 64,
+        )
+        # (`tf.nn.compute_average_loss` needs no reading: it counts as a
+        # loss scaled for distribution.)
+        self.assertEqual(got, [SUM] * 7)
+
+    def test_means_are_means(self):
+        got = _readings(
+            lambda x: ops.mean(x),
+            lambda x: ops.sum(x) / ops.cast(ops.shape(x)[0], "float32"),
+            lambda x: ops.mean(x) + ops.sum(x) / 64,
+            lambda x: ops.sum(x) * ops.sum(x),
+            lambda x: ops.max(x),
+            rows=None,
+        )
+        self.assertEqual(got, [MEAN] * 5)
+
+    def test_a_sum_divided_by_its_static_rows_waits_for_the_batch(self):
+        # `ops.sum(x) / x.shape[0]`: a mean of this worker's rows, unless
+        # the global batch has that many rows (a constant global size).
+        got = _readings(
+            lambda x: ops.sum(x) / x.shape[0],
+            lambda x: ops.sum(x) / 24,  # all 8 * 3 elements
+            lambda x: ops.sum(x) * 0.125 + ops.sum(x) / 64,
+            lambda x: ops.sum(x) / 8 + ops.mean(x),
+        )
+        self.assertEqual(got, [8.0, 24.0, 8.0, MEAN])

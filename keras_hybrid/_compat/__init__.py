@@ -34,7 +34,9 @@ TensorFlow (`tf.py`, `one_process_extended.py`):
   collective leader;
 - `reset_collectives`: `context._reset_context` (a new eager context), then
   `enable_collectives` on new addresses, possibly with another leader (an
-  elastic job's survivors, who may have lost the leader);
+  elastic job's survivors, who may have lost the leader); then every
+  `lookup_ops.InitializableLookupTableBase` alive (`gc`) is made again
+  (`_create_resource`, `_initialize`, `_resource_handle`, `_is_anonymous`);
 - `check_peer_health`, `abort_collectives`: the eager context's
   `check_collective_ops_peer_health` and `abort_collective_ops`;
 - `shard_files`: `data.experimental.ops.distribute`'s batch-size helpers

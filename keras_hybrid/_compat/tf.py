@@ -283,7 +283,8 @@ def reset_collectives(
     but a new context may name another one: the survivors of a lost
     leader reset with one of them leading. Variables made before keep
     working; every `tf.function` must be traced again. The global seed
-    is kept.
+    is kept, and lookup tables with an initializer are made again
+    (`_revive_lookup_tables`).
     """
     from tensorflow.python.eager import context
 
@@ -292,6 +293,36 @@ def reset_collectives(
     if seed is not None:
         tf.random.set_seed(seed)
     enable_collectives(cluster_spec, job, task, protocol, leader)
+    _revive_lookup_tables()
+
+
+def _revive_lookup_tables() -> int:
+    """Makes every eager table with an initializer (`StaticHashTable`:
+    `StringLookup`, `IntegerLookup`, `TextVectorization`) again in the
+    current context, under its shared name, and fills it again; returns
+    how many. A reset context has lost the tables of the old one, and
+    every handle to them (a `tf.data` map's captured handle too) finds the
+    new table by that name. Anonymous tables, and tables that are filled
+    at run time (`MutableHashTable`), cannot be made again and stay lost.
+    """
+    import gc
+
+    from tensorflow.python.framework import ops
+    from tensorflow.python.ops import lookup_ops
+
+    revived = 0
+    for table in gc.get_objects():
+        if (
+            isinstance(table, lookup_ops.InitializableLookupTableBase)
+            and not getattr(table, "_is_anonymous", False)
+            and isinstance(
+                getattr(table, "_resource_handle", None), ops.EagerTensor
+            )
+        ):
+            table._resource_handle = table._create_resource()
+            table._init_op = table._initialize()
+            revived += 1
+    return revived
 
 
 def check_peer_health(task: str, timeout_ms: int) -> None:

@@ -70,6 +70,10 @@ tf.random.set_seed(7)
 tf_compat.enable_collectives(spec(), "worker", 0, "grpc")
 v = tf.Variable([1.0, 2.0])
 all_reduce(v.read_value(), 5)
+import keras
+lookup = keras.layers.StringLookup(vocabulary=["a", "b", "c"])
+ids = tf.data.Dataset.from_tensor_slices(["c", "a", "zz"]).batch(3).map(lookup)
+before = next(iter(ids)).numpy().tolist()
 tf_compat.abort_collectives("peer lost")
 try:
     all_reduce(v.read_value(), 6)
@@ -83,6 +87,8 @@ v.assign_add([1.0, 1.0])
 v.assign([9.0, 9.0])
 out = all_reduce(tf.constant([3.0, 3.0]), 7)
 print(json.dumps({
+    "lookups": [before, next(iter(ids)).numpy().tolist(),
+                lookup(tf.constant(["b"])).numpy().tolist()],
     "aborted_fails": aborted_fails,
     "after_reset": out.numpy().tolist(),
     "old_variable": v.numpy().tolist(),
@@ -933,6 +939,9 @@ class CompatFunctionsTest(TestCase):
         # assign_add works; assign did nothing (see _RESET_SCRIPT).
         self.assertEqual(result["old_variable"], [2.0, 3.0])
         self.assertEqual(result["seed"], 7)
+        # A StringLookup's table, made again: a dataset built before the
+        # reset and the layer both read it.
+        self.assertEqual(result["lookups"], [[3, 1, 0], [3, 1, 0], [2]])
 
     def test_a_task_other_than_0_leads_and_a_new_context_changes_it(self):
         # Tasks 1 and 2 of a 3-task cluster whose task 0 never runs (an

@@ -11,7 +11,8 @@ on every rank and in the reference): the replay draws the same batches.
 `ElasticLostWorkerTableTest` does the same with a partitioned `Embedding`
 (Adam): the lost worker's rows and slots come back from its commit file,
 taken by the next survivor: rank 1's by rank 2 from the shared directory
-(the default on one host); rank 2's by rank 0 from the launcher's folder
+(the default on one host; its ids come as strings through a
+`StringLookup` in a `tf.data` map); rank 2's by rank 0 from the launcher's folder
 (`--commit-store served`, whose workers on the launcher's host write it
 directly), in a run where the lost slot then comes back and a joiner is
 admitted: 3 -> 2 -> 3. Or from its buddy copy
@@ -237,7 +238,10 @@ class ElasticLostWorkerTableTest(TestCase):
         return [s for i, s in enumerate(sizes) if i == 0 or sizes[i - 1] != s]
 
     def test_middle_rank_lost_its_rows_come_from_its_file(self):
-        self.assertEqual(self._run_table(kill_rank=1), [3, 2])
+        # Its ids come as strings through a StringLookup in the dataset,
+        # whose table lived in the eager context the recovery replaced.
+        changes = self._run_table(kill_rank=1, extra=("--string_ids",))
+        self.assertEqual(changes, [3, 2])
 
     def test_middle_rank_lost_its_rows_come_from_the_buddy_copy(self):
         self.assertEqual(self._run_table(kill_rank=1, store="buddy"), [3, 2])

@@ -13,7 +13,9 @@ launcher's recovery happens mid-epoch. The chief saves the final weights.
 chief also saves the initial weights for the reference). `--slots_later`,
 if set, is written into the discovery file by the chief once the job
 trained `--grow_after` steps on fewer workers: the lost slot comes back
-and the launcher admits a joiner.
+and the launcher admits a joiner. With `--string_ids` its ids arrive as
+strings through a `StringLookup` in a `tf.data` map, whose table the
+recovery's new eager context must make again.
 """
 
 import json
@@ -23,6 +25,7 @@ import time
 
 import elastic_cases as cases  # noqa: I001  (sits beside this script)
 import keras
+import tensorflow as tf
 from absl import app
 from absl import flags
 
@@ -46,6 +49,7 @@ flags.DEFINE_string("slots_after", "localhost:2", "Slots after the death.")
 flags.DEFINE_enum("model", "mlp", cases.MODELS, "mlp, or table.")
 flags.DEFINE_string("slots_later", "", "Slots once the job shrank.")
 flags.DEFINE_integer("grow_after", 5, "Steps on fewer workers before.")
+flags.DEFINE_bool("string_ids", False, "Table ids as strings, looked up.")
 
 
 class SizeLog(keras.callbacks.Callback):
@@ -110,6 +114,20 @@ def _plans(directory: str) -> set:
     return {n for n in os.listdir(directory) if n.startswith("plan-")}
 
 
+def _looked_up(x, y) -> tf.data.Dataset:
+    """The batches of `((ids, features), y)` with each id sent as the
+    string `id<n>` and mapped back to `n` by a `StringLookup`."""
+    (ids, features) = x
+    lookup = keras.layers.StringLookup(
+        vocabulary=[f"id{i}" for i in range(cases.VOCAB)], num_oov_indices=0
+    )
+    strings = tf.strings.join(["id", tf.strings.as_string(ids)])
+    dataset = tf.data.Dataset.from_tensor_slices(((strings, features), y))
+    return dataset.batch(FLAGS.batch_size).map(
+        lambda x, y: ((tf.cast(lookup(x[0]), ids.dtype), x[1]), y)
+    )
+
+
 def main(argv):
     del argv
     table = FLAGS.model == "table"
@@ -126,10 +144,11 @@ def main(argv):
     initial = model.get_weights() if table else None
     keras.utils.set_random_seed(7)
     stats = kh.callbacks.CommunicationStats(every_n_steps=5)
+    data = dict(x=x, y=y, batch_size=FLAGS.batch_size)
+    if FLAGS.string_ids:
+        data = dict(x=_looked_up(x, y))
     model.fit(
-        x,
-        y,
-        batch_size=FLAGS.batch_size,
+        **data,
         epochs=FLAGS.epochs,
         shuffle=not table,
         verbose=0,

@@ -12,7 +12,8 @@ on every rank and in the reference): the replay draws the same batches.
 (Adam): the lost worker's rows and slots come back from its commit file,
 taken by the next survivor: rank 1's by rank 2 from the shared directory
 (the default on one host; its ids come as strings through a
-`StringLookup` in a `tf.data` map); rank 2's by rank 0 from the launcher's folder
+`StringLookup` in a `tf.data` map); rank 2's by rank 0 from the
+launcher's folder
 (`--commit-store served`, whose workers on the launcher's host write it
 directly), in a run where the lost slot then comes back and a joiner is
 admitted: 3 -> 2 -> 3. Or from its buddy copy

@@ -51,6 +51,13 @@ def step(plan, ids: list, communicator):
         _steps.pop()
 
 
+def note_update(table) -> None:
+    """Records that the step updates `table` here: its later lookups must
+    read the updated rows, not those the fused exchange pulled before."""
+    if _steps:
+        _steps[-1].updated.add(id(table))
+
+
 def take(table, ids):
     """Rows of `table` for `ids` from the step's fused exchange, or `None`
     if this gather keeps its own exchange."""
@@ -71,6 +78,7 @@ class _Step:
         self._counts: dict = {}
         self._rows = None
         self._graph = None
+        self.updated: set = set()
 
     def take(self, table, ids):
         index = self._counts.get(id(table), 0)
@@ -116,6 +124,16 @@ class _Step:
                 "and report the model."
             ),
         )
+        if id(table) in self.updated:
+            _log_once(
+                "updated",
+                "keras-hybrid: lookup %d of %r comes after the step updated "
+                "the table; it exchanges on its own so that it reads the "
+                "updated rows.",
+                index,
+                table.path,
+            )
+            return None
         rows = self._rows[key]
         if _unseen_by_tape(table, rows):
             _log_once(

@@ -353,6 +353,7 @@ class HybridExtended(OneProcessExtended):
     def update_variable(self, var, fn, args, kwargs, group):
         if args:
             self.router.observe_gradient(var, args[0])
+        fused_exchange.note_update(var)
         # The optimizer sees (and writes) the rows this shard owns, or
         # of a local table, its rows in use.
         with sharded_table.shard_view():

@@ -120,15 +120,18 @@ def test_the_tables_of_the_custom_steps_are_partitioned():
 
 
 @pytest.mark.parametrize("num_workers", [2, 4])
-@pytest.mark.parametrize("case", ["gan", "gan_keras_losses", "gan_global_sums"])
-def test_a_gan_logs_the_mean_losses_of_one_process(case, num_workers):
-    # Each worker's loss is a mean of its rows, a Keras loss scaled for
-    # distribution, or its part of a sum over the global batch; the mean
-    # metrics given them log one process's means in every case.
+@pytest.mark.parametrize(
+    "case", ["gan", "gan_keras_losses", "gan_global_sums", "read_after_update"]
+)
+def test_a_step_logs_the_mean_losses_of_one_process(case, num_workers):
+    # A GAN's loss on each worker is a mean of its rows, a Keras loss
+    # scaled for distribution, or its part of a sum over the global batch;
+    # the mean metrics given them log one process's means in every case.
+    # `read_after_update` logs a loss of the rows its step updated.
     _, want = one_process(case)
     for rank, result in launch(num_workers).items():
         got = result["logs"][case]
-        for name in ("d_loss", "g_loss"):
+        for name in want:
             np.testing.assert_allclose(
                 got[name], want[name], rtol=1e-6, err_msg=f"{name} {rank}"
             )

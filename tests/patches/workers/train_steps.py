@@ -21,6 +21,7 @@ CASES = (
     "own_rows",
     "summed",
     "table",
+    "read_after_update",
     "guide",
     "clipnorm",
     "global_clipnorm",
@@ -45,7 +46,7 @@ def data(case: str):
     """`(x, y)` arrays of STEPS global batches for `case`."""
     rng = np.random.default_rng(3)
     n = BATCH * STEPS
-    if case in ("table", "gan_table") or case in CLIPPING:
+    if case in ("table", "gan_table", "read_after_update") or case in CLIPPING:
         ids = rng.integers(0, VOCAB, size=(n, 4)).astype("int32")
         return ids, rng.normal(size=(n, 1))
     if case == "summed":
@@ -293,6 +294,25 @@ class TableStep(keras.Model):
         return {"loss": loss}
 
 
+class ReadAfterUpdate(TableStep):
+    """After its update, the step reads the table again and logs the loss
+    of the updated model (one process reads the updated rows)."""
+
+    def __init__(self):
+        super().__init__()
+        self.after = keras.metrics.Mean(name="after")
+
+    def train_step(self, data):
+        super().train_step(data)
+        ids, y = data
+        self.after.update_state(ops.mean(ops.square(self(ids) - y)))
+        return {"after": self.after.result()}
+
+    @property
+    def metrics(self):
+        return [self.after]
+
+
 class Guide(keras.Model):
     """Keras' guide "Customizing what happens in fit()": the compiled loss
     from `compute_loss`, then every metric updated, the loss tracker with
@@ -339,6 +359,8 @@ def build(case: str) -> keras.Model:
         model = Summed()
     elif case == "table":
         model = TableStep()
+    elif case == "read_after_update":
+        model = ReadAfterUpdate()
     elif case == "guide":
         model = Guide()
     elif case in CLIPPING:

@@ -281,9 +281,10 @@ def _averaged_over(tape, target, sources):
     is_global = tf.reduce_any(
         [tf.equal(global_rows, float(d)) for d in divisors]
     )
-    for loss in targets:
-        _maybe_sums[id(loss)] = loss
-        _is_sum_now[id(loss)] = is_global
+    for loss, reading in zip(targets, readings, strict=True):
+        if reading != _MEAN:
+            _maybe_sums[id(loss)] = loss
+            _is_sum_now[id(loss)] = is_global
     return tf.where(is_global, tf.ones_like(share), share)
 
 

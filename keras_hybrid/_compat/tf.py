@@ -296,21 +296,20 @@ def reset_collectives(
     _revive_lookup_tables()
 
 
-def _revive_lookup_tables() -> int:
+def _revive_lookup_tables() -> None:
     """Makes every eager table with an initializer (`StaticHashTable`:
     `StringLookup`, `IntegerLookup`, `TextVectorization`) again in the
-    current context, under its shared name, and fills it again; returns
-    how many. A reset context has lost the tables of the old one, and
-    every handle to them (a `tf.data` map's captured handle too) finds the
-    new table by that name. Anonymous tables, and tables that are filled
-    at run time (`MutableHashTable`), cannot be made again and stay lost.
+    current context, under its shared name, and fills it again. A reset
+    context has lost the tables of the old one, and every handle to them
+    (a `tf.data` map's captured handle too) finds the new table by that
+    name. Anonymous tables, and tables that are filled at run time
+    (`MutableHashTable`), cannot be made again and stay lost.
     """
     import gc
 
     from tensorflow.python.framework import ops
     from tensorflow.python.ops import lookup_ops
 
-    revived = 0
     for table in gc.get_objects():
         if (
             isinstance(table, lookup_ops.InitializableLookupTableBase)
@@ -321,8 +320,6 @@ def _revive_lookup_tables() -> int:
         ):
             table._resource_handle = table._create_resource()
             table._init_op = table._initialize()
-            revived += 1
-    return revived
 
 
 def check_peer_health(task: str, timeout_ms: int) -> None:

@@ -336,10 +336,9 @@ def _combined_reading(tensor):
 
 
 def _scaled_reading(summed, divisor: float):
-    reading = _combined_reading(summed)
-    if reading == _SUM and _rows_summed(summed, divisor):
-        return divisor
-    return reading if reading == _SUM else _MEAN
+    if _combined_reading(summed) != _SUM:
+        return _MEAN
+    return divisor if _rows_summed(summed, divisor) else _SUM
 
 
 def _joined(readings: list):

@@ -35,9 +35,9 @@ from keras_hybrid._compat import tf as tf_compat
 from keras_hybrid.sparse import hierarchical_exchange
 from keras_hybrid.sparse import hot_rows
 from keras_hybrid.sparse import owner_exchange
+from keras_hybrid.sparse import prefetch
 
 _steps: list = []
-_logged: set = set()
 
 
 @contextlib.contextmanager
@@ -86,6 +86,13 @@ class _Step:
         key = (id(table), index)
         if key not in self._ids:
             return None
+        if id(table) in self.updated:
+            prefetch.log_own_exchange(
+                "it comes after the step updated the table, and must read "
+                "the updated rows",
+                table.path,
+            )
+            return None
         graph = tf.compat.v1.get_default_graph()
         if self._rows is None:
             calls = [
@@ -99,6 +106,16 @@ class _Step:
             logging.info(
                 "keras-hybrid: a lookup of %r runs in another graph than "
                 "the step's fused exchange; it exchanges on its own.",
+                table.path,
+            )
+            return None
+        rows = self._rows[key]
+        if _unseen_by_tape(table, rows):
+            prefetch.log_own_exchange(
+                "it runs under a gradient tape that did not record the "
+                "step's fused exchange (an earlier lookup, outside this "
+                "tape, ran it, as in a GAN's step), and its gradient must "
+                "reach the table",
                 table.path,
             )
             return None
@@ -124,29 +141,6 @@ class _Step:
                 "and report the model."
             ),
         )
-        if id(table) in self.updated:
-            _log_once(
-                "updated",
-                "keras-hybrid: lookup %d of %r comes after the step updated "
-                "the table; it exchanges on its own so that it reads the "
-                "updated rows.",
-                index,
-                table.path,
-            )
-            return None
-        rows = self._rows[key]
-        if _unseen_by_tape(table, rows):
-            _log_once(
-                "unseen",
-                "keras-hybrid: lookup %d of %r runs under a gradient tape "
-                "that did not record the step's fused exchange (it ran at "
-                "an earlier lookup, outside this tape, as in a GAN's step); "
-                "the lookup exchanges on its own so that its gradient "
-                "reaches the table.",
-                index,
-                table.path,
-            )
-            return None
         with tf.control_dependencies([check]):
             # The rows take the shape of the ids computed ahead, which a
             # pruned function can leave unknown (ids from a `tf.lookup`
@@ -162,12 +156,6 @@ def _unseen_by_tape(table, rows) -> bool:
         and tf_compat.tape_records()
         and not tf_compat.tape_watches([rows])
     )
-
-
-def _log_once(reason: str, message: str, *args) -> None:
-    if reason not in _logged:
-        _logged.add(reason)
-        logging.info(message, *args)
 
 
 def exchange(comm, calls: list) -> list:

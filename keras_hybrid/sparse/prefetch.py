@@ -125,7 +125,7 @@ def discover(fn, args, kwargs) -> PrefetchPlan:
     except Exception as error:  # noqa: BLE001 - the real trace will tell
         # E.g. Python control flow on tensors, which `wrap_function` does
         # not convert: the step itself still runs, one exchange per lookup.
-        _log_once(f"the scratch trace failed ({error!r:.200})", "*")
+        log_own_exchange(f"the scratch trace failed ({error!r:.200})", "*")
         return PrefetchPlan([])
     finally:
         _recordings.pop()
@@ -146,7 +146,7 @@ def _plan(rec, wrapped, num_inputs, where) -> PrefetchPlan:
         counts[id(table)] = index + 1
         reason = _why_not(ids, graph, rec.graph, stand_ins)
         if reason:
-            _log_once(reason, table.path)
+            log_own_exchange(reason, table.path)
         calls.append(Call(table, index, not reason, ids.shape))
         if not reason:
             fetches.append(ids)
@@ -157,7 +157,9 @@ def _plan(rec, wrapped, num_inputs, where) -> PrefetchPlan:
     try:
         pruned = wrapped.prune(feeds, fetches)
     except Exception as error:  # noqa: BLE001 - any failure falls back
-        _log_once(f"pruning failed ({type(error).__name__}: {error})", "")
+        log_own_exchange(
+            f"pruning failed ({type(error).__name__}: {error})", ""
+        )
         for call in calls:
             call.prefetched = False
         return plan
@@ -196,7 +198,9 @@ def _why_not(ids, graph, step_graph, stand_ins) -> str:
     return ""
 
 
-def _log_once(reason: str, path: str) -> None:
+def log_own_exchange(reason: str, path: str) -> None:
+    """Logs once per reason and table that a lookup keeps its own
+    exchange."""
     if (reason, path) in _logged:
         return
     _logged.add((reason, path))

@@ -80,11 +80,10 @@ def step(args, communicator, global_rows: tf.Tensor | None = None):
 def share() -> tf.Tensor | None:
     """`n_w / B` as a float64 scalar tensor, or None outside a step (or
     for a step without a batch axis)."""
-    current = getattr(_local, "step", None)
-    if current is None or current["rows"] is None:
+    total = global_rows()
+    if total is None:
         return None
-    rows = tf.cast(current["rows"], tf.float64)
-    return rows / _global_rows(current)
+    return tf.cast(_local.step["rows"], tf.float64) / total
 
 
 def global_rows() -> tf.Tensor | None:

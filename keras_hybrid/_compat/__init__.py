@@ -52,6 +52,10 @@ TensorFlow (`tf.py`, `one_process_extended.py`):
   active tape records a tensor's gradient);
 - `in_shape_query`: the Python stack, for `array_ops.shape_internal`
   (eager `tf.shape` converts a Keras variable's whole value).
+- `embedding_lookup_module`: `ops.embedding_ops`, whose module-level
+  `embedding_lookup` `tf.nn.embedding_lookup`, `embedding_lookup_sparse`
+  and `nn_impl`'s sampled losses call by name (`patches/tf_lookups.py`
+  replaces it);
 - `custom_gradient_owned_by_graph`: `ops._gradient_registry`'s entries
   (their `"type"`), where `tf.custom_gradient` leaves each graph-mode
   call's gradient function for the life of the process.

@@ -72,6 +72,19 @@ def tape_watches(tensors) -> bool:
     return record.should_record_backprop(tensors)
 
 
+# -- TF's embedding lookups (patches/tf_lookups.py)
+
+
+def embedding_lookup_module():
+    """`embedding_ops`, whose module-level `embedding_lookup` TF's lookups
+    call by name when they run: `tf.nn.embedding_lookup` (v2),
+    `embedding_lookup_sparse`, and `nn_impl`'s sampled losses
+    (`sampled_softmax_loss`, `nce_loss`)."""
+    from tensorflow.python.ops import embedding_ops
+
+    return embedding_ops
+
+
 # -- variables (sparse/sharded_table.py, strategy/global_read_variable.py)
 
 

@@ -5,15 +5,16 @@ A multi-worker `HybridStrategy` changes Keras for the whole process from
 its first `scope()`: one writer per path (`chief_summaries`,
 `h5_streaming`, `chief_writes`), one finite-gradient verdict
 (`finite_check`), optimizer clipping of the summed gradients
-(`gradient_clipping`), fenced collective calls (`collective_calls`), a random
-stream per worker (`worker_random`), state a step assigns averaged over
-workers (`state_averaging`), a model built from its dataset's spec
-(`build_from_spec`), optimizers that cannot train a model's dynamic
-tables refused at `compile` (`dynamic_compile`), losses scaled by each
-worker's share of the batch (`loss_scaling`), a progress bar that draws
-in place only on a terminal (`progress_bar`); an elastic strategy also
-scales losses by the current group size and resizes and recovers inside
-`fit` (`elastic_training`).
+(`gradient_clipping`), fenced collective calls (`collective_calls`),
+TF's embedding lookups of Keras variables by rows (`tf_lookups`), a
+random stream per worker (`worker_random`), state a step assigns
+averaged over workers (`state_averaging`), a model built from its
+dataset's spec (`build_from_spec`), optimizers that cannot train a
+model's dynamic tables refused at `compile` (`dynamic_compile`), losses
+scaled by each worker's share of the batch (`loss_scaling`), a progress
+bar that draws in place only on a terminal (`progress_bar`); an elastic
+strategy also scales losses by the current group size and resizes and
+recovers inside `fit` (`elastic_training`).
 
 `acquire(strategy, elastic)` puts in, under one lock, every set that the
 open strategies need, in the order of `SETS`, patch by patch; `release`
@@ -46,6 +47,7 @@ from keras_hybrid.patches import h5_streaming
 from keras_hybrid.patches import loss_scaling
 from keras_hybrid.patches import progress_bar
 from keras_hybrid.patches import state_averaging
+from keras_hybrid.patches import tf_lookups
 from keras_hybrid.patches import worker_random
 from keras_hybrid.patches.patch_set import PRIVATE_KERAS
 from keras_hybrid.patches.patch_set import PatchSet
@@ -59,6 +61,7 @@ SETS = (
     finite_check.PATCHES,
     gradient_clipping.PATCHES,
     collective_calls.PATCHES,
+    tf_lookups.PATCHES,
     worker_random.PATCHES,
     state_averaging.PATCHES,
     build_from_spec.PATCHES,

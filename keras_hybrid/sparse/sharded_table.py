@@ -360,9 +360,12 @@ def check_whole_reads(graph) -> None:
             hint = ""
             if users[0].type == "GatherV2":
                 hint = (
-                    " `tf.nn.embedding_lookup` turns a `keras.Variable` "
-                    "into a tensor first: pass its `.value` (the "
-                    "`tf.Variable`), or use `ops.take`/`tf.gather`."
+                    " Something turned the `keras.Variable` into a tensor "
+                    "before gathering from it: `ops.convert_to_tensor`, "
+                    "`tf.nn.embedding_lookup` of a list of tables, or, "
+                    "in one process, of the variable itself (pass its "
+                    "`.value`, the `tf.Variable`). Gather from the "
+                    "variable (`ops.take`, `tf.gather`)."
                 )
             raise ValueError(
                 f"Partitioned table {path!r} was read as a whole "

@@ -211,22 +211,14 @@ class HybridExtended(OneProcessExtended):
         self.router.prepare()
         if self.router.undecided():
             uses = use_discovery.trace(fn, args, kwargs)
-            for step in _inference_steps_of(fn):
+            for steps in _inference_steps_of(fn):
                 # Placement is final after this step: a table that only
                 # `evaluate` or `predict` reads whole (keras-rs'
                 # `BruteForceRetrieval` scores every candidate row) must
                 # stay dense now, not fail when validation starts.
-                try:
-                    other = use_discovery.trace(step, args, kwargs)
-                except Exception as error:  # noqa: BLE001 (a scratch trace)
-                    logging.info(
-                        "keras-hybrid: placement could not trace %s on the "
-                        "training data (%s); its whole reads are not seen.",
-                        step.__name__,
-                        error,
-                    )
-                    continue
-                use_discovery.add_whole_reads(uses, other)
+                other = _first_trace(steps, args, kwargs)
+                if other is not None:
+                    use_discovery.add_whole_reads(uses, other)
             self.router.decide(uses)
 
     @property
@@ -454,16 +446,34 @@ class HybridExtended(OneProcessExtended):
 
 
 def _inference_steps_of(fn) -> list:
-    """A Keras model's `test_step`, and its `predict_step` if the model
-    overrides it (Keras' runs the forward pass `test_step` runs), when
-    `fn` is its `train_step` (they take the same data); else none."""
+    """When `fn` is a Keras model's `train_step`: its `test_step`, then
+    its `predict_step` if the model overrides it, each as a list of steps
+    to trace in order until one traces (they take the training data).
+    Keras' `predict_step` runs the forward pass `test_step` runs, so it
+    stands in for a `test_step` that cannot trace (a model compiled
+    without a loss, whose losses only `train_step` adds). Else none."""
     model = global_metrics.keras_model_of_step(fn)
     if model is None or inspect.unwrap(fn).__name__ != "train_step":
         return []
-    steps = [model.test_step]
     if type(model).predict_step is not keras.Model.predict_step:
-        steps.append(model.predict_step)
-    return steps
+        return [[model.test_step], [model.predict_step]]
+    return [[model.test_step, model.predict_step]]
+
+
+def _first_trace(steps, args, kwargs):
+    """The table uses of the first of `steps` that traces on the training
+    data, or None (each failure is logged)."""
+    for step in steps:
+        try:
+            return use_discovery.trace(step, args, kwargs)
+        except Exception as error:  # noqa: BLE001 (a scratch trace)
+            logging.info(
+                "keras-hybrid: placement could not trace %s on the "
+                "training data (%s); its whole reads are not seen.",
+                step.__name__,
+                error,
+            )
+    return None
 
 
 def is_hybrid(strategy) -> bool:

@@ -8,6 +8,7 @@ environment of the version matrix: `make test` (TF 2.21), `make
 test-horovod` (TF 2.15.1) and `make test-matrix` (MATRIX_TF).
 """
 
+import functools
 import gc
 import inspect
 import json
@@ -907,6 +908,46 @@ class CompatFunctionsTest(TestCase):
 
         step()
         self.assertEqual(seen, [False, True, False])
+
+    def test_tf_lookups_call_embedding_lookup_by_name(self):
+        # `patches/tf_lookups.py` replaces the module attribute: each of
+        # these must look it up when it runs.
+        module = tf_compat.embedding_lookup_module()
+        original = module.embedding_lookup
+        calls = []
+
+        def spy(params, ids, *args, **kwargs):
+            calls.append(params)
+            return original(params, ids, *args, **kwargs)
+
+        table = tf.Variable(tf.ones([10, 2]))
+        ids = tf.constant([[1, 2]], tf.int64)
+        labels = tf.constant([[3]], tf.int64)
+        sampled = (tf.constant([4, 5], tf.int64), tf.ones([1, 1]), tf.ones([2]))
+        uses = {
+            "embedding_lookup": lambda: tf.nn.embedding_lookup(table, ids),
+            "embedding_lookup_sparse": lambda: tf.nn.embedding_lookup_sparse(
+                table, tf.sparse.from_dense(ids), None
+            ),
+        }
+        for loss in (tf.nn.sampled_softmax_loss, tf.nn.nce_loss):
+            uses[loss.__name__] = functools.partial(
+                loss,
+                table,
+                tf.zeros([10]),
+                labels,
+                tf.ones([1, 2]),
+                2,
+                10,
+                sampled_values=sampled,
+            )
+        for name, use in uses.items():
+            calls.clear()
+            with mock.patch.object(module, "embedding_lookup", spy):
+                use()
+            self.assertTrue(
+                any(c is table or c[0] is table for c in calls), name
+            )
 
     def test_collectives_run_in_a_group_of_one(self):
         kwargs = dict(group_size=1, group_key=_GROUP + 1, timeout=30)

@@ -175,7 +175,8 @@ class LookupsInOneProcessTest(OneProcessTestCase):
     def test_embedding_lookup_of_the_keras_variable_names_the_fix(self):
         # `tf.nn.embedding_lookup` converts params that are not TF resource
         # variables (a Keras variable is not) to a tensor before gathering:
-        # a whole read, refused with the fix in the message.
+        # in one process (where no patch sends it to `tf.gather`) a whole
+        # read, refused with the fix in the message.
         strategy = HybridStrategy(variable_kinds={"lookup/table": "sparse"})
         with strategy.scope():
             model = _pooled_model(

@@ -47,7 +47,10 @@ def _reference(shape: str, optimizer: str) -> list:
     if not model.built:
         model(x[: shapes.BATCH])
     model.set_weights(start)
-    model.compile(optimizer=shapes.make_optimizer(optimizer), loss="mse")
+    model.compile(
+        optimizer=shapes.make_optimizer(optimizer),
+        loss=shapes.compile_loss(shape),
+    )
     model.fit(x, y, batch_size=shapes.BATCH, shuffle=False, verbose=0)
     return model.get_weights()
 

@@ -1,4 +1,4 @@
-"""Every Keras object a multi-worker `HybridStrategy` may replace, read
+"""Every Keras (and TF) object a multi-worker `HybridStrategy` may replace, read
 straight from Keras, by the registry's names (`registry.sites()`): the
 list the registry is checked against, kept apart from it."""
 
@@ -16,6 +16,7 @@ from keras.src.optimizers import base_optimizer
 from keras.src.saving import saving_api
 from keras.src.saving import saving_lib
 from keras.src.trainers import trainer as base_trainer
+from tensorflow.python.ops import embedding_ops
 
 _CALLBACK_MODULES = (
     backup_and_restore,
@@ -86,6 +87,8 @@ def stock_objects() -> dict:
     objects["TFOptimizer._all_reduce_sum_gradients"] = vars(
         tf_optimizer.TFOptimizer
     )["_all_reduce_sum_gradients"]
+    # `tf_lookups`.
+    objects["embedding_ops.embedding_lookup"] = embedding_ops.embedding_lookup
     return objects
 
 

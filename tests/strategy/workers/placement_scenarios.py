@@ -44,7 +44,10 @@ def _fit(strategy, shape: str, optimizer: str) -> dict:
         model = shapes.BUILDERS[shape]()
         if not model.built and not shape.endswith("_unbuilt"):
             model(x[:batch])  # eagerly, as users build models
-        model.compile(optimizer=shapes.make_optimizer(optimizer), loss="mse")
+        model.compile(
+            optimizer=shapes.make_optimizer(optimizer),
+            loss=shapes.compile_loss(shape),
+        )
     stats = strategy.communicator.stats
     before = stats.snapshot()
     if model.built:

@@ -26,6 +26,14 @@ def make_data(steps: int, batch: int):
     return x, y
 
 
+# The loss each shape compiles with (`None`: its own `add_loss` only).
+LOSSES = {"sampled_softmax": None}
+
+
+def compile_loss(shape: str):
+    return LOSSES.get(shape, "mse")
+
+
 def make_optimizer(name: str):
     if name == "sgd":
         return keras.optimizers.SGD(0.5)
@@ -106,18 +114,22 @@ class MyEmbedding(keras.layers.Embedding):
 
 
 class GatherWeights(keras.layers.Layer):
-    """Custom weights read only by gathers, three ways."""
+    """Custom weights read only by gathers, four ways: the last as a layer
+    ported from `tf.keras` reads, `tf.nn.embedding_lookup` of the Keras
+    variable itself (which TF turns into a tensor first)."""
 
     def build(self, input_shape):
         self.w_take = self.add_weight(shape=(ROWS, DIM), name="w_take")
         self.w_gather = self.add_weight(shape=(ROWS, DIM), name="w_gather")
         self.w_lookup = self.add_weight(shape=(ROWS, DIM), name="w_lookup")
+        self.w_nn = self.add_weight(shape=(ROWS, DIM), name="w_nn")
 
     def call(self, x):
         a = ops.take(self.w_take, x[:, 0], axis=0)
         b = tf.gather(self.w_gather, x[:, 1])
         c = tf.nn.embedding_lookup(self.w_lookup.value, x[:, 0])
-        return a + b + c
+        d = tf.nn.embedding_lookup(self.w_nn, x[:, 1], max_norm=0.05)
+        return a + b + c + d
 
 
 class Tied(keras.Model):
@@ -181,6 +193,55 @@ class ScoredInInference(keras.Model):
             return ops.sum(user * self.item(x[:, 1]), axis=1, keepdims=True)
         scores = ops.matmul(user, ops.transpose(self.item.embeddings))
         return ops.max(scores, axis=1, keepdims=True)
+
+
+class SampledSoftmax(keras.Model):
+    """A language model's output layer trained by sampled softmax, compiled
+    without a loss: training adds `tf.nn.sampled_softmax_loss` (which
+    gathers the label's and the sampled rows of the output table), and
+    inference scores every row, a whole read. Its `test_step` cannot run
+    (no compiled loss), so placement sees that read in `predict_step`."""
+
+    def __init__(self, **kwargs):
+        super().__init__(name="sampled", **kwargs)
+        self.token = keras.layers.Embedding(ROWS, DIM, name="token")
+
+    def build(self, input_shape):
+        self.token.build(input_shape)
+        self.out_w = self.add_weight(shape=(ROWS, DIM), name="out_w")
+        self.out_b = self.add_weight(
+            shape=(ROWS,), name="out_b", initializer="zeros"
+        )
+
+    def call(self, x, training=False):
+        h = self.token(x[:, 0])
+        if not training:
+            return ops.matmul(h, ops.transpose(self.out_w)) + self.out_b
+        labels = tf.cast(x[:, 1:], tf.int64)
+        candidates = tf.range(0, ROWS, ROWS // 8, dtype=tf.int64)
+        loss = tf.nn.sampled_softmax_loss(
+            self.out_w,
+            self.out_b,
+            labels,
+            h,
+            num_sampled=8,
+            num_classes=ROWS,
+            sampled_values=(
+                candidates,
+                tf.fill(tf.shape(labels), 0.125),
+                tf.fill([8], 0.125),
+            ),
+            remove_accidental_hits=False,
+        )
+        self.add_loss(ops.mean(loss))
+        return h[:, :1]
+
+
+def _sampled_softmax():
+    # Built without a call: an eager call would read the table whole.
+    model = SampledSoftmax()
+    model.build((None, 2))
+    return model
 
 
 def _functional(layer_fn, name):
@@ -259,6 +320,7 @@ BUILDERS = {
     "column_constraint": _column_constraint,
     # Built by `fit`: an eager call would read the table whole at once.
     "scored_in_inference_unbuilt": ScoredInInference,
+    "sampled_softmax": _sampled_softmax,
 }
 
 EXPECTED = {
@@ -266,6 +328,10 @@ EXPECTED = {
     "scored_in_inference_unbuilt": {
         "retrieval/user/embeddings": "table",
         "retrieval/item/embeddings": "whole",
+    },
+    "sampled_softmax": {
+        "sampled/token/embeddings": "table",
+        "sampled/out_w": "whole",
     },
     "subclassed": {
         "recommender/user/embeddings": "table",
@@ -283,7 +349,7 @@ EXPECTED = {
     "nested": {".*inner_table/embeddings": "table"},
     "lazy": {".*lazy/embeddings": "table"},
     "subclass_of_embedding": {".*mine/embeddings": "table"},
-    "gather_weights": {".*gw/w_(take|gather|lookup)": "table"},
+    "gather_weights": {".*gw/w_(take|gather|lookup|nn)": "table"},
     "tied": {"tied/shared/embeddings": "whole"},
     "reversible_tied": {
         "reversible/token/embeddings": "whole",

@@ -427,16 +427,26 @@ class HybridExtended(OneProcessExtended):
         if getattr(comm, "membership", None) is not None:
             # Sliced in the step, by the members of the moment.
             return dataset
-        return input_sharding.shard_dataset(dataset, comm.rank, comm.size)
+        return input_sharding.mark_per_worker(
+            input_sharding.shard_dataset(dataset, comm.rank, comm.size)
+        )
 
     def distribute_datasets_from_function(self, dataset_fn):
         comm = self._communicator
+        if getattr(comm, "membership", None) is not None:
+            raise ValueError(
+                "An elastic HybridStrategy slices each global batch among "
+                "the workers of the moment, so a pipeline per worker "
+                "(`distribute_datasets_from_function`) cannot follow a "
+                "resize. Give `fit` (or `experimental_distribute_dataset`) "
+                "a dataset of global batches instead."
+            )
         context = tf.distribute.InputContext(
             num_input_pipelines=comm.size,
             input_pipeline_id=comm.rank,
             num_replicas_in_sync=comm.size,
         )
-        return dataset_fn(context)
+        return input_sharding.mark_per_worker(dataset_fn(context))
 
     def distribute_values_from_function(self, value_fn):
         comm = self._communicator

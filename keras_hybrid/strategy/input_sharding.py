@@ -1,17 +1,42 @@
 """Splits each global batch of a dataset among the workers."""
 
+import weakref
+
 import tensorflow as tf
 
 from keras_hybrid._compat import tf as tf_compat
 
 _FILE = tf.data.experimental.AutoShardPolicy.FILE
 _OFF = tf.data.experimental.AutoShardPolicy.OFF
+# Datasets a strategy made for one worker (`shard_dataset`'s results, and
+# `distribute_datasets_from_function`'s). They are not
+# `tf.distribute.DistributedDataset`s, so Keras' `fit` hands them to
+# `experimental_distribute_dataset` again, which must leave them as they are.
+_per_worker = weakref.WeakSet()
+
+
+def mark_per_worker(dataset):
+    """Records that `dataset` already yields this worker's batches;
+    returns it."""
+    try:
+        _per_worker.add(dataset)
+    except TypeError:  # not a dataset (a user's `dataset_fn` may return any)
+        pass
+    return dataset
+
+
+def _is_per_worker(dataset) -> bool:
+    try:
+        return dataset in _per_worker
+    except TypeError:
+        return False
 
 
 def shard_dataset(
     dataset: tf.data.Dataset, rank: int, size: int
 ) -> tf.data.Dataset:
-    """Returns this worker's part of a dataset of global batches.
+    """Returns this worker's part of a dataset of global batches (a
+    dataset that is one worker's part already, as it is).
 
     - Default (`AUTO`/`DATA`): worker r keeps rows
       `[r * b // size, (r + 1) * b // size)` of every global batch of b
@@ -23,7 +48,7 @@ def shard_dataset(
       worker reads only its files.
     - `OFF`: the dataset is used as given; the user sharded it.
     """
-    if size == 1:
+    if size == 1 or _is_per_worker(dataset):
         return dataset
     policy = dataset.options().experimental_distribute.auto_shard_policy
     if policy == _OFF:

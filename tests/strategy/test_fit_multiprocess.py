@@ -24,12 +24,13 @@ pytestmark = [
 
 
 @functools.cache
-def launch(engine: str, num_workers: int, **options):
+def launch(engine: str, num_workers: int, configs=None, **options):
+    configs = CONFIGS if configs is None else [list(c) for c in configs]
     run = run_scenario(
         SCENARIOS,
         "train",
         num_workers,
-        {"configs": CONFIGS, **options},
+        {"configs": configs, **options},
         engine=engine,
     ).check()
     assert sorted(run.results) == list(range(num_workers))
@@ -92,13 +93,32 @@ def test_dense_gradients_are_fused_into_one_all_reduce_per_step(engine):
 
 
 def test_tf_data_input_is_split_like_numpy(engine):
-    results = launch(engine, 2, dataset=True)
+    results = launch(engine, 2, dataset="global")
     ref_weights, _, _ = reference("functional", "adam")
     for result in results.values():
         for w, r in zip(
             result["functional/adam"]["weights"], ref_weights, strict=True
         ):
             np.testing.assert_allclose(w, r, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("how", ["distributed", "per_worker"])
+def test_a_dataset_the_strategy_distributed_is_not_split_again(engine, how):
+    # `fit` hands a dataset that is not a `tf.distribute.DistributedDataset`
+    # to the strategy to distribute: one already made per worker (by
+    # `experimental_distribute_dataset`, or TF's multi-worker tutorials'
+    # `distribute_datasets_from_function`) must train as the global one.
+    configs = (("functional", "adam"), ("sequential", "sgd"))
+    results = launch(engine, 2, configs=configs, dataset=how)
+    for kind, opt in configs:
+        ref_weights, ref_history, _ = reference(kind, opt)
+        for result in results.values():
+            got = result[f"{kind}/{opt}"]
+            for w, r in zip(got["weights"], ref_weights, strict=True):
+                np.testing.assert_allclose(w, r, atol=1e-5, rtol=0)
+            np.testing.assert_allclose(
+                got["history"]["loss"], ref_history["loss"], atol=1e-5
+            )
 
 
 def test_gradient_accumulation_crosses_network_once_per_k_steps(engine):

@@ -136,6 +136,14 @@ def main(argv):
         timeout_seconds=FLAGS.timeout_seconds,
     )
     x, y = cases.make_data(FLAGS.model, FLAGS.num_samples)
+    # A pipeline per worker cannot follow the members: refused up front.
+    try:
+        strategy.distribute_datasets_from_function(
+            lambda context: tf.data.Dataset.range(4)
+        )
+        per_worker = "accepted"
+    except ValueError as error:
+        per_worker = str(error)
     seed = 100 if table else 100 + strategy.rank
     with strategy.scope():
         model = cases.build_model(FLAGS.model, seed=seed)
@@ -170,6 +178,7 @@ def main(argv):
                 "resizes": strategy.communicator.stats.resizes,
                 "stats_resizes": stats.summary["resizes"],
                 "size": strategy.size,
+                "per_worker_pipeline": per_worker,
             },
         )
 

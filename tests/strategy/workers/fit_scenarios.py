@@ -14,7 +14,7 @@ from keras_hybrid.testing import models
 def train(
     configs: list,
     accumulation: int = 0,
-    dataset: bool = False,
+    dataset: str = "",
     epochs: int = 3,
     batch_size: int = 48,
     num_samples: int = 240,
@@ -24,7 +24,12 @@ def train(
     Args:
         configs: List of [kind, optimizer] pairs.
         accumulation: Int. `gradient_accumulation_steps`, 0 for none.
-        dataset: Boolean. Feed a `tf.data.Dataset` instead of arrays.
+        dataset: String. Feed arrays (`""`), or a `tf.data.Dataset` of
+            global batches (`"global"`), that dataset distributed by the
+            strategy (`"distributed"`, which `fit` must not split again),
+            or a pipeline per worker from
+            `distribute_datasets_from_function` (`"per_worker"`: each
+            worker batches its shard of the rows).
         epochs: Int. Epochs.
         batch_size: Int. Global batch size.
         num_samples: Int. Samples.
@@ -59,8 +64,9 @@ def _train_one(
         models.compile_model(model, optimizer, **extra)
     before = strategy.communicator.stats.snapshot()
     if dataset:
-        data = tf.data.Dataset.from_tensor_slices((x, y)).batch(batch)
-        history = model.fit(data, epochs=epochs, verbose=0)
+        history = model.fit(
+            _dataset(strategy, dataset, x, y, batch), epochs=epochs, verbose=0
+        )
     else:
         history = model.fit(
             x, y, batch_size=batch, epochs=epochs, shuffle=False, verbose=0
@@ -73,3 +79,20 @@ def _train_one(
         "evaluate": evaluation,
         "comm": comm,
     }
+
+
+def _dataset(strategy, how: str, x, y, batch: int):
+    rows = tf.data.Dataset.from_tensor_slices((x, y))
+    if how == "global":
+        return rows.batch(batch)
+    if how == "distributed":
+        return strategy.experimental_distribute_dataset(rows.batch(batch))
+
+    def per_worker(context):
+        shard = rows.shard(
+            context.num_input_pipelines, context.input_pipeline_id
+        )
+        return shard.batch(context.get_per_replica_batch_size(batch))
+
+    assert how == "per_worker", how
+    return strategy.distribute_datasets_from_function(per_worker)

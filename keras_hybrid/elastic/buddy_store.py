@@ -311,7 +311,7 @@ def _new_storage(strategy, variable, old, partition, rows) -> ShardedTable:
     new.row_constraint = old.row_constraint
     new.on_whole_read = old.on_whole_read
     tf_compat.keep_variable_key(new, old)
+    # Gathers of the Keras variable read its storage of the moment
+    # (`table_factory.read_rows_through`).
     keras_compat.set_variable_storage(variable, new)
-    if old.role == "table":
-        variable.sparse_read = new.sparse_read
     return new

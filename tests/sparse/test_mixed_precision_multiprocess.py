@@ -109,6 +109,10 @@ def test_table_is_partitioned_and_travels_in_float32(num_workers, config):
         assert got["kind"] == "sparse" and got["sharded"], rank
         assert got["table_dtype"] == "float32"
         assert got["table_compute_dtype"] == compute[policy]
+        if config[0] == "table":
+            # `tf.gather` in a custom layer: rows cast as Keras casts the
+            # variable's reads, as without a strategy.
+            assert got["rows_dtype"] == compute[policy]
         # Pulled rows are the float32 variable's (the Embedding casts them
         # after the pull); the pushed gradient is float32 too.
         assert got["exchange_dtypes"] == [

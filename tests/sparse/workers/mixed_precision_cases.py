@@ -3,7 +3,9 @@
 
 Tables are float32 variables under both mixed policies; Keras' `Embedding`
 (`autocast=False`) gathers float32 rows and casts its output to the compute
-dtype (float16 or bfloat16).
+dtype (float16 or bfloat16). `table` reads its table with `tf.gather` in a
+custom layer instead, where Keras' autocast gives rows in the compute
+dtype.
 """
 
 import keras
@@ -58,16 +60,45 @@ class GradientBoost(keras.layers.Layer):
         return boost(x)
 
 
+class GatherTable(keras.layers.Layer):
+    """A custom layer's table, read with `tf.gather` (autocast, as every
+    custom layer: its rows come in the compute dtype). `rows_dtype` is the
+    dtype of the rows it read in its last call."""
+
+    def __init__(self, rows: int, width: int, **kwargs):
+        super().__init__(**kwargs)
+        self.rows, self.width = rows, width
+        self.rows_dtype = None
+
+    def build(self, input_shape):
+        self.embeddings = self.add_weight(
+            shape=(self.rows, self.width),
+            name="embeddings",
+            initializer="uniform",
+        )
+
+    def call(self, ids):
+        rows = tf.gather(self.embeddings, ids)
+        self.rows_dtype = rows.dtype.name
+        return rows
+
+    def compute_output_shape(self, input_shape):
+        return (*input_shape, self.width)
+
+
 def build_model(name: str) -> keras.Model:
-    """`table`: Embedding(500, 8) -> mean -> Dense(3), all under the global
-    policy. `table_mlp`: Embedding(500, 16) -> mean -> Dense(32, relu) ->
-    Dense(16, relu) -> Dense(3, float32 logits, as the Keras guide
-    advises). `boost`: `table` with a `GradientBoost` after the table."""
+    """`table`: a (500, 8) `GatherTable` -> mean -> Dense(3), all under the
+    global policy. `table_mlp`: Embedding(500, 16) -> mean -> Dense(32,
+    relu) -> Dense(16, relu) -> Dense(3, float32 logits, as the Keras guide
+    advises). `boost`: Embedding(500, 8) -> `GradientBoost` -> mean ->
+    Dense(3)."""
     ids = keras.Input((SEQ,), dtype="int32", name="ids")
     inputs = ids
     if name in ("table", "boost"):
-        x = keras.layers.Embedding(VOCAB, 8, name="table")(ids)
-        if name == "boost":
+        if name == "table":
+            x = GatherTable(VOCAB, 8, name="table")(ids)
+        else:
+            x = keras.layers.Embedding(VOCAB, 8, name="table")(ids)
             factor = keras.Input((1,), dtype="float32", name="boost")
             inputs = {"ids": ids, "boost": factor}
             x = GradientBoost(name="grad_boost")(x, factor)

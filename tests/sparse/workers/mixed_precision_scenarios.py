@@ -122,4 +122,5 @@ def train_one(strategy, model_name, policy, opt_name):
         "traced_ahead": sorted(set(traced_ahead)),
         "table_dtype": table.embeddings.dtype,
         "table_compute_dtype": table.compute_dtype,
+        "rows_dtype": getattr(table, "rows_dtype", None),
     }

@@ -72,6 +72,7 @@ from keras_hybrid.patches.patch_set import Patch
 from keras_hybrid.patches.patch_set import PatchSet
 from keras_hybrid.strategy import batch_share
 from keras_hybrid.strategy import hybrid_extended
+from keras_hybrid.strategy import loss_reading
 
 _COMPUTE = "Trainer._compute_loss"
 _SCALE = "scale_loss_for_distribution"
@@ -80,11 +81,9 @@ _local = threading.local()
 _told: set = set()
 # Per gradient tape: [how many losses were scaled while it recorded].
 _scalings: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-# Ops a loss passes through unchanged on its way to `tape.gradient`.
-_PASS_THROUGH = ("Identity", "Cast", "StopGradient", "Squeeze")
-# Losses that read as a sum or a mean by the step's global batch size (see
-# `_reading`), and whether each is a sum (a boolean tensor), by the loss's
-# `id` (a traced tensor lives as long as its graph).
+# Losses that read as a sum or a mean by the step's global batch size
+# (see `loss_reading.reading`), and whether each is a sum (a boolean
+# tensor), by the loss's `id` (a traced tensor lives as long as its graph).
 _maybe_sums: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
 _is_sum_now: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
 
@@ -154,7 +153,7 @@ def _unscaling_update_of(update_state):
             values = keras_compat.current(_UNSCALE)(values)
         elif _maybe_sums.get(id(values)) is values:
             # A sum over the global batch or a mean of this worker's rows,
-            # decided when the step runs (`_reading`).
+            # decided when the step runs (`loss_reading.reading`).
             values = tf.where(
                 _is_sum_now[id(values)],
                 keras_compat.current(_UNSCALE)(values),
@@ -249,12 +248,12 @@ def _averaged_over(tape, target, sources):
     ):
         return None
     targets = tf.nest.flatten(target)
-    readings = [_reading(t) for t in targets]
+    readings = [loss_reading.reading(t) for t in targets]
     if not readings:
         return None
-    if _SUM in readings:
+    if loss_reading.SUM in readings:
         for loss, reading in zip(targets, readings, strict=True):
-            if reading == _SUM and loss.shape.rank == 0:
+            if reading == loss_reading.SUM and loss.shape.rank == 0:
                 # This worker's part of the global sum: a mean metric
                 # given it logs the global value, as for a Keras loss.
                 batch_share.mark_scaled(loss)
@@ -272,17 +271,17 @@ def _averaged_over(tape, target, sources):
             strategy.size,
         )
     share = batch_share.factor(strategy.communicator)
-    divisors = [r for r in readings if r != _MEAN]
+    divisors = [r for r in readings if r != loss_reading.MEAN]
     global_rows = batch_share.global_rows()
     if not divisors or global_rows is None:
         return share
     # A `Sum` divided by the global batch's rows is a sum; by only this
-    # worker's rows, a mean (see `_reading`).
+    # worker's rows, a mean (see `loss_reading.reading`).
     is_global = tf.reduce_any(
         [tf.equal(global_rows, float(d)) for d in divisors]
     )
     for loss, reading in zip(targets, readings, strict=True):
-        if reading != _MEAN:
+        if reading != loss_reading.MEAN:
             _maybe_sums[id(loss)] = loss
             _is_sum_now[id(loss)] = is_global
     return tf.where(is_global, tf.ones_like(share), share)
@@ -290,96 +289,6 @@ def _averaged_over(tape, target, sources):
 
 def _is_variable(source) -> bool:
     return isinstance(source, (tf.Variable, keras.Variable))
-
-
-_SUM, _MEAN = "sum", "mean"
-
-
-def _reading(tensor):
-    """How the workers' gradients of `tensor` combine: `_SUM`: a sum (not
-    a scalar, which `tape.gradient` sums, or, in a traced step, made of
-    `Sum`s by adding, subtracting and scaling by constants:
-    `ops.sum(x) / GLOBAL_BATCH`, `2 * ops.sum(x)`); `_MEAN`: any other
-    scalar; a number `d`: a `Sum` divided by `d`, where `d` is also the
-    rows the `Sum` saw here (its input's static shape), which reads as a
-    sum if the step's global batch has `d` rows (`ops.sum(x) / 16` with a
-    global batch of 16) and as a mean of this worker's rows otherwise
-    (`ops.sum(x) / x.shape[0]`)."""
-    if not tf.is_tensor(tensor):
-        return _MEAN
-    if tensor.shape.rank != 0:
-        return _SUM
-    if tf.executing_eagerly() or not hasattr(tensor, "op"):
-        return _MEAN
-    return _combined_reading(tensor)
-
-
-def _combined_reading(tensor):
-    op = _skip_pass_through(tensor.op)
-    if op.type == "Sum":
-        return _SUM
-    if op.type in ("AddV2", "Add", "Sub", "AddN"):
-        return _joined([_combined_reading(t) for t in op.inputs])
-    if op.type == "Neg":
-        return _combined_reading(op.inputs[0])
-    if op.type == "Mul":
-        for summed, weight in (op.inputs, reversed(op.inputs)):
-            scale = _constant(weight)
-            if scale:
-                return _scaled_reading(summed, 1.0 / scale)
-        return _MEAN
-    if op.type in ("RealDiv", "Div", "TrueDiv"):
-        divisor = _constant(op.inputs[1])
-        if divisor:
-            return _scaled_reading(op.inputs[0], divisor)
-    return _MEAN
-
-
-def _scaled_reading(summed, divisor: float):
-    if _combined_reading(summed) != _SUM:
-        return _MEAN
-    return divisor if _rows_summed(summed, divisor) else _SUM
-
-
-def _joined(readings: list):
-    """One reading of a sum of terms: a sum if every term is; one
-    ambiguous divisor if every other term is a sum; else a mean."""
-    open_ = {r for r in readings if r != _SUM}
-    if not open_:
-        return _SUM
-    if len(open_) == 1 and _MEAN not in open_:
-        return open_.pop()
-    return _MEAN
-
-
-def _skip_pass_through(op):
-    while op.type in _PASS_THROUGH and op.inputs:
-        op = op.inputs[0].op
-    return op
-
-
-def _constant(tensor):
-    """The scalar value of `tensor` if the graph fixes it, else None."""
-    value = tf.get_static_value(tensor)
-    if value is None or getattr(value, "size", 1) != 1:
-        return None
-    return float(value)
-
-
-def _rows_summed(summed, divisor: float) -> bool:
-    """Whether `summed` is one `Sum` whose input has, statically, `divisor`
-    rows (or elements in its leading dimensions)."""
-    op = _skip_pass_through(summed.op)
-    if op.type != "Sum" or op.inputs[0].shape.rank is None:
-        return False
-    count = 1
-    for size in op.inputs[0].shape:
-        if size is None:
-            return False
-        count *= size
-        if abs(count - divisor) <= 1e-6 * count:
-            return True
-    return False
 
 
 def _upstream(target, output_gradients, factor):
@@ -397,7 +306,9 @@ def _average_loss_of(compute_average_loss):
     @functools.wraps(compute_average_loss)
     def counted(*args, **kwargs):
         note_scaled()
-        return compute_average_loss(*args, **kwargs)
+        # This worker's part of the global batch's mean: a mean metric
+        # given it, and the logs it is returned in, read the global mean.
+        return batch_share.mark_scaled(compute_average_loss(*args, **kwargs))
 
     return counted
 

@@ -171,7 +171,11 @@ class HybridExtended(OneProcessExtended):
                 use_discovery.active() or prefetch.active()
             ):
                 outputs = step_state.reduce_after_step(
-                    model, assigned, outputs, self._communicator
+                    model,
+                    assigned,
+                    outputs,
+                    self._communicator,
+                    rows=batch_share.rows_of(args),
                 )
             outputs = global_predictions.gather_outputs(
                 outputs, self._communicator

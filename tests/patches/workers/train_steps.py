@@ -22,6 +22,7 @@ CASES = (
     "summed",
     "table",
     "read_after_update",
+    "raw_logs",
     "guide",
     "clipnorm",
     "global_clipnorm",
@@ -46,7 +47,8 @@ def data(case: str):
     """`(x, y)` arrays of STEPS global batches for `case`."""
     rng = np.random.default_rng(3)
     n = BATCH * STEPS
-    if case in ("table", "gan_table", "read_after_update") or case in CLIPPING:
+    tables = ("table", "gan_table", "read_after_update", "raw_logs")
+    if case in tables or case in CLIPPING:
         ids = rng.integers(0, VOCAB, size=(n, 4)).astype("int32")
         return ids, rng.normal(size=(n, 1))
     if case == "summed":
@@ -294,6 +296,33 @@ class TableStep(keras.Model):
         return {"loss": loss}
 
 
+class RawLogs(TableStep):
+    """Returns tensors of its own, not metrics' results, as TF's custom
+    steps do: its mean loss as `"loss"` (the name of Keras' loss tracker,
+    which it never updates), its part of the global batch's mean
+    (`compute_average_loss`), its sum of squared errors, and the global
+    batch's rows (all-reduced by the replica context)."""
+
+    def train_step(self, data):
+        ids, y = data
+        with tf.GradientTape() as tape:
+            errors = ops.square(self(ids) - y)[:, 0]
+            loss = ops.mean(errors)
+        grads = tape.gradient(loss, self.trainable_weights)
+        self.optimizer.apply_gradients(
+            zip(grads, self.trainable_weights, strict=True)
+        )
+        rows = tf.distribute.get_replica_context().all_reduce(
+            "sum", tf.cast(tf.shape(ids)[0], errors.dtype)
+        )
+        return {
+            "loss": loss,
+            "part": tf.nn.compute_average_loss(errors, global_batch_size=BATCH),
+            "sum": ops.sum(errors),
+            "rows": rows,
+        }
+
+
 class ReadAfterUpdate(TableStep):
     """After its update, the step reads the table again and logs the loss
     of the updated model (one process reads the updated rows)."""
@@ -361,6 +390,8 @@ def build(case: str) -> keras.Model:
         model = TableStep()
     elif case == "read_after_update":
         model = ReadAfterUpdate()
+    elif case == "raw_logs":
+        model = RawLogs()
     elif case == "guide":
         model = Guide()
     elif case in CLIPPING:

@@ -1,4 +1,4 @@
-"""How `loss_scaling` reads a loss a train step differentiates: a sum (the
+"""How `loss_reading` reads a scalar a train step makes: a sum (the
 workers' gradients are summed), a mean (averaged), or a `Sum` divided by
 its own static row count, decided by the global batch when the step runs.
 The multi-worker results are in `test_train_steps_multiprocess.py`."""
@@ -6,10 +6,10 @@ The multi-worker results are in `test_train_steps_multiprocess.py`."""
 import tensorflow as tf
 from keras import ops
 
-from keras_hybrid.patches import loss_scaling
+from keras_hybrid.strategy import loss_reading
 from keras_hybrid.testing import TestCase
 
-SUM, MEAN = loss_scaling._SUM, loss_scaling._MEAN
+SUM, MEAN = loss_reading.SUM, loss_reading.MEAN
 
 
 def _readings(*losses_of, rows=8) -> list:
@@ -20,7 +20,7 @@ def _readings(*losses_of, rows=8) -> list:
     @tf.function(input_signature=[tf.TensorSpec([rows, 3])])
     def step(x):
         for loss_of in losses_of:
-            out.append(loss_scaling._reading(loss_of(x)))
+            out.append(loss_reading.reading(loss_of(x)))
         return x
 
     step(tf.ones((8, 3)))
@@ -37,10 +37,11 @@ class ReadingTest(TestCase):
             lambda x: ops.sum(x[:, 0]) / 64 - ops.sum(x[:, 1]) / 64,
             lambda x: -ops.sum(x),
             lambda x: ops.sum(ops.cast(x, "float64")) / 64,
+            lambda x: ops.divide_no_nan(ops.sum(x), 64.0),
         )
         # (`tf.nn.compute_average_loss` needs no reading: it counts as a
         # loss scaled for distribution.)
-        self.assertEqual(got, [SUM] * 7)
+        self.assertEqual(got, [SUM] * 8)
 
     def test_means_are_means(self):
         got = _readings(

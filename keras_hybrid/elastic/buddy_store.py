@@ -312,6 +312,6 @@ def _new_storage(strategy, variable, old, partition, rows) -> ShardedTable:
     new.on_whole_read = old.on_whole_read
     tf_compat.keep_variable_key(new, old)
     # Gathers of the Keras variable read its storage of the moment
-    # (`table_factory.read_rows_through`).
+    # (`keras_gathers.read_rows_through`).
     keras_compat.set_variable_storage(variable, new)
     return new

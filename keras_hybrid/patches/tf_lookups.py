@@ -12,21 +12,21 @@ it was partitioned, refused the whole read).
 While a multi-worker `HybridStrategy` is open, the module-level
 `embedding_lookup` those functions call (the private
 `embedding_ops.embedding_lookup`, reached through `_compat.tf`) hands a
-single Keras variable that the strategy reads by rows (one with its own
-`sparse_read`: a partitioned table, or a replicated one read only
-through gathers) to `tf.gather`, which calls that `sparse_read`. `max_norm`
+single Keras variable that the strategy reads by rows
+(`sparse.keras_gathers`: a partitioned table, or a replicated one read
+only through gathers) to `tf.gather`, which calls that `sparse_read`. `max_norm`
 clips the rows as TensorFlow does. Anything else goes to TensorFlow's
 function unchanged.
 """
 
 import functools
 
-import keras
 import tensorflow as tf
 
 from keras_hybrid._compat import tf as tf_compat
 from keras_hybrid.patches.patch_set import Patch
 from keras_hybrid.patches.patch_set import PatchSet
+from keras_hybrid.sparse import keras_gathers
 
 
 def _by_rows(embedding_lookup):
@@ -64,9 +64,7 @@ def _routed_table(params):
     or None."""
     if isinstance(params, list) and len(params) == 1:
         params = params[0]
-    if isinstance(params, keras.Variable) and "sparse_read" in vars(params):
-        return params
-    return None
+    return params if keras_gathers.reads_rows(params) else None
 
 
 def _row_axes(ids, rows):

@@ -22,11 +22,9 @@ id, the worker and the valid range (TensorFlow's own `indices[53,0] =
 zeros instead).
 """
 
-import weakref
-
 import tensorflow as tf
 
-from keras_hybrid._compat import keras as keras_compat
+from keras_hybrid.sparse import keras_gathers
 
 
 def install(keras_var, path: str = "", communicator=None) -> None:
@@ -38,17 +36,12 @@ def install(keras_var, path: str = "", communicator=None) -> None:
         communicator: Optional `Communicator`. Its rank names the worker
             in the bad-id message.
     """
-    ref = weakref.ref(keras_var)
 
-    def sparse_read(indices, name=None):
-        variable = ref()
-        storage = keras_compat.variable_storage(variable)
+    def check(storage, indices):
         rank = 0 if communicator is None else communicator.rank
-        with tf.control_dependencies([check_ids(path, storage, rank, indices)]):
-            rows = storage.sparse_read(indices, name=name)
-        return keras_compat.autocast_read(variable, rows)
+        return check_ids(path, storage, rank, indices)
 
-    keras_var.sparse_read = sparse_read
+    keras_gathers.read_rows_through(keras_var, check)
 
 
 def check_ids(path: str, storage, rank: int, indices):
@@ -67,4 +60,4 @@ def check_ids(path: str, storage, rank: int, indices):
 
 def uninstall(keras_var) -> None:
     """Gathers of `keras_var` read it whole again (TensorFlow's way)."""
-    vars(keras_var).pop("sparse_read", None)
+    keras_gathers.stop_reading_rows(keras_var)

@@ -6,38 +6,16 @@ variable. The rows are drawn here, shard by shard (see `table_init`); the
 creator's own `initial_value` (the whole table) is never called.
 """
 
-import weakref
-
 import tensorflow as tf
 from absl import logging
 
-from keras_hybrid._compat import keras as keras_compat
 from keras_hybrid.sparse import table_init
+from keras_hybrid.sparse.keras_gathers import read_rows_through
 from keras_hybrid.sparse.sharded_table import ShardedTable
 
 # tf.Variable keywords a table keeps; `initial_value` and `shape` are its
 # own, and placement is the strategy's device.
 _KEPT = ("trainable", "name", "dtype", "distribute_strategy")
-
-
-def read_rows_through(variable) -> None:
-    """Makes gathers of Keras `variable` read rows of its storage (the
-    `ShardedTable` it holds now, which an elastic recovery may replace).
-
-    `tf.gather` and `tf.nn.embedding_lookup` look for `sparse_read` on the
-    object they are given, the Keras variable. Its rows are cast as Keras
-    casts the variable's reads in an autocast scope (a custom layer under
-    `mixed_float16` reads float16 rows), as they are without a strategy.
-    """
-    ref = weakref.ref(variable)
-
-    def sparse_read(indices, name=None):
-        keras_var = ref()
-        storage = keras_compat.variable_storage(keras_var)
-        rows = storage.sparse_read(indices, name=name)
-        return keras_compat.autocast_read(keras_var, rows)
-
-    variable.sparse_read = sparse_read
 
 
 def create_table(

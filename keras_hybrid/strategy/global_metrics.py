@@ -96,11 +96,11 @@ def one_process_value(value, total, weighted, rows):
     return tf.cast(combined, value.dtype)
 
 
-def global_logs(model, logs, reduced, local, averaged):
+def global_logs(model, logs, reduced, local, own_values):
     """`logs` with each metric's value recomputed from `reduced`, its state
     reduced over workers (`local`: this worker's, both in `metric_state`'s
     order), and each other floating-point scalar the step returned
-    replaced by what one process computes for it (`averaged`, keyed as
+    replaced by what one process computes for it (`own_values`, keyed as
     `reported_scalars` keys them)."""
     values = _results(model, reduced)
     local_values = _results(model, local)
@@ -110,7 +110,7 @@ def global_logs(model, logs, reduced, local, averaged):
     # `{m.name: m.result()}`, which nests the compiled metrics' dict.
 
     def chosen(key, name, value):
-        own = averaged.get(key, value)
+        own = own_values.get(key, value)
         if name not in values:
             return own
         return _global_if_result(value, local_values[name], values[name], own)
@@ -142,9 +142,10 @@ def _results(model, state) -> dict:
 def _global_if_result(value, local, global_value, own):
     """The metric's global result where the step reported its result (the
     value this worker's state gives), else `own`, the step's own value
-    (averaged over workers): a user's `train_step` may return a tensor of
-    its own under a metric's name, such as its raw loss as `"loss"` beside
-    Keras' loss tracker, which it never updated."""
+    combined over workers as one process computes it: a user's
+    `train_step` may return a tensor of its own under a metric's name,
+    such as its raw loss as `"loss"` beside Keras' loss tracker, which it
+    never updated."""
     try:
         value = tf.convert_to_tensor(value)
         local = tf.cast(local, value.dtype)

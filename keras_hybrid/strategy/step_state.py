@@ -58,13 +58,13 @@ def reduce_after_step(model, assigned, logs, communicator, rows=None):
         return logs
     variables, local = metrics
     reduced = reduced[len(state) :]
-    averaged = {}
+    own_values = {}
     if scalars:
         total_rows, *sums = reduced[len(variables) :]
         for i, (key, value) in enumerate(scalars.items()):
-            averaged[key] = global_metrics.one_process_value(
+            own_values[key] = global_metrics.one_process_value(
                 value, sums[2 * i], sums[2 * i + 1], total_rows
             )
     return global_metrics.global_logs(
-        model, logs, reduced[: len(variables)], local, averaged
+        model, logs, reduced[: len(variables)], local, own_values
     )

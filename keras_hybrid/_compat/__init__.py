@@ -51,7 +51,9 @@ TensorFlow (`tf.py`, `one_process_extended.py`):
 - `tape_watches`: `eager.record.should_record_backprop` (whether an
   active tape records a tensor's gradient);
 - `in_shape_query`: the Python stack, for `array_ops.shape_internal`
-  (eager `tf.shape` converts a Keras variable's whole value).
+  (eager `tf.shape` converts a Keras variable's whole value);
+- `in_while_loop`: `ops.control_flow_util_v2.in_while_loop_defun` and
+  `CondBranchFuncGraph` (whether a trace is inside a `tf.while_loop`);
 - `embedding_lookup_module`: `ops.embedding_ops`, whose module-level
   `embedding_lookup` `tf.nn.embedding_lookup`, `embedding_lookup_sparse`
   and `nn_impl`'s sampled losses call by name (`patches/tf_lookups.py`

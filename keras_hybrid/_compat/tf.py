@@ -72,6 +72,24 @@ def tape_watches(tensors) -> bool:
     return record.should_record_backprop(tensors)
 
 
+def in_while_loop() -> bool:
+    """Whether ops are being traced into the body or condition of a
+    `tf.while_loop` (a Keras RNN's loop over time steps), directly or
+    inside a branch nested in one."""
+    from tensorflow.python.ops import control_flow_util_v2
+
+    if tf.executing_eagerly():
+        return False
+    graph = tf.compat.v1.get_default_graph()
+    while graph is not None:
+        if control_flow_util_v2.in_while_loop_defun(graph):
+            return True
+        if not isinstance(graph, control_flow_util_v2.CondBranchFuncGraph):
+            return False
+        graph = graph.outer_graph
+    return False
+
+
 # -- TF's embedding lookups (patches/tf_lookups.py)
 
 

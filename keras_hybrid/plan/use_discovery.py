@@ -13,6 +13,7 @@ import warnings
 
 import tensorflow as tf
 
+from keras_hybrid._compat import tf as tf_compat
 from keras_hybrid.plan import cost_rule
 from keras_hybrid.utils.thread_flag import ThreadFlag
 
@@ -29,9 +30,15 @@ class TableUse:
 
     lookups: int = 0
     whole_reads: list = dataclasses.field(default_factory=list)
+    # Gathered inside a `tf.while_loop` (a Keras RNN cell): the exchange's
+    # custom gradient cannot leave TF's loop gradient, so such a table is
+    # read like a whole one and stays dense.
+    in_loop: bool = False
 
     def whole_reader(self) -> str:
         """The first op that used a whole read, as text, or ""."""
+        if self.in_loop:
+            return "gathered inside a tf.while_loop"
         for tensor in self.whole_reads:
             users = _real_users(tensor)
             if users:
@@ -48,6 +55,7 @@ class Recorder:
     def gathered(self, path: str, ids) -> None:
         use = self.uses.setdefault(path, TableUse())
         use.lookups += cost_rule.lookups_of(tf.TensorShape(ids.shape))
+        use.in_loop = use.in_loop or tf_compat.in_while_loop()
 
     def read_whole(self, path: str, tensor) -> None:
         self.uses.setdefault(path, TableUse()).whole_reads.append(tensor)

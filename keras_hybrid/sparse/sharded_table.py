@@ -8,10 +8,14 @@ who reads:
   `sparse_read`, which pulls the rows of any ids from their owners;
 - the optimizer, inside `extended.update` (see `shard_view`), sees the
   local rows: it updates only what this shard owns;
-- anything else gets an empty `[0, ...]` stand-in, which `ops.take` uses
-  only for its shape. `check_whole_reads` turns any other use, found at
-  trace time, into a clear error instead of a wrong result;
-- `numpy()` (so `get_weights()`) gathers the whole table from all workers.
+- an eager whole read between steps (`ops.sum(layer.embeddings)`, and
+  `numpy()`, so `get_weights()`) gathers the whole table from all workers:
+  a collective, fenced like `numpy()`;
+- anything else (a read inside a traced step or under a gradient tape)
+  gets an empty `[0, ...]` stand-in, which `ops.take` uses only for its
+  shape. `check_whole_reads` turns any other use, found at trace time,
+  into a clear error instead of a wrong result; a whole read traced in a
+  `tf.function` that is not a strategy step raises at once.
 
 While a table is *provisional* (placed before any step was traced, see
 `strategy.variable_router`), reads also serve placement: in a discovery
@@ -27,6 +31,8 @@ from variables (`PartitionLookup`), so a resize (`sparse.resharding`)
 does not make a traced step stale.
 """
 
+import contextlib
+import threading
 import weakref
 
 import numpy as np
@@ -52,7 +58,24 @@ _SHAPE_OPS = ("Shape", "ShapeN")
 # and the table, alive for the life of the process.
 _whole_reads: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
-__all__ = ["ShardedTable", "check_whole_reads", "shard_view"]
+# How deep this thread is in a strategy step (`step_trace`).
+_step = threading.local()
+_step.depth = 0
+
+__all__ = ["ShardedTable", "check_whole_reads", "shard_view", "step_trace"]
+
+
+@contextlib.contextmanager
+def step_trace():
+    """Marks a strategy step on this thread: whole reads traced inside it
+    are checked by `check_whole_reads`; outside one, a traced whole read
+    raises at once (nothing else would check it)."""
+    depth = getattr(_step, "depth", 0)
+    _step.depth = depth + 1
+    try:
+        yield
+    finally:
+        _step.depth = depth
 
 
 class ShardedTable(tf_compat.ConvertibleVariable):
@@ -183,6 +206,15 @@ class ShardedTable(tf_compat.ConvertibleVariable):
             stand_in = self._local_stand_in(indices)
             prefetch.record(self, tf.convert_to_tensor(indices), stand_in)
             return stand_in
+        if tf_compat.in_while_loop() and tf_compat.tape_records():
+            raise ValueError(
+                f"Partitioned table {self.path!r} is gathered inside a "
+                "`tf.while_loop` (a Keras RNN cell, say) under a gradient "
+                "tape: the gradient of its exchange cannot leave TF's loop "
+                "gradient. Gather the rows before the loop, or keep the "
+                "table dense: `HybridStrategy(variable_kinds="
+                f"{{{self.path!r}: 'dense'}})`."
+            )
         try:
             rows = fused_exchange.take(self, indices)
             if rows is None:
@@ -217,6 +249,15 @@ class ShardedTable(tf_compat.ConvertibleVariable):
             and not tf_compat.in_shape_query()
         ):
             return tf.convert_to_tensor(self.on_whole_read(self), dtype)
+        if (
+            tf.executing_eagerly()
+            and not tf_compat.in_shape_query()
+            and not tf_compat.tape_records()
+        ):
+            # User code between steps (`ops.sum(layer.embeddings)`, a
+            # nearest-neighbour search after `fit`): the whole value, as
+            # `numpy()` gives it, not the stand-in below.
+            return tf.convert_to_tensor(self.numpy(), dtype)
         # Zero rows, and an unknown row count for shape inference: a use
         # that would check rows against something else is still traced, so
         # `check_whole_reads` can name the table instead of a shape error.
@@ -225,6 +266,19 @@ class ShardedTable(tf_compat.ConvertibleVariable):
         # not a slice of a whole read: TF copies a variable that has been
         # gathered from on every whole read (copy-on-read), and `ops.take`
         # asks for this shape in every step (and in its prefetched ids).
+        if not tf.executing_eagerly() and not getattr(_step, "depth", 0):
+            if not tf_compat.in_shape_query():
+                raise ValueError(
+                    f"Partitioned table {self.path!r} was read whole "
+                    "inside a `tf.function` that is not a step of the "
+                    "strategy (`fit`, `evaluate`, `predict` or "
+                    "`strategy.run`). Read it eagerly, outside the "
+                    "function (`ops.convert_to_tensor(variable)` or "
+                    "`variable.numpy()`, a collective every worker makes), "
+                    "and pass the value in; or keep the variable dense: "
+                    f"`HybridStrategy(variable_kinds={{{self.path!r}: "
+                    "'dense'})`."
+                )
         del name  # a gather takes no name
         empty = super().sparse_read(tf.zeros([0], tf.int64))
         stand_in = tf.compat.v1.placeholder_with_default(

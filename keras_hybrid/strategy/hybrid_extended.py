@@ -119,7 +119,8 @@ class HybridExtended(OneProcessExtended):
             return self._run_nested(fn, args, kwargs)
         _in_step.active = True
         try:
-            return self._run_step(fn, args, kwargs)
+            with sharded_table.step_trace():
+                return self._run_step(fn, args, kwargs)
         finally:
             _in_step.active = False
 

@@ -891,6 +891,29 @@ class CompatFunctionsTest(TestCase):
             self.assertTrue(tf_compat.tape_records())
         self.assertEqual(seen, [False, True])
 
+    def test_in_while_loop_in_a_loop_and_a_branch_inside_it(self):
+        seen = []
+
+        def body(i):
+            seen.append(("body", tf_compat.in_while_loop()))
+
+            def branch():
+                seen.append(("branch", tf_compat.in_while_loop()))
+                return i + 1
+
+            return (tf.cond(i > 0, branch, lambda: i + 2),)
+
+        @tf.function
+        def step():
+            seen.append(("outside", tf_compat.in_while_loop()))
+            return tf.while_loop(lambda i: i < 3, body, [tf.constant(0)])
+
+        step()
+        self.assertFalse(tf_compat.in_while_loop())
+        self.assertIn(("outside", False), seen)
+        self.assertIn(("body", True), seen)
+        self.assertIn(("branch", True), seen)
+
     def test_tape_watches_what_the_open_tape_recorded(self):
         v = tf.Variable(1.0)
         seen = []

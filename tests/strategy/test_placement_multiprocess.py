@@ -3,7 +3,9 @@
 Each shape of `workers/placement_shapes.py` trains 3 steps on N workers;
 the initial weights must be those plain Keras draws from the same seed,
 the final weights must equal one process trained on the same global
-batches (1e-5), the plan must say what `EXPECTED` says, and on 3 workers
+batches (1e-5), an eager whole read after `fit` must give the whole
+table (a whole read in a `tf.function` of one's own, an error), the plan
+must say what `EXPECTED` says, and on 3 workers
 the sparse bytes per step must be below the same model's with every
 variable replicated and `IndexedSlices` all-gathered (stock TF).
 """
@@ -98,6 +100,18 @@ class PlacementTest(TestCase):
                     ours["start"], _plain_start(shape), strict=True
                 ):
                     np.testing.assert_array_equal(got, ref)
+                np.testing.assert_allclose(
+                    ours["eager_sums"],
+                    [np.sum(w) for w in ours["end"]],
+                    rtol=1e-5,
+                    atol=1e-5,
+                )
+                if any(
+                    kind == "sparse" for kind, _, _ in ours["plan"].values()
+                ):
+                    self.assertIn(
+                        "not a step of the strategy", ours["function_error"]
+                    )
                 want = _reference(shape, optimizer)
                 for got, ref in zip(ours["end"], want, strict=True):
                     np.testing.assert_allclose(got, ref, atol=1e-5)

@@ -9,6 +9,8 @@ during `fit`. Run by `test_placement_multiprocess.py`.
 import keras
 import numpy as np
 import placement_shapes as shapes  # noqa: I001  (sits beside this module)
+import tensorflow as tf
+from keras import ops
 
 import keras_hybrid as kh
 
@@ -58,7 +60,22 @@ def _fit(strategy, shape: str, optimizer: str) -> dict:
         start = [np.asarray(w) for w in model.get_weights()]
         model.fit(x, y, batch_size=batch, shuffle=False, verbose=0)
     sent = stats.delta(before)
+    # Whole reads between steps: eagerly, the whole table (gathered from
+    # every worker); in a `tf.function` of the user's own, an error.
+    eager_sums = [float(ops.sum(w)) for w in model.weights]
+    function_error = ""
+    sparse_paths = {
+        v.path for v in strategy.plan.variables if v.kind == "sparse"
+    }
+    sparse = [w for w in model.weights if w.path in sparse_paths]
+    if sparse:
+        try:
+            tf.function(lambda: ops.sum(sparse[0]))()
+        except ValueError as error:
+            function_error = str(error)
     return {
+        "eager_sums": eager_sums,
+        "function_error": function_error,
         "plan": {
             v.path: (v.kind, v.source, v.reason)
             for v in strategy.plan.variables

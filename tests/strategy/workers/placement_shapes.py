@@ -195,6 +195,29 @@ class ScoredInInference(keras.Model):
         return ops.max(scores, axis=1, keepdims=True)
 
 
+class GatherCell(keras.layers.Layer):
+    """An RNN cell that embeds each time step's id: its table is gathered
+    inside the `tf.while_loop` of `keras.layers.RNN`."""
+
+    state_size = DIM
+
+    def build(self, input_shape):
+        self.table = self.add_weight(shape=(ROWS, DIM), name="cell_table")
+        self.kernel = self.add_weight(shape=(DIM, DIM), name="kernel")
+
+    def call(self, inputs, states):
+        rows = ops.take(self.table, ops.cast(inputs[:, 0], "int32"), axis=0)
+        h = ops.tanh(rows + ops.matmul(states[0], self.kernel))
+        return h, [h]
+
+
+def _rnn_cell():
+    ids = keras.Input((2,), dtype="int32")
+    steps = keras.layers.Reshape((2, 1))(ops.cast(ids, "float32"))
+    h = keras.layers.RNN(GatherCell(name="cell"), name="rnn")(steps)
+    return keras.Model(ids, keras.layers.Dense(1, name="out")(h))
+
+
 class SampledSoftmax(keras.Model):
     """A language model's output layer trained by sampled softmax, compiled
     without a loss: training adds `tf.nn.sampled_softmax_loss` (which
@@ -321,6 +344,7 @@ BUILDERS = {
     # Built by `fit`: an eager call would read the table whole at once.
     "scored_in_inference_unbuilt": ScoredInInference,
     "sampled_softmax": _sampled_softmax,
+    "rnn_cell": _rnn_cell,
 }
 
 EXPECTED = {
@@ -361,4 +385,6 @@ EXPECTED = {
     },
     "regularized": {".*reg/embeddings": "table"},
     "column_constraint": {".*colnorm/embeddings": "blocked"},
+    # The exchange's gradient cannot leave TF's loop gradient.
+    "rnn_cell": {"rnn/cell/cell_table": "whole"},
 }

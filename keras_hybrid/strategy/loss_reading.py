@@ -18,8 +18,9 @@ _PASS_THROUGH = ("Identity", "Cast", "StopGradient", "Squeeze")
 def reading(tensor):
     """How the workers' gradients of `tensor` combine: `SUM`: a sum (not
     a scalar, which `tape.gradient` sums, or, in a traced step, made of
-    `Sum`s by adding, subtracting and scaling by constants:
-    `ops.sum(x) / GLOBAL_BATCH`, `2 * ops.sum(x)`); `MEAN`: any other
+    `Sum`s and row counts (`ops.shape(x)[0]`) by adding, subtracting and
+    scaling by constants: `ops.sum(x) / GLOBAL_BATCH`, `2 * ops.sum(x)`,
+    the batch's rows); `MEAN`: any other
     scalar; a number `d`: a `Sum` divided by `d`, where `d` is also the
     rows the `Sum` saw here (its input's static shape), which reads as a
     sum if the step's global batch has `d` rows (`ops.sum(x) / 16` with a
@@ -36,7 +37,7 @@ def reading(tensor):
 
 def _combined_reading(tensor):
     op = _skip_pass_through(tensor.op)
-    if op.type == "Sum":
+    if op.type == "Sum" or _counts_rows(op):
         return SUM
     if op.type in ("AddV2", "Add", "Sub", "AddN"):
         return _joined([_combined_reading(t) for t in op.inputs])
@@ -70,6 +71,19 @@ def _joined(readings: list):
     if len(open_) == 1 and MEAN not in open_:
         return open_.pop()
     return MEAN
+
+
+def _counts_rows(op) -> bool:
+    """Whether `op` counts this worker's rows: the leading size of a
+    tensor's dynamic shape (`ops.shape(x)[0]`, `tf.shape(x)[0]`) or a
+    dynamic `tf.size`. TF folds a fully known shape into a constant, so a
+    dynamic one has an unknown dimension: the batch's."""
+    if op.type == "Size":
+        return True
+    if op.type != "StridedSlice" or op.inputs[0].op.type != "Shape":
+        return False
+    begin = tf.get_static_value(op.inputs[1])
+    return begin is not None and begin.size == 1 and int(begin[0]) == 0
 
 
 def _skip_pass_through(op):

@@ -43,6 +43,25 @@ class ReadingTest(TestCase):
         # loss scaled for distribution.)
         self.assertEqual(got, [SUM] * 8)
 
+    def test_row_counts_are_sums(self):
+        # The batch's rows, as a custom step returns them in its logs:
+        # the workers' counts add up to one process's.
+        got = _readings(
+            lambda x: ops.cast(ops.shape(x)[0], "float32"),
+            lambda x: tf.cast(tf.size(x), tf.float32),
+            lambda x: 2.0 * ops.cast(tf.shape(x)[0], "float32"),
+            lambda x: ops.sum(x) + ops.cast(ops.shape(x)[0], "float32"),
+            rows=None,
+        )
+        self.assertEqual(got, [SUM] * 4)
+
+    def test_other_sizes_are_means(self):
+        # A sequence length is the same on every worker.
+        seq = _readings(
+            lambda x: ops.cast(tf.shape(x)[1], "float32"), rows=None
+        )
+        self.assertEqual(seq, [MEAN])
+
     def test_means_are_means(self):
         got = _readings(
             lambda x: ops.mean(x),

@@ -3,9 +3,11 @@
 An owner updates only the rows it stores. That is exact for optimizers
 whose state and update are per element (SGD, momentum, Adam, AdamW,
 Adagrad, RMSprop, Adadelta, Adamax, Nadam, Ftrl, Lion). Anything that needs
-a norm or a sum over the whole table (Adafactor's factored moments, Lamb's
-trust ratio, Muon's orthogonalization, `clipnorm`, `global_clipnorm`)
-would differ per shard, so it is refused with the workaround.
+a norm or a sum over the whole table inside its update (Adafactor's
+factored moments, Lamb's trust ratio, Muon's orthogonalization) would
+differ per shard, so it is refused with the workaround. Gradient clipping
+by norm (`clipnorm`, `global_clipnorm`) happens before the update, on
+norms summed over the owners (`patches/gradient_clipping.py`).
 """
 
 import keras
@@ -48,14 +50,6 @@ def check(optimizer, variables, wrapped: bool) -> None:
             "partitioned over workers. Use an optimizer with per-element "
             f"state (Adam, AdamW, Adagrad, RMSprop, SGD, ...), {keep_dense}"
         )
-    for option in ("clipnorm", "global_clipnorm"):
-        if getattr(optimizer, option, None) is not None:
-            raise NotImplementedError(
-                f"`{option}` needs the norm of whole gradients, but {tables} "
-                "are partitioned over workers. Use `clipvalue` (it clips a "
-                "partitioned table's rows summed per id, docs/sparse.md), "
-                f"{keep_dense}"
-            )
     if getattr(optimizer, "use_ema", False):
         raise NotImplementedError(
             f"`use_ema=True` is not supported with partitioned tables "

@@ -19,9 +19,9 @@ as one process clips the gradient of the global batch:
   workers in one all-reduce); under `clipvalue`, a dense gradient and a
   partitioned table's pushed rows element by element.
 
-Partitioned tables refuse `clipnorm` and `global_clipnorm`
-(`optimizers.sparse_support`). Outside a multi-worker `HybridStrategy`
-the clipping is Keras'.
+A partitioned table's norm is the sum, over its owners, of the squares of
+the summed rows each holds, which joins the same all-reduce. Outside a
+multi-worker `HybridStrategy` the clipping is Keras'.
 
 Private hooks touched (Keras 3.15 / TF 2.21): `BaseOptimizer.
 _clip_gradients`, called by `_backend_apply_gradients` before
@@ -119,7 +119,17 @@ def _clip_values(grad, value):
 
 
 def _clip_norms(grads, name, value, squares, communicator):
-    """`grads` (summed) clipped by the norms one process would take."""
+    """`grads` (summed) clipped by the norms one process would take.
+
+    A replicated gradient's norm is the same on every worker. The parts of
+    a norm that each worker holds are summed in one all-reduce: an
+    `IndexedSlices` gradient of lookup rows (`squares`, taken before the
+    sum) and a partitioned table's gradient, whose owners each hold the
+    summed rows of their own ids (one row per id after the reduce)."""
+    squares = dict(squares)
+    for i, grad in enumerate(grads):
+        if table_gradients.table_of(grad) is not None:
+            squares[i] = tf.reduce_sum(tf.square(grad.values))
     positions = sorted(squares)
     summed = {}
     if positions:

@@ -108,6 +108,17 @@ def test_the_guide_step_logs_what_one_process_logs(num_workers):
             )
 
 
+def test_clipping_by_norm_trains_a_partitioned_table():
+    for result in launch(2).values():
+        paths = [
+            p
+            for p in result["kinds"]
+            if re.fullmatch(r"sequential(_\d+)?/table/embeddings", p)
+        ]
+        assert len(paths) == len(train_steps.CLIPPING_TABLE), result["kinds"]
+        assert {result["kinds"][p] for p in paths} == {"sparse"}
+
+
 def test_the_tables_of_the_custom_steps_are_partitioned():
     for result in launch(2).values():
         for model in ("table_step", "table_gan"):

@@ -27,10 +27,16 @@ CASES = (
     "clipnorm",
     "global_clipnorm",
     "clipvalue",
+    "clipnorm_table",
+    "global_clipnorm_table",
 )
 # Stock `fit` with an optimizer that clips: a replicated table ("rows": its
 # gradient rows, with repeated ids) and dense layers. Each bound bites.
 CLIPPING = {"clipnorm": 0.05, "global_clipnorm": 0.08, "clipvalue": 0.004}
+# The same by norm with the table partitioned ("table"): its norm is summed
+# over the owners. Each global batch looks up distinct ids, where one
+# process's norm over lookup rows equals the norm over ids.
+CLIPPING_TABLE = {"clipnorm_table": 0.05, "global_clipnorm_table": 0.08}
 GAN_LOSSES = {
     "gan": "mean",
     "gan_keras_losses": "keras",
@@ -41,6 +47,7 @@ STEPS = 6
 FEATURES = 6
 LATENT = 3
 VOCAB = 40
+TABLE_ROWS = 4 * BATCH * STEPS + 16  # every id of a run distinct
 
 
 def data(case: str):
@@ -51,6 +58,9 @@ def data(case: str):
     if case in tables or case in CLIPPING:
         ids = rng.integers(0, VOCAB, size=(n, 4)).astype("int32")
         return ids, rng.normal(size=(n, 1))
+    if case in CLIPPING_TABLE:
+        ids = rng.permutation(TABLE_ROWS)[: n * 4].reshape(n, 4)
+        return ids.astype("int32"), rng.normal(size=(n, 1))
     if case == "summed":
         x = rng.normal(size=(n, FEATURES))
         return x, rng.integers(0, 5, size=(n,)).astype("int32")
@@ -394,6 +404,15 @@ def build(case: str) -> keras.Model:
         model = RawLogs()
     elif case == "guide":
         model = Guide()
+    elif case in CLIPPING_TABLE:
+        model = keras.Sequential(
+            [
+                keras.layers.Embedding(TABLE_ROWS, 3, name="table"),
+                keras.layers.Flatten(),
+                keras.layers.Dense(4, activation="tanh", name="hidden"),
+                keras.layers.Dense(1, name="head"),
+            ]
+        )
     elif case in CLIPPING:
         model = keras.Sequential(
             [
@@ -419,6 +438,9 @@ def build(case: str) -> keras.Model:
         )
     elif case in CLIPPING:
         clip = {case: CLIPPING[case]}
+        model.compile(optimizer=keras.optimizers.SGD(0.5, **clip), loss="mse")
+    elif case in CLIPPING_TABLE:
+        clip = {case.removesuffix("_table"): CLIPPING_TABLE[case]}
         model.compile(optimizer=keras.optimizers.SGD(0.5, **clip), loss="mse")
     else:
         model.compile(optimizer=keras.optimizers.SGD(0.1))

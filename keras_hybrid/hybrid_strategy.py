@@ -226,8 +226,9 @@ class HybridStrategy(tf.distribute.Strategy):
         """Returns the context manager in which variables are created on
         this strategy (see `tf.distribute.Strategy.scope`).
 
-        The first call of a multi-worker strategy puts its Keras patches
-        in (see `close`): a strategy that is never used changes nothing.
+        The first call puts the strategy's Keras patches in (see `close`;
+        one process needs only `patches/build_from_spec.py`): a strategy
+        that is never used changes nothing.
         """
         self._use()
         return super().scope()
@@ -235,12 +236,13 @@ class HybridStrategy(tf.distribute.Strategy):
     def _use(self) -> None:
         # The cluster's size: an elastic joiner counts as one worker until
         # it is admitted, but needs the patches from the start.
-        if self._in_use or self._closed or self._cluster_info.size == 1:
+        if self._in_use or self._closed:
             return
         self._in_use = True
         registry.acquire(
             self,
             elastic=self.communicator.__dict__.get("membership") is not None,
+            one_process=self._cluster_info.size == 1,
         )
         # Weakly, so that an unclosed strategy can still be collected.
         self._close_at_exit = functools.partial(
@@ -256,8 +258,9 @@ class HybridStrategy(tf.distribute.Strategy):
         A multi-worker strategy, from its first `scope()`, patches Keras
         for the process (saves and file-writing callbacks write on the
         chief only, collective calls are fenced, `LossScaleOptimizer`
-        agrees on finite gradients). Once
-        every open strategy is closed, Keras is stock again and the peer
+        agrees on finite gradients); one of one process only builds
+        models from their dataset's spec. Once every open strategy is
+        closed, Keras is stock again and the peer
         watchdog stops. Models built under a closed strategy must not be
         trained, evaluated or saved any more. Exiting a `with` block
         closes the strategy; interpreter exit closes any left open.

@@ -11,10 +11,11 @@ batches the dropped iterator had pulled ahead never reach training. On 2
 workers, whose per-worker slice is a parallel `map` that reads ahead, a
 generator's first epoch skipped its 3rd to 5th batches.
 
-While a multi-worker strategy is open, the build is given the dataset's
-element spec (`tf.TensorSpec`s: shapes and dtypes, all that Keras reads
-of the batch) and draws nothing. Where the spec cannot be read, Keras'
-own build runs.
+While a `HybridStrategy` is in use (one of one process too, which would
+otherwise lose batches that plain Keras trains on), the build is given
+the dataset's element spec (`tf.TensorSpec`s: shapes and dtypes, all
+that Keras reads of the batch) and draws nothing. Where the spec cannot
+be read, Keras' own build runs.
 
 Keras' symbolic build also turns every input into a dense symbolic
 tensor, so under any `tf.distribute` strategy a model that takes a ragged
@@ -55,7 +56,8 @@ def _build_of(original):
 
 PATCHES = PatchSet(
     "build_from_spec",
-    (
+    one_process=True,
+    patches=(
         Patch(
             PRIVATE_KERAS, "TensorFlowTrainer._maybe_symbolic_build", _build_of
         ),

@@ -51,6 +51,9 @@ class PatchSet:
         name: String. The module's name, for messages.
         patches: Tuple of `Patch`, in the order they go in.
         elastic: Bool. Whether only an elastic strategy needs the set.
+        one_process: Bool. Whether a strategy of one process needs the
+            set too (every multi-worker strategy needs every set that is
+            not elastic).
         follow: Optional callable taking the `HybridStrategy` the patches
             serve, called when the set goes in and whenever that strategy
             changes (the newest open one), and with `None` when the set is
@@ -60,4 +63,5 @@ class PatchSet:
     name: str
     patches: tuple
     elastic: bool = False
+    one_process: bool = False
     follow: Callable[[object], None] | None = None

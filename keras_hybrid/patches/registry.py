@@ -16,21 +16,24 @@ bar that draws in place only on a terminal (`progress_bar`); an elastic
 strategy also scales losses by the current group size and resizes and
 recovers inside `fit` (`elastic_training`).
 
-`acquire(strategy, elastic)` puts in, under one lock, every set that the
-open strategies need, in the order of `SETS`, patch by patch; `release`
-takes out what no open strategy needs any more, popping the stack of
-installed patches, so each attribute gets back exactly what it held
-before it was patched, even where two sets patch the same attribute.
-When the last open strategy is released, Keras is stock again and the
-process's `PeerWatchdog` stops. Open strategies are held weakly: one that
-was collected without being closed no longer counts. While several are
-open the patches serve the newest (`PatchSet.follow`).
+`acquire(strategy, elastic, one_process)` puts in, under one lock, every
+set that the open strategies need (a strategy of one process needs only
+the sets marked `one_process`: `build_from_spec`), in the order of
+`SETS`, patch by patch; `release` takes out what no open strategy needs
+any more, popping the stack of installed patches, so each attribute gets
+back exactly what it held before it was patched, even where two sets
+patch the same attribute. When the last open strategy is released, Keras
+is stock again and the process's `PeerWatchdog` stops. Open strategies
+are held weakly: one that was collected without being closed no longer
+counts. While several are open the patches serve the newest
+(`PatchSet.follow`).
 
 Private Keras sites are read and written only through `_compat.keras`
 (`current`, `replace`); public classes and modules directly.
 """
 
 import contextlib
+import gc
 import threading
 import weakref
 
@@ -82,12 +85,19 @@ _installed: list = []
 _serving = {"ref": None}  # the strategy the installed sets follow
 
 
-def acquire(strategy, elastic: bool = False) -> None:
-    """Puts in the patches `strategy` needs, or points them at it if they
-    are in already. Calling it twice for one strategy counts once."""
+# What a strategy needs, by how it runs: the sets marked `one_process`;
+# every set that is not elastic; every set.
+ONE_PROCESS, MULTI_WORKER, ELASTIC = "one_process", "multi_worker", "elastic"
+
+
+def acquire(strategy, elastic: bool = False, one_process: bool = False):
+    """Puts in the patches `strategy` needs (a strategy of one process:
+    only the sets marked `one_process`), or points them at it if they are
+    in already. Calling it twice for one strategy counts once."""
+    kind = ELASTIC if elastic else ONE_PROCESS if one_process else MULTI_WORKER
     with _lock:
         if not any(s is strategy for s, _ in _live()):
-            _holders.append((weakref.ref(strategy), bool(elastic)))
+            _holders.append((weakref.ref(strategy), kind))
         _settle()
 
 
@@ -99,6 +109,21 @@ def release(strategy) -> None:
             (weakref.ref(s), e) for s, e in _live() if s is not strategy
         ]
         _settle()
+
+
+def forget_collected() -> None:
+    """Runs a garbage collection and takes out what only strategies
+    collected without `close()` needed (strategies hold reference cycles,
+    so dropping the last name does not free them at once)."""
+    gc.collect()
+    with _lock:
+        _settle()
+
+
+def open_strategies() -> list:
+    """The strategies that hold the patches now, oldest first."""
+    with _lock:
+        return [s for s, _ in _live()]
 
 
 def open_count() -> int:
@@ -135,6 +160,7 @@ def installing(strategy, *patch_sets: PatchSet):
     Raises:
         RuntimeError: If an open strategy holds patches now.
     """
+    forget_collected()
     with _lock:
         if _installed:
             raise RuntimeError(
@@ -153,16 +179,22 @@ def installing(strategy, *patch_sets: PatchSet):
 
 
 def _live() -> list:
-    live = [(ref(), elastic) for ref, elastic in _holders]
-    return [(s, elastic) for s, elastic in live if s is not None]
+    live = [(ref(), kind) for ref, kind in _holders]
+    return [(s, kind) for s, kind in live if s is not None]
 
 
 def _settle() -> None:
     """Makes the installed stack the sets the open strategies need, and
     points them at the newest open strategy."""
     live = _live()
-    elastic = any(e for _, e in live)
-    wanted = [s for s in SETS if live and (elastic or not s.elastic)]
+    kinds = {kind for _, kind in live}
+    elastic = ELASTIC in kinds
+    several = bool(kinds - {ONE_PROCESS})
+    wanted = [
+        s
+        for s in SETS
+        if live and (elastic or not s.elastic) and (several or s.one_process)
+    ]
     while _installed and not _starts(wanted, [s for s, _ in _installed]):
         _take_out_last()
     added = wanted[len(_installed) :]

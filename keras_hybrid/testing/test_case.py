@@ -7,16 +7,24 @@ from unittest import mock
 import keras
 import numpy as np
 
+from keras_hybrid.patches import registry
+
 
 class TestCase(unittest.TestCase):
-    """Clears Keras' session and seeds before each test."""
+    """Clears Keras' session and seeds before each test, and closes the
+    strategies a test left open (a strategy of one process holds a Keras
+    patch until it is closed or collected)."""
 
     def setUp(self) -> None:
         super().setUp()
         keras.backend.clear_session()
         keras.utils.set_random_seed(1337)
+        self._open_before = {id(s) for s in registry.open_strategies()}
 
     def tearDown(self) -> None:
+        for strategy in registry.open_strategies():
+            if id(strategy) not in self._open_before:
+                strategy.close()
         keras.backend.clear_session()
         super().tearDown()
 

@@ -49,6 +49,9 @@ class _Watchdog:
 class RegistryTest(TestCase):
     def setUp(self) -> None:
         super().setUp()
+        # A strategy of one process an earlier test left to the collector
+        # holds its patch until then.
+        registry.forget_collected()
         self.stock = keras_objects()
         self.addCleanup(self._release_all)
 
@@ -131,6 +134,21 @@ class RegistryTest(TestCase):
         registry.release(b)
         self.assertTrue(watchdog.stopped)
         self.assertIsNone(cluster.watchdog())
+
+    def test_one_process_needs_only_its_sets(self):
+        alone, several = _Strategy(), _Strategy()
+        self.opened = [alone, several]
+        registry.acquire(alone, one_process=True)
+        one = [s.name for s in registry.SETS if s.one_process]
+        self.assertEqual(one, ["build_from_spec"])
+        self.assertEqual(registry.installed(), one)
+        self.assertIsNone(call_fence.active())
+        registry.acquire(several)
+        self.assertPatched()
+        registry.release(several)
+        self.assertEqual(registry.installed(), one)
+        registry.release(alone)
+        self.assertStock()
 
     def test_elastic_patches_go_on_top_and_come_off_first(self):
         plain, elastic = _Strategy(), _Strategy()

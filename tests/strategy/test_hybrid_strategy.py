@@ -124,6 +124,46 @@ class SingleProcessTest(TestCase):
             strategy.communicator.stats.snapshot()["dense"]["bytes"], 0
         )
 
+    def test_batches_read_ahead_are_trained_on_as_in_plain_keras(self):
+        # Keras' TF trainer builds a model under any strategy from a batch
+        # of a fresh iterator: batches a PyDataset's threads or a generator
+        # had read ahead for it were lost, on one process too.
+        x, y = models.make_data(480)
+
+        class Batches(keras.utils.PyDataset):
+            def __len__(self):
+                return 10
+
+            def __getitem__(self, i):
+                return x[48 * i : 48 * (i + 1)], y[48 * i : 48 * (i + 1)]
+
+        def generator():
+            while True:
+                for i in range(10):
+                    yield x[48 * i : 48 * (i + 1)], y[48 * i : 48 * (i + 1)]
+
+        def train(strategy, data, **kwargs):
+            keras.backend.clear_session()
+            scope = strategy.scope() if strategy else mock.MagicMock()
+            with scope:
+                model = models.build_model("functional", seed=7)
+                models.compile_model(model, "sgd")
+            model.fit(data(), epochs=2, verbose=0, **kwargs)
+            if strategy:
+                strategy.close()
+            return model.get_weights()
+
+        with mock.patch.dict(os.environ):
+            os.environ.pop("TF_CONFIG", None)
+            for data, kwargs in [
+                (lambda: Batches(workers=2), {"shuffle": False}),
+                (generator, {"steps_per_epoch": 8}),
+            ]:
+                plain = train(None, data, **kwargs)
+                ours = train(HybridStrategy(), data, **kwargs)
+                for a, b in zip(ours, plain, strict=True):
+                    self.assertAllClose(a, b)
+
     def test_variable_kinds_key_matching_nothing_is_reported(self):
         with mock.patch.dict(os.environ):
             os.environ.pop("TF_CONFIG", None)

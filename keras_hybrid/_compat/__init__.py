@@ -52,6 +52,9 @@ TensorFlow (`tf.py`, `one_process_extended.py`):
   active tape records a tensor's gradient);
 - `in_shape_query`: the Python stack, for `array_ops.shape_internal`
   (eager `tf.shape` converts a Keras variable's whole value);
+- `dataset_shards`: a `tf.data.Dataset`'s `_inputs()` and
+  `_ShardDataset`'s `_num_shards` and `_index` (a pipeline the user
+  sharded by worker);
 - `in_while_loop`: `ops.control_flow_util_v2.in_while_loop_defun` and
   `CondBranchFuncGraph` (whether a trace is inside a `tf.while_loop`);
 - `embedding_lookup_module`: `ops.embedding_ops`, whose module-level

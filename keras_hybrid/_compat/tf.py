@@ -374,6 +374,28 @@ def abort_collectives(message: str) -> None:
 # -- input (strategy/input_sharding.py)
 
 
+def dataset_shards(dataset) -> list[tuple[int, int]]:
+    """`(num_shards, index)` of every `Dataset.shard` in the chain of
+    datasets `dataset` reads from (`_inputs()`, the `_ShardDataset`'s
+    `_num_shards` and `_index`), where both are known constants."""
+    found, seen, stack = [], set(), [dataset]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen or not isinstance(node, tf.data.Dataset):
+            continue
+        seen.add(id(node))
+        if type(node).__name__ == "_ShardDataset":
+            shards = tf.get_static_value(getattr(node, "_num_shards", None))
+            index = tf.get_static_value(getattr(node, "_index", None))
+            if shards is not None and index is not None:
+                found.append((int(shards), int(index)))
+        try:
+            stack.extend(node._inputs())
+        except (AttributeError, NotImplementedError):
+            continue
+    return found
+
+
 def shard_files(dataset: tf.data.Dataset, rank: int, size: int):
     """TensorFlow's file-level auto-sharding of a dataset of global
     batches, rebatched to this worker's batch, as

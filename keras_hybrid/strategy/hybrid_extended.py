@@ -430,6 +430,18 @@ class HybridExtended(OneProcessExtended):
     def distribute_dataset(self, dataset):
         comm = self._communicator
         if getattr(comm, "membership", None) is not None:
+            if any(
+                input_sharding.sharded_by_worker(dataset, rank, comm.width)
+                or input_sharding.sharded_by_worker(dataset, rank, comm.size)
+                for rank in range(comm.width)
+            ):
+                raise ValueError(
+                    "An elastic HybridStrategy slices each global batch "
+                    "among the workers of the moment, so a pipeline sharded "
+                    "by worker (`dataset.shard(size, rank)`) cannot follow "
+                    "a resize. Give every worker the whole dataset of "
+                    "global batches: drop the `shard`."
+                )
             # Sliced in the step, by the members of the moment.
             return dataset
         return input_sharding.mark_per_worker(

@@ -3,6 +3,7 @@
 import weakref
 
 import tensorflow as tf
+from absl import logging
 
 from keras_hybrid._compat import tf as tf_compat
 
@@ -46,12 +47,25 @@ def shard_dataset(
     - `FILE`: TensorFlow's file-level auto-sharding plus a rebatch to the
       per-worker batch size, as `MultiWorkerMirroredStrategy` does. Each
       worker reads only its files.
-    - `OFF`: the dataset is used as given; the user sharded it.
+    - `OFF`, or a pipeline that reads through `shard(size, rank)` (a
+      script written for Horovod): the dataset is used as given; the user
+      sharded it.
     """
     if size == 1 or _is_per_worker(dataset):
         return dataset
     policy = dataset.options().experimental_distribute.auto_shard_policy
     if policy == _OFF:
+        return dataset
+    if sharded_by_worker(dataset, rank, size):
+        logging.log_first_n(
+            logging.INFO,
+            "keras-hybrid: the dataset is sharded by worker "
+            "(`shard(%d, %d)`): each worker's batches are used as given, "
+            "as with auto_shard_policy OFF.",
+            1,
+            size,
+            rank,
+        )
         return dataset
     if policy == _FILE:
         return tf_compat.shard_files(dataset, rank, size)
@@ -64,6 +78,13 @@ def shard_dataset(
         num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=True,
     )
+
+
+def sharded_by_worker(dataset, rank: int, size: int) -> bool:
+    """Whether `dataset` reads through `shard(size, rank)`, as a script
+    written for Horovod shards its pipeline: each worker's batches are its
+    own already."""
+    return (size, rank) in tf_compat.dataset_shards(dataset)
 
 
 def _slice_batch(batch: tuple, rank: int, size: int, whole: bool):

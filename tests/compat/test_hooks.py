@@ -891,6 +891,18 @@ class CompatFunctionsTest(TestCase):
             self.assertTrue(tf_compat.tape_records())
         self.assertEqual(seen, [False, True])
 
+    def test_dataset_shards_through_maps_batches_and_interleaves(self):
+        files = tf.data.Dataset.range(6).shard(3, 2)
+        data = files.interleave(lambda f: tf.data.Dataset.range(2))
+        data = data.map(lambda x: x * 2).batch(2).prefetch(1)
+        self.assertEqual(tf_compat.dataset_shards(data), [(3, 2)])
+        plain = tf.data.Dataset.range(4).batch(2)
+        self.assertEqual(tf_compat.dataset_shards(plain), [])
+        zipped = tf.data.Dataset.zip((data, plain.shard(2, 0)))
+        self.assertEqual(
+            sorted(tf_compat.dataset_shards(zipped)), [(2, 0), (3, 2)]
+        )
+
     def test_in_while_loop_in_a_loop_and_a_branch_inside_it(self):
         seen = []
 

@@ -131,6 +131,7 @@ class ElasticLostWorkerTest(TestCase):
         self.assertIn("lost worker [2]", output)
         self.assertIn("Elastic resizes:", output)
         self.assertIn("cannot follow a resize", result["per_worker_pipeline"])
+        self.assertIn("cannot follow", result["sharded_pipeline"])
 
     def test_fewer_than_min_np_left_fails_within_the_timeout(self):
         elastic_timeout, grace = 5.0, 5.0

@@ -79,6 +79,28 @@ class ShardDatasetTest(TestCase):
             _rows(input_sharding.shard_dataset(data, 1, 2)), [[0, 1], [2, 3]]
         )
 
+    def test_a_pipeline_sharded_by_worker_is_used_as_given(self):
+        # A script written for Horovod: `shard(size, rank)` before batching
+        # (here of the file list an interleave reads).
+        files = tf.data.Dataset.range(4).shard(2, 1)
+        data = files.interleave(
+            lambda f: tf.data.Dataset.range(3).map(lambda x: x + 10 * f)
+        )
+        data = data.map(lambda x: x + 1).batch(2)
+        self.assertEqual(
+            _rows(input_sharding.shard_dataset(data, 1, 2)),
+            [[11, 31], [12, 32], [13, 33]],
+        )
+        # Another worker's shard, or another worker count, is sliced.
+        self.assertEqual(
+            _rows(input_sharding.shard_dataset(data, 0, 2)),
+            [[11], [12], [13]],
+        )
+        self.assertEqual(
+            _rows(input_sharding.shard_dataset(data, 2, 3)),
+            [[31], [32], [33]],
+        )
+
     def test_keras_shuffled_arrays_split_disjointly_with_one_seed(self):
         # Workers share the TF seed (HybridStrategy broadcasts it), so their
         # shuffles agree and the slices cover every sample exactly once.

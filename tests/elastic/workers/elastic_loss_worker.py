@@ -144,6 +144,14 @@ def main(argv):
         per_worker = "accepted"
     except ValueError as error:
         per_worker = str(error)
+    # So is a pipeline sharded by worker (a script written for Horovod).
+    try:
+        strategy.experimental_distribute_dataset(
+            tf.data.Dataset.range(8).shard(strategy.size, strategy.rank)
+        )
+        sharded = "accepted"
+    except ValueError as error:
+        sharded = str(error)
     seed = 100 if table else 100 + strategy.rank
     with strategy.scope():
         model = cases.build_model(FLAGS.model, seed=seed)
@@ -179,6 +187,7 @@ def main(argv):
                 "stats_resizes": stats.summary["resizes"],
                 "size": strategy.size,
                 "per_worker_pipeline": per_worker,
+                "sharded_pipeline": sharded,
             },
         )
 

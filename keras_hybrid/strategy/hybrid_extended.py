@@ -349,6 +349,7 @@ class HybridExtended(OneProcessExtended):
 
     def update_variable(self, var, fn, args, kwargs, group):
         if args:
+            self._check_in_step(var, args[0])
             self.router.observe_gradient(var, args[0])
         fused_exchange.note_update(var)
         # The optimizer sees (and writes) the rows this shard owns, or
@@ -367,6 +368,25 @@ class HybridExtended(OneProcessExtended):
                 # does it for its rows (`sparse.shard_regularizers`).
                 var.assign(constraint(tf.convert_to_tensor(var)))
             return result
+
+    def _check_in_step(self, var, grad) -> None:
+        """Refuses a partitioned table's pushed gradient applied outside a
+        replica step: there the dense gradients stay each worker's own
+        (Keras all-reduces only in a replica context) while the table's
+        were summed over workers, and the model would silently train on a
+        mix of the two."""
+        if getattr(_in_step, "active", False) or self._communicator.size == 1:
+            return
+        if table_gradients.table_of(grad) is None:
+            return
+        raise RuntimeError(
+            f"The gradient of partitioned table {var.path!r} is applied "
+            "outside a replica step: a `tf.function` of your own calls the "
+            "model and `optimizer.apply` directly. With several workers, "
+            "run the step with `strategy.run(step_fn, args=...)`, on a "
+            "dataset from `strategy.experimental_distribute_dataset`, or "
+            "train with `model.fit`."
+        )
 
     def create_variable(self, next_creator, kwargs):
         with tf.device(self.device):

@@ -102,12 +102,13 @@ def test_tf_data_input_is_split_like_numpy(engine):
             np.testing.assert_allclose(w, r, atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("how", ["distributed", "per_worker"])
+@pytest.mark.parametrize("how", ["distributed", "per_worker", "sharded"])
 def test_a_dataset_the_strategy_distributed_is_not_split_again(engine, how):
     # `fit` hands a dataset that is not a `tf.distribute.DistributedDataset`
     # to the strategy to distribute: one already made per worker (by
-    # `experimental_distribute_dataset`, or TF's multi-worker tutorials'
-    # `distribute_datasets_from_function`) must train as the global one.
+    # `experimental_distribute_dataset`, TF's multi-worker tutorials'
+    # `distribute_datasets_from_function`, or a Horovod script's
+    # `shard(size, rank)`) must train as the global one.
     configs = (("functional", "adam"), ("sequential", "sgd"))
     results = launch(engine, 2, configs=configs, dataset=how)
     for kind, opt in configs:
@@ -119,6 +120,16 @@ def test_a_dataset_the_strategy_distributed_is_not_split_again(engine, how):
             np.testing.assert_allclose(
                 got["history"]["loss"], ref_history["loss"], atol=1e-5
             )
+
+
+def test_a_step_outside_strategy_run_is_refused(engine):
+    # Keras all-reduces dense gradients only in a replica context, while a
+    # table's were summed by its push: the model trained on a mix.
+    run = run_scenario(
+        SCENARIOS, "apply_outside_step", 2, {}, engine=engine
+    ).check()
+    for result in run.results.values():
+        assert "outside a replica step" in result["error"], result
 
 
 def test_gradient_accumulation_crosses_network_once_per_k_steps(engine):

@@ -5,6 +5,8 @@ Ranks seed differently on purpose: the strategy must broadcast rank 0's
 initial values.
 """
 
+import keras
+import numpy as np
 import tensorflow as tf
 
 import keras_hybrid as kh
@@ -29,7 +31,8 @@ def train(
             strategy (`"distributed"`, which `fit` must not split again),
             or a pipeline per worker from
             `distribute_datasets_from_function` (`"per_worker"`: each
-            worker batches its shard of the rows).
+            worker batches its shard of the rows), or sharded by the
+            script itself (`"sharded"`: `shard(size, rank)`).
         epochs: Int. Epochs.
         batch_size: Int. Global batch size.
         num_samples: Int. Samples.
@@ -94,5 +97,42 @@ def _dataset(strategy, how: str, x, y, batch: int):
         )
         return shard.batch(context.get_per_replica_batch_size(batch))
 
+    if how == "sharded":  # as a script written for Horovod shards it
+        shard = rows.shard(strategy.size, strategy.rank)
+        return shard.batch(batch // strategy.size)
     assert how == "per_worker", how
     return strategy.distribute_datasets_from_function(per_worker)
+
+
+def apply_outside_step() -> dict:
+    """A `tf.function` of the user's own that calls the model and
+    `optimizer.apply` without `strategy.run`: the error it raises."""
+    with kh.HybridStrategy(
+        timeout_seconds=60, variable_kinds=models.SPARSE_TABLES
+    ) as strategy:
+        x = np.arange(48 * 4, dtype="int32").reshape(48, 4) % 64
+        y = np.arange(48, dtype="int32") % 3
+        with strategy.scope():
+            model = keras.Sequential(
+                [
+                    keras.Input((4,), dtype="int32"),
+                    keras.layers.Embedding(64, 4),
+                    keras.layers.Flatten(),
+                    keras.layers.Dense(3),
+                ]
+            )
+            optimizer = keras.optimizers.SGD(0.1)
+        loss_fn = keras.losses.SparseCategoricalCrossentropy(True)
+
+        @tf.function
+        def step(x, y):
+            with tf.GradientTape() as tape:
+                loss = loss_fn(y, model(x, training=True))
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply(grads, model.trainable_variables)
+
+        try:
+            step(x, y)
+            return {"error": ""}
+        except RuntimeError as error:
+            return {"error": str(error)}

@@ -1,5 +1,6 @@
-"""Whole reads of a partitioned table traced in a graph: named by
-`check_whole_reads`, and never keeping the graph alive."""
+"""Whole reads of a partitioned table traced in a graph: in a step, named
+by `check_whole_reads`, and never keeping the graph alive; outside one,
+an error at once."""
 
 import gc
 import weakref
@@ -29,7 +30,18 @@ class WholeReadsTest(TestCase):
         )
 
     def _trace(self, fn):
-        return tf.function(fn).get_concrete_function().graph
+        """The graph of `fn` traced as a strategy step traces it."""
+        with sharded_table.step_trace():
+            return tf.function(fn).get_concrete_function().graph
+
+    def test_a_whole_read_outside_a_step_raises_when_traced(self):
+        table = self.table
+        with self.assertRaisesRegex(
+            ValueError, "'items/embeddings' was read whole inside a "
+        ):
+            tf.function(
+                lambda: tf.reduce_sum(tf.convert_to_tensor(table))
+            ).get_concrete_function()
 
     def test_a_whole_read_used_as_a_value_names_the_table(self):
         table = self.table

@@ -31,8 +31,6 @@ from variables (`PartitionLookup`), so a resize (`sparse.resharding`)
 does not make a traced step stale.
 """
 
-import contextlib
-import threading
 import weakref
 
 import numpy as np
@@ -48,6 +46,7 @@ from keras_hybrid.sparse import prefetch
 from keras_hybrid.sparse.partition_lookup import PartitionLookup
 from keras_hybrid.sparse.shard_view import in_shard_view
 from keras_hybrid.sparse.shard_view import shard_view
+from keras_hybrid.utils.thread_flag import ThreadFlag
 
 ROLES = ("table", "slot")
 BLOCK_BYTES = 16 * 2**20  # rows gathered per collective when saving
@@ -58,24 +57,17 @@ _SHAPE_OPS = ("Shape", "ShapeN")
 # and the table, alive for the life of the process.
 _whole_reads: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
-# How deep this thread is in a strategy step (`step_trace`).
-_step = threading.local()
-_step.depth = 0
+# Whether this thread runs a strategy step (`step_trace`).
+_in_step = ThreadFlag()
 
 __all__ = ["ShardedTable", "check_whole_reads", "shard_view", "step_trace"]
 
 
-@contextlib.contextmanager
 def step_trace():
-    """Marks a strategy step on this thread: whole reads traced inside it
-    are checked by `check_whole_reads`; outside one, a traced whole read
-    raises at once (nothing else would check it)."""
-    depth = getattr(_step, "depth", 0)
-    _step.depth = depth + 1
-    try:
-        yield
-    finally:
-        _step.depth = depth
+    """Marks a strategy step on this thread (a context manager): whole
+    reads traced inside it are checked by `check_whole_reads`; outside one,
+    a traced whole read raises at once (nothing else would check it)."""
+    return _in_step.scope()
 
 
 class ShardedTable(tf_compat.ConvertibleVariable):
@@ -266,7 +258,7 @@ class ShardedTable(tf_compat.ConvertibleVariable):
         # not a slice of a whole read: TF copies a variable that has been
         # gathered from on every whole read (copy-on-read), and `ops.take`
         # asks for this shape in every step (and in its prefetched ids).
-        if not tf.executing_eagerly() and not getattr(_step, "depth", 0):
+        if not tf.executing_eagerly() and not _in_step:
             if not tf_compat.in_shape_query():
                 raise ValueError(
                     f"Partitioned table {self.path!r} was read whole "

@@ -405,23 +405,9 @@ def build(case: str) -> keras.Model:
     elif case == "guide":
         model = Guide()
     elif case in CLIPPING_TABLE:
-        model = keras.Sequential(
-            [
-                keras.layers.Embedding(TABLE_ROWS, 3, name="table"),
-                keras.layers.Flatten(),
-                keras.layers.Dense(4, activation="tanh", name="hidden"),
-                keras.layers.Dense(1, name="head"),
-            ]
-        )
+        model = _embedding_regressor(TABLE_ROWS, "table")
     elif case in CLIPPING:
-        model = keras.Sequential(
-            [
-                keras.layers.Embedding(VOCAB, 3, name="rows"),
-                keras.layers.Flatten(),
-                keras.layers.Dense(4, activation="tanh", name="hidden"),
-                keras.layers.Dense(1, name="head"),
-            ]
-        )
+        model = _embedding_regressor(VOCAB, "rows")
     else:
         raise ValueError(f"Unknown case {case!r}; one of {CASES}.")
     x, _ = data(case)
@@ -445,6 +431,17 @@ def build(case: str) -> keras.Model:
     else:
         model.compile(optimizer=keras.optimizers.SGD(0.1))
     return model
+
+
+def _embedding_regressor(rows: int, table: str):
+    return keras.Sequential(
+        [
+            keras.layers.Embedding(rows, 3, name=table),
+            keras.layers.Flatten(),
+            keras.layers.Dense(4, activation="tanh", name="hidden"),
+            keras.layers.Dense(1, name="head"),
+        ]
+    )
 
 
 def train(model, case: str) -> tuple[list, dict]:

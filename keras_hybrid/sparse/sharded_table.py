@@ -63,6 +63,11 @@ _in_step = ThreadFlag()
 __all__ = ["ShardedTable", "check_whole_reads", "shard_view", "step_trace"]
 
 
+def in_step() -> bool:
+    """Whether this thread runs a strategy step (`step_trace`)."""
+    return bool(_in_step)
+
+
 def step_trace():
     """Marks a strategy step on this thread (a context manager): whole
     reads traced inside it are checked by `check_whole_reads`; outside one,

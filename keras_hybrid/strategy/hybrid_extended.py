@@ -18,7 +18,6 @@ Keras' TF optimizer sends every gradient through the replica context's
 
 import contextlib
 import inspect
-import threading
 
 import keras
 import tensorflow as tf
@@ -52,7 +51,6 @@ _REDUCE_OPS = {
 
 # Set while a replica step runs on this thread: a replica call made inside
 # it is nested (`HybridExtended._run_nested`).
-_in_step = threading.local()
 
 
 class _HybridReplicaContext(tf.distribute.ReplicaContext):
@@ -115,14 +113,10 @@ class HybridExtended(OneProcessExtended):
     # -- replica execution
 
     def run_replica_step(self, fn, args, kwargs):
-        if getattr(_in_step, "active", False):
+        if sharded_table.in_step():
             return self._run_nested(fn, args, kwargs)
-        _in_step.active = True
-        try:
-            with sharded_table.step_trace():
-                return self._run_step(fn, args, kwargs)
-        finally:
-            _in_step.active = False
+        with sharded_table.step_trace():
+            return self._run_step(fn, args, kwargs)
 
     def _run_nested(self, fn, args, kwargs):
         """A replica call made inside a step (Keras' `LossScaleOptimizer`
@@ -375,7 +369,7 @@ class HybridExtended(OneProcessExtended):
         (Keras all-reduces only in a replica context) while the table's
         were summed over workers, and the model would silently train on a
         mix of the two."""
-        if getattr(_in_step, "active", False) or self._communicator.size == 1:
+        if sharded_table.in_step() or self._communicator.size == 1:
             return
         if table_gradients.table_of(grad) is None:
             return
@@ -450,11 +444,7 @@ class HybridExtended(OneProcessExtended):
     def distribute_dataset(self, dataset):
         comm = self._communicator
         if getattr(comm, "membership", None) is not None:
-            if any(
-                input_sharding.sharded_by_worker(dataset, rank, comm.width)
-                or input_sharding.sharded_by_worker(dataset, rank, comm.size)
-                for rank in range(comm.width)
-            ):
+            if input_sharding.sharded_into(dataset, {comm.width, comm.size}):
                 raise ValueError(
                     "An elastic HybridStrategy slices each global batch "
                     "among the workers of the moment, so a pipeline sharded "

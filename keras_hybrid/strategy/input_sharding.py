@@ -87,6 +87,15 @@ def sharded_by_worker(dataset, rank: int, size: int) -> bool:
     return (size, rank) in tf_compat.dataset_shards(dataset)
 
 
+def sharded_into(dataset, counts) -> bool:
+    """Whether `dataset` reads through a `shard(n, index)` with `n` one of
+    `counts`, for any index (an elastic job's worker counts)."""
+    return any(
+        n in counts and 0 <= index < max(counts)
+        for n, index in tf_compat.dataset_shards(dataset)
+    )
+
+
 def _slice_batch(batch: tuple, rank: int, size: int, whole: bool):
     flat = tf.nest.flatten(batch)
     rows = tf.shape(flat[0], out_type=tf.int64)[0]

@@ -17,7 +17,6 @@ Keras' TF optimizer sends every gradient through the replica context's
 """
 
 import contextlib
-import inspect
 
 import keras
 import tensorflow as tf
@@ -38,6 +37,7 @@ from keras_hybrid.strategy import global_predictions
 from keras_hybrid.strategy import global_read_variable
 from keras_hybrid.strategy import input_sharding
 from keras_hybrid.strategy import local_variables
+from keras_hybrid.strategy import placement_trace
 from keras_hybrid.strategy import step_state
 from keras_hybrid.strategy.global_read_variable import GlobalReadVariable
 from keras_hybrid.strategy.variable_router import VariableRouter
@@ -47,10 +47,6 @@ _REDUCE_OPS = {
     tf.distribute.ReduceOp.SUM: "sum",
     tf.distribute.ReduceOp.MEAN: "mean",
 }
-
-
-# Set while a replica step runs on this thread: a replica call made inside
-# it is nested (`HybridExtended._run_nested`).
 
 
 class _HybridReplicaContext(tf.distribute.ReplicaContext):
@@ -144,7 +140,7 @@ class HybridExtended(OneProcessExtended):
             ),
         ):
             with global_read_variable.local_reads():
-                self._place_by_use(fn, args, kwargs)
+                placement_trace.place_by_use(self.router, fn, args, kwargs)
             model = global_metrics.keras_model_of_step(fn)
             if model is not None and model.optimizer is not None:
                 _check_optimizer(model.optimizer, model.trainable_variables)
@@ -201,24 +197,6 @@ class HybridExtended(OneProcessExtended):
         if comm.hierarchical is None:
             hierarchical_setup.decide(comm, plan.prefetched(), ids, self._link)
         return fused_exchange.step(plan, ids, comm)
-
-    def _place_by_use(self, fn, args, kwargs) -> None:
-        """Decides provisional tables from how `fn` reads them, before it
-        runs (see `plan.use_discovery` and `VariableRouter.decide`)."""
-        if use_discovery.active() or not self.router.undecided():
-            return
-        self.router.prepare()
-        if self.router.undecided():
-            uses = use_discovery.trace(fn, args, kwargs)
-            for steps in _inference_steps_of(fn):
-                # Placement is final after this step: a table that only
-                # `evaluate` or `predict` reads whole (keras-rs'
-                # `BruteForceRetrieval` scores every candidate row) must
-                # stay dense now, not fail when validation starts.
-                other = _first_trace(steps, args, kwargs)
-                if other is not None:
-                    use_discovery.add_whole_reads(uses, other)
-            self.router.decide(uses)
 
     @property
     def replica_count(self) -> int:
@@ -442,75 +420,16 @@ class HybridExtended(OneProcessExtended):
     # -- input
 
     def distribute_dataset(self, dataset):
-        comm = self._communicator
-        if getattr(comm, "membership", None) is not None:
-            if input_sharding.sharded_into(dataset, {comm.width, comm.size}):
-                raise ValueError(
-                    "An elastic HybridStrategy slices each global batch "
-                    "among the workers of the moment, so a pipeline sharded "
-                    "by worker (`dataset.shard(size, rank)`) cannot follow "
-                    "a resize. Give every worker the whole dataset of "
-                    "global batches: drop the `shard`."
-                )
-            # Sliced in the step, by the members of the moment.
-            return dataset
-        return input_sharding.mark_per_worker(
-            input_sharding.shard_dataset(dataset, comm.rank, comm.size)
-        )
+        return input_sharding.for_workers(dataset, self._communicator)
 
     def distribute_datasets_from_function(self, dataset_fn):
-        comm = self._communicator
-        if getattr(comm, "membership", None) is not None:
-            raise ValueError(
-                "An elastic HybridStrategy slices each global batch among "
-                "the workers of the moment, so a pipeline per worker "
-                "(`distribute_datasets_from_function`) cannot follow a "
-                "resize. Give `fit` (or `experimental_distribute_dataset`) "
-                "a dataset of global batches instead."
-            )
-        context = tf.distribute.InputContext(
-            num_input_pipelines=comm.size,
-            input_pipeline_id=comm.rank,
-            num_replicas_in_sync=comm.size,
-        )
-        return input_sharding.mark_per_worker(dataset_fn(context))
+        return input_sharding.from_function(dataset_fn, self._communicator)
 
     def distribute_values_from_function(self, value_fn):
         comm = self._communicator
         return value_fn(
             tf.distribute.experimental.ValueContext(comm.rank, comm.size)
         )
-
-
-def _inference_steps_of(fn) -> list:
-    """When `fn` is a Keras model's `train_step`: its `test_step`, then
-    its `predict_step` if the model overrides it, each as a list of steps
-    to trace in order until one traces (they take the training data).
-    Keras' `predict_step` runs the forward pass `test_step` runs, so it
-    stands in for a `test_step` that cannot trace (a model compiled
-    without a loss, whose losses only `train_step` adds). Else none."""
-    model = global_metrics.keras_model_of_step(fn)
-    if model is None or inspect.unwrap(fn).__name__ != "train_step":
-        return []
-    if type(model).predict_step is not keras.Model.predict_step:
-        return [[model.test_step], [model.predict_step]]
-    return [[model.test_step, model.predict_step]]
-
-
-def _first_trace(steps, args, kwargs):
-    """The table uses of the first of `steps` that traces on the training
-    data, or None (each failure is logged)."""
-    for step in steps:
-        try:
-            return use_discovery.trace(step, args, kwargs)
-        except Exception as error:  # noqa: BLE001 (a scratch trace)
-            logging.info(
-                "keras-hybrid: placement could not trace %s on the "
-                "training data (%s); its whole reads are not seen.",
-                step.__name__,
-                error,
-            )
-    return None
 
 
 def is_hybrid(strategy) -> bool:

@@ -131,3 +131,39 @@ def split_sizes(global_batch: int, size: int) -> list[int]:
         (r + 1) * global_batch // size - r * global_batch // size
         for r in range(size)
     ]
+
+
+def for_workers(dataset, comm):
+    """`experimental_distribute_dataset` for a dataset of global batches:
+    this worker's part of each, or the whole batches under an elastic job,
+    which slices them in the step among the members of the moment."""
+    if getattr(comm, "membership", None) is not None:
+        if sharded_into(dataset, {comm.width, comm.size}):
+            raise ValueError(
+                "An elastic HybridStrategy slices each global batch among "
+                "the workers of the moment, so a pipeline sharded by worker "
+                "(`dataset.shard(size, rank)`) cannot follow a resize. Give "
+                "every worker the whole dataset of global batches: drop the "
+                "`shard`."
+            )
+        return dataset
+    return mark_per_worker(shard_dataset(dataset, comm.rank, comm.size))
+
+
+def from_function(dataset_fn, comm):
+    """`distribute_datasets_from_function`: the pipeline `dataset_fn` builds
+    for this worker; refused under an elastic job."""
+    if getattr(comm, "membership", None) is not None:
+        raise ValueError(
+            "An elastic HybridStrategy slices each global batch among the "
+            "workers of the moment, so a pipeline per worker "
+            "(`distribute_datasets_from_function`) cannot follow a resize. "
+            "Give `fit` (or `experimental_distribute_dataset`) a dataset of "
+            "global batches instead."
+        )
+    context = tf.distribute.InputContext(
+        num_input_pipelines=comm.size,
+        input_pipeline_id=comm.rank,
+        num_replicas_in_sync=comm.size,
+    )
+    return mark_per_worker(dataset_fn(context))

@@ -48,7 +48,12 @@ A scaled loss (what `scale_loss_for_distribution` returns, and
 (`keras.metrics.Mean.update_state`) given that very tensor unscales it
 first, as Keras' loss tracker does: a step written as Keras' guide writes
 it (`loss = self.compute_loss(...)`, then `metric.update_state(loss)`)
-logs one process's loss, not `1/N` of it.
+logs one process's loss, not `1/N` of it. A scalar given to a mean
+metric with no weight (each output's loss, which Keras' `CompileLoss`
+records with the batch's static size, unknown in most pipelines) counts
+once per step on one process; each worker weighs it by its share of the
+global batch, so the workers' summed state counts the global batch's
+mean once too, also when the batch does not split evenly.
 
 Private hooks touched: Keras' `Trainer._compute_loss`,
 `scale_loss_for_distribution` and `unscale_loss_for_distribution`
@@ -145,7 +150,9 @@ def _unscaling_update_of(update_state):
     scaled loss back to the worker's own loss, as Keras' loss tracker
     does: a `train_step` written as Keras' guide writes it
     (`loss = self.compute_loss(...)`, then `metric.update_state(loss)`)
-    logs what the built-in step logs, not `1/N` of it."""
+    logs what the built-in step logs, not `1/N` of it. A scalar given
+    with no weight counts once per step on one process; here each worker
+    weighs it by its share of the global batch (`_share_weighted`)."""
 
     @functools.wraps(update_state)
     def update(self, values, *args, **kwargs):
@@ -159,9 +166,33 @@ def _unscaling_update_of(update_state):
                 keras_compat.current(_UNSCALE)(values),
                 values,
             )
+        if not args and kwargs.get("sample_weight") is None:
+            values, kwargs = _share_weighted(self, values, kwargs)
         return update_state(self, values, *args, **kwargs)
 
     return update
+
+
+def _share_weighted(metric, values, kwargs):
+    """`(values, kwargs)` for a mean metric given a scalar with no weight
+    in a step of several workers: the scalar (a mean over this worker's
+    rows, such as each output's loss that Keras' `CompileLoss` records
+    with the batch's static size, `None` when the batch size is not
+    fixed) weighed by this worker's share of the global batch. One
+    process counts the global batch's mean once per step; the workers'
+    summed states then do too, also when the batch does not split evenly
+    (a plain weight of 1 per worker averages the workers' means). A
+    worker with no rows adds nothing."""
+    strategy = hybrid_extended.multi_worker_step_strategy()
+    if strategy is None:
+        return values, kwargs
+    values = tf.convert_to_tensor(values)
+    if values.shape.rank != 0:
+        return values, kwargs
+    share = batch_share.factor(strategy.extended.communicator)
+    weight = tf.cast(share, metric.dtype)
+    values = tf.where(share > 0, values, tf.zeros_like(values))
+    return values, {**kwargs, "sample_weight": weight}
 
 
 def _checked(compute):

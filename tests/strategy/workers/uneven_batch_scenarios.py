@@ -1,6 +1,8 @@
 """Global batches that do not split evenly over the workers (250 rows on
-3 workers, then a last batch of 200), with Keras' own loss and with a
-custom `train_step` that averages its loss itself.
+3 workers, then a last batch of 200), with Keras' own loss, with a
+custom `train_step` that averages its loss itself, and with two outputs,
+whose per-output losses Keras logs as the mean of each batch's mean (and
+validates).
 
 `on_workers` is the scenario the shared pool runs;
 `uneven_batch_worker.py` runs `train_both` as one plain process for the
@@ -38,8 +40,14 @@ def build(kind):
         keras.layers.Concatenate()([pooled, dense])
     )
     out = keras.layers.Dense(1)(hidden)
+    if kind == "two_outputs":
+        second = keras.layers.Dense(1, name="b")(hidden)
+        return keras.Model([ids, dense], {"a": out, "b": second})
     cls = OwnMeanModel if kind == "own_mean" else keras.Model
     return cls([ids, dense], out)
+
+
+KINDS = ("keras", "own_mean", "two_outputs")
 
 
 def data(num_samples):
@@ -52,10 +60,20 @@ def data(num_samples):
 
 def train(strategy, kind, batch_size=250, num_samples=700):
     ids, dense, y = data(num_samples)
+    loss, metrics, extra = "mse", ["mae"], {}
+    if kind == "two_outputs":
+        y = {"a": y, "b": np.tanh(y)}
+        loss = {"a": "mse", "b": "mae"}
+        metrics = {"a": ["mae"]}
+        extra["validation_data"] = (
+            [ids[:130], dense[:130]],
+            {"a": y["a"][:130], "b": y["b"][:130]},
+        )
+        extra["validation_batch_size"] = 100
     with strategy.scope():
         model = build(kind)
         model.compile(
-            optimizer=keras.optimizers.SGD(0.1), loss="mse", metrics=["mae"]
+            optimizer=keras.optimizers.SGD(0.1), loss=loss, metrics=metrics
         )
     history = model.fit(
         [ids, dense],
@@ -64,6 +82,7 @@ def train(strategy, kind, batch_size=250, num_samples=700):
         epochs=3,
         shuffle=False,
         verbose=0,
+        **extra,
     )
     return {"weights": model.get_weights(), "history": history.history}
 
@@ -71,8 +90,7 @@ def train(strategy, kind, batch_size=250, num_samples=700):
 def train_both(strategy, batch_size=250, num_samples=700):
     """Kind -> this rank's weights and history, for each kind of model."""
     return {
-        kind: train(strategy, kind, batch_size, num_samples)
-        for kind in ("keras", "own_mean")
+        kind: train(strategy, kind, batch_size, num_samples) for kind in KINDS
     }
 
 

@@ -211,6 +211,26 @@ class GatherCell(keras.layers.Layer):
         return h, [h]
 
 
+class SparseBags(keras.layers.Layer):
+    """Multivalent ids as a `tf.SparseTensor` (wide and deep's
+    `safe_embedding_lookup_sparse`, which takes a tensor: Keras 3's
+    variables are not TF's, so the layer passes `.value`) and as a
+    `tf.RaggedTensor` (a ragged gather); id 0 is padding."""
+
+    def build(self, input_shape):
+        self.bag = self.add_weight(shape=(ROWS, DIM), name="bag")
+        self.ragged = self.add_weight(shape=(ROWS, DIM), name="ragged")
+
+    def call(self, ids):
+        ids = tf.cast(ids, tf.int64)
+        bags = tf.nn.safe_embedding_lookup_sparse(
+            self.bag.value, tf.sparse.from_dense(ids), combiner="sqrtn"
+        )
+        ragged = tf.RaggedTensor.from_tensor(ids, padding=0)
+        rows = tf.ragged.map_flat_values(tf.gather, self.ragged, ragged)
+        return ops.concatenate([bags, tf.reduce_sum(rows, axis=1)], -1)
+
+
 def _rnn_cell():
     ids = keras.Input((2,), dtype="int32")
     steps = keras.layers.Reshape((2, 1))(ops.cast(ids, "float32"))
@@ -345,6 +365,9 @@ BUILDERS = {
     "scored_in_inference_unbuilt": ScoredInInference,
     "sampled_softmax": _sampled_softmax,
     "rnn_cell": _rnn_cell,
+    "sparse_bags": lambda: _functional(
+        lambda i: SparseBags(name="bags")(i), "sparse_bags"
+    ),
 }
 
 EXPECTED = {
@@ -387,4 +410,5 @@ EXPECTED = {
     "column_constraint": {".*colnorm/embeddings": "blocked"},
     # The exchange's gradient cannot leave TF's loop gradient.
     "rnn_cell": {"rnn/cell/cell_table": "whole"},
+    "sparse_bags": {".*bags/(bag|ragged)": "table"},
 }

@@ -89,6 +89,9 @@ Keras (`keras.py`):
   epochs it skips);
 - `epoch_dataset_spec`: the `_distributed_dataset` of Keras' TF
   `TFEpochIterator` (its element spec builds the model);
+- `unbuilt_if_failed`: a model's `_flatten_layers`, and each layer's
+  `_tracker` (its `stored_ids`, and `unlock`): a layer that a failed
+  early call only marked built is unbuilt again;
 - `h5_dataset`: `saving_lib.H5IOStore`'s `_h5_entry_initialized`,
   `_create_h5_group`, `_h5_entry_path`, `_h5_entry_group`;
 - `current`, `replace` on the patch sites `SITES`: `saving_api.save_model`

@@ -166,6 +166,42 @@ def set_validation_gate(model, is_open) -> None:
     model._should_eval = gated
 
 
+# -- building (patches/build_from_spec.py, strategy/placement_trace.py)
+
+
+@contextlib.contextmanager
+def unbuilt_if_failed(model):
+    """A scope for a call of `model` made before plain Keras would make it
+    (a symbolic build, a scratch trace): if the call raises, each layer it
+    built without creating any state, in the layer or below it, is marked
+    unbuilt again, as plain Keras leaves it. keras-rs'
+    `BruteForceRetrieval` is built by `update_candidates` only once."""
+    if not isinstance(model, keras.layers.Layer):
+        yield
+        return
+    before = [
+        (layer, layer.built, _state_size(layer))
+        for layer in model._flatten_layers(include_self=True)
+    ]
+    try:
+        yield
+    except Exception:
+        for layer, built, size in before:
+            if layer.built and not built and _state_size(layer) == size:
+                layer.built = False
+                if getattr(layer, "_tracker", None) is not None:
+                    layer._tracker.unlock()
+        raise
+
+
+def _state_size(layer) -> tuple:
+    """The variables in and below `layer`, and what its own tracker holds
+    (variables, sub-layers, metrics, seed generators)."""
+    tracker = getattr(layer, "_tracker", None)
+    stores = getattr(tracker, "stored_ids", None) or {}
+    return len(layer.weights), sum(len(ids) for ids in stores.values())
+
+
 # -- saving (patches/h5_streaming.py)
 
 

@@ -23,9 +23,21 @@ input (`keras.Input(ragged=True)`, a layer calling `x.to_tensor()`)
 failed with "Unable to automatically build the model". For a dataset
 with ragged parts the symbolic build is skipped: the traced step builds
 what is left (metrics, loss, optimizer), as in one process.
+
+The symbolic build also calls the model with `training=False`, which
+plain Keras never does before the first training step. keras-rs' basic
+retrieval model scores its `BruteForceRetrieval` candidates when not
+training, and has none until `update_candidates` after `fit`, so the
+build failed ("None values not supported") where one plain process
+trains. A symbolic build that raises is logged and left to the traced
+step, as without a strategy; an input that does not fit the model fails
+there, with Keras' own error. The layers the failed call built without
+creating any state are marked unbuilt again (keras-rs'
+`update_candidates` adds its variable to an unbuilt layer only).
 """
 
 import tensorflow as tf
+from absl import logging
 
 from keras_hybrid._compat import keras as keras_compat
 from keras_hybrid.patches.patch_set import PRIVATE_KERAS
@@ -48,10 +60,29 @@ def _build_of(original):
             if spec is not None and all(
                 isinstance(s, tf.TensorSpec) for s in tf.nest.flatten(spec)
             ):
-                return original(self, data_batch=spec)
-        return original(self, iterator=iterator, data_batch=data_batch)
+                return _or_traced_build(self, original, data_batch=spec)
+        return _or_traced_build(
+            self, original, iterator=iterator, data_batch=data_batch
+        )
 
     return build
+
+
+def _or_traced_build(model, original, **kwargs):
+    """Keras' symbolic build, or none if it raises: the first traced step
+    builds the model, as in a plain process (see the module docstring)."""
+    try:
+        with keras_compat.unbuilt_if_failed(model):
+            return original(model, **kwargs)
+    except Exception as error:  # noqa: BLE001 (the step reports its own)
+        logging.info(
+            "keras-hybrid: Keras' symbolic build of %s failed (%s: %s); "
+            "its first traced step builds it, as without a strategy.",
+            model.name,
+            type(error).__name__,
+            str(error).strip().splitlines()[0] if str(error) else "",
+        )
+        return None
 
 
 PATCHES = PatchSet(

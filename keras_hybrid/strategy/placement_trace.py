@@ -7,6 +7,7 @@ import inspect
 import keras
 from absl import logging
 
+from keras_hybrid._compat import keras as keras_compat
 from keras_hybrid.plan import use_discovery
 from keras_hybrid.strategy import global_metrics
 
@@ -49,8 +50,10 @@ def _first_trace(steps, args, kwargs):
     """The table uses of the first of `steps` that traces on the training
     data, or None (each failure is logged)."""
     for step in steps:
+        model = getattr(inspect.unwrap(step), "__self__", None)
         try:
-            return use_discovery.trace(step, args, kwargs)
+            with keras_compat.unbuilt_if_failed(model):
+                return use_discovery.trace(step, args, kwargs)
         except Exception as error:  # noqa: BLE001 (a scratch trace)
             logging.info(
                 "keras-hybrid: placement could not trace %s on the "

@@ -1220,6 +1220,36 @@ class CompatFunctionsTest(TestCase):
         self.assertTrue(model.built)
         self.assertTrue(model.optimizer.built)
 
+    def test_a_failed_call_leaves_the_layers_it_only_marked_built(self):
+        # patches/build_from_spec.py, strategy/placement_trace.py: a layer
+        # that a failed early call built without creating state takes
+        # state again afterwards (keras-rs' `update_candidates`); one that
+        # created a variable stays built.
+        class Late(keras.layers.Layer):
+            def build(self, input_shape):
+                pass
+
+            def call(self, x):
+                raise ValueError("not yet")
+
+        class Both(keras.Model):
+            def __init__(self):
+                super().__init__()
+                self.dense = keras.layers.Dense(2)
+                self.late = Late()
+
+            def call(self, x):
+                return self.late(self.dense(x))
+
+        model = Both()
+        with self.assertRaisesRegex(ValueError, "not yet"):
+            with keras_compat.unbuilt_if_failed(model):
+                model(np.ones((1, 3), "float32"))
+        self.assertFalse(model.late.built)
+        model.late.v = keras.Variable(np.ones(2), trainable=False)
+        self.assertTrue(model.dense.built)
+        self.assertEqual(len(model.dense.weights), 2)
+
     def test_h5_dataset_writes_into_the_store_entry(self):
         model = _tiny_model()
         original = keras_compat.current("H5IOStore.__setitem__")

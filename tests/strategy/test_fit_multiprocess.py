@@ -2,6 +2,7 @@
 
 import functools
 import os
+import sys
 
 import keras
 import numpy as np
@@ -14,6 +15,9 @@ from keras_hybrid.testing.pool import run_scenario
 SCENARIOS = os.path.join(
     os.path.dirname(__file__), "workers", "fit_scenarios.py"
 )
+sys.path.insert(0, os.path.dirname(SCENARIOS))
+import fit_scenarios  # noqa: E402
+
 CONFIGS = [
     [kind, opt] for kind in models.MODEL_KINDS for opt in ("sgd", "adam")
 ]
@@ -143,3 +147,18 @@ def test_gradient_accumulation_crosses_network_once_per_k_steps(engine):
             np.testing.assert_allclose(w, r, atol=1e-5, rtol=0)
         steps = 3 * 240 // 48
         assert got["comm"]["dense"]["calls"] == steps // 2
+
+
+def test_a_model_that_cannot_infer_before_fit_trains(engine):
+    # keras-rs' basic retrieval example: inference scores candidates that
+    # exist only after `fit`. Keras' symbolic build under a strategy (and
+    # placement's scratch traces of `test_step`) call it in inference
+    # mode and fail; plain Keras never does. It must train as one plain
+    # process, and its retrieval layer must take its candidates after.
+    run = run_scenario(SCENARIOS, "late_retrieval", 2, {}, engine=engine)
+    keras.backend.clear_session()
+    want = fit_scenarios.fit_retrieval()
+    for rank, got in run.check().results.items():
+        np.testing.assert_allclose(got["loss"], want["loss"], atol=1e-5)
+        np.testing.assert_allclose(got["items"], want["items"], atol=1e-5)
+        assert got["top"] == want["top"], rank

@@ -136,3 +136,86 @@ def apply_outside_step() -> dict:
             return {"error": ""}
         except RuntimeError as error:
             return {"error": str(error)}
+
+
+class Candidates(keras.layers.Layer):
+    """keras-rs' `BruteForceRetrieval` in small: no state until
+    `set_candidates` adds it after `fit`; scoring before fails."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.candidates = None
+
+    def build(self, input_shape):
+        pass
+
+    def set_candidates(self, table):
+        self.candidates = keras.Variable(table, trainable=False, name="c")
+        self.built = True
+
+    def call(self, queries):
+        if self.candidates is None:
+            raise ValueError("no candidates yet")
+        return keras.ops.argmax(
+            queries @ keras.ops.transpose(self.candidates), 1
+        )
+
+
+class LateRetrieval(keras.Model):
+    """keras-rs' basic retrieval example: the loss gathers the candidate
+    table in `compute_loss`; inference scores all candidates, which exist
+    only after `fit` (`update_candidates`)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.users = keras.layers.Embedding(64, 4, name="users")
+        self.items = keras.layers.Embedding(48, 4, name="items")
+        self.retrieval = Candidates(name="retrieval")
+
+    def build(self, input_shape):
+        self.users.build(input_shape)
+        self.items.build(input_shape)
+
+    def call(self, x, training=False):
+        out = {"users": self.users(x)}
+        if not training:
+            out["top"] = self.retrieval(out["users"])
+        return out
+
+    def compute_loss(self, x, y, y_pred, sample_weight, training=True):
+        scores = keras.ops.sum(y_pred["users"] * self.items(y["item"]), 1)
+        return keras.losses.mean_squared_error(y["rating"], scores)
+
+
+def retrieval_data():
+    rng = np.random.default_rng(5)
+    users = rng.integers(0, 64, 96).astype("int32")
+    items = (users * 5 % 48).astype("int32")
+    rating = rng.uniform(0, 1, 96).astype("float32")
+    return users, {"item": items, "rating": rating}
+
+
+def fit_retrieval(strategy=None) -> dict:
+    """`LateRetrieval` trained, its candidates set from the item table
+    (read whole, eagerly), then the top candidate of 8 users."""
+    users, y = retrieval_data()
+    keras.utils.set_random_seed(11)
+    scope = strategy.scope() if strategy else tf.init_scope()
+    with scope:
+        model = LateRetrieval()
+        model.compile(optimizer=keras.optimizers.SGD(0.5))
+    history = model.fit(
+        users, y, batch_size=24, epochs=2, shuffle=False, verbose=0
+    )
+    model.retrieval.set_candidates(model.items.embeddings)
+    top = model.predict(users[:8], batch_size=8, verbose=0)["top"]
+    return {
+        "loss": history.history["loss"],
+        "top": np.asarray(top).tolist(),
+        "items": model.items.embeddings.numpy(),
+    }
+
+
+def late_retrieval() -> dict:
+    with kh.HybridStrategy(variable_kinds=models.SPARSE_TABLES) as strategy:
+        return fit_retrieval(strategy)

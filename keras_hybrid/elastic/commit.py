@@ -39,6 +39,7 @@ from keras_hybrid.elastic import buddy_store
 from keras_hybrid.elastic import dynamic_shard
 from keras_hybrid.elastic import file_store
 from keras_hybrid.elastic.buddy_sender import BuddySender
+from keras_hybrid.optimizers import accumulation
 from keras_hybrid.sparse import resharding
 from keras_hybrid.sparse.sharded_table import ShardedTable
 from keras_hybrid.strategy import local_variables
@@ -155,14 +156,24 @@ class ElasticCommit(keras.callbacks.Callback):
         """Whether to commit after this step: at every `interval`-th global
         step and after the first step of new members; never in the step
         whose end switched the members (joiners are not training yet, and
-        a commit with tables is a collective of the new group)."""
+        a commit with tables is a collective of the new group), and never
+        inside a cycle of gradient accumulation (a commit due then waits
+        for the cycle's end)."""
         generation = self._membership.generation
         if generation != self._generation:
             return False
-        last = self.commits[-1]["generation"] if self.commits else None
+        optimizer = getattr(self.model, "optimizer", None)
+        if optimizer is not None and not accumulation.between_cycles(optimizer):
+            return False  # accumulators hold each member's own part
+        if not self.commits:
+            return True
+        last = self.commits[-1]
+        step = self._membership.global_step
+        # A multiple of `interval` passed since the last commit (a commit
+        # due inside a cycle is taken at its end).
         return (
-            self._membership.global_step % self.interval == 0
-            or last != generation
+            step // self.interval > last["global_step"] // self.interval
+            or last["generation"] != generation
         )
 
     # -- commits

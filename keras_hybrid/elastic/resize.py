@@ -5,6 +5,9 @@ each train step, rank 0 looks for the launcher's next plan and broadcasts
 it to the current members (one small eager broadcast), so every member
 decides the same switch at the same step:
 
+- rank 0 reads a plan only between two cycles of gradient accumulation
+  (`optimizers.accumulation`): the accumulators hold each member's own
+  part of the gradients until the cycle's last step sums them;
 - a member that the plan drops leaves `fit` with `SystemExit(0)`;
 - the others make the plan's members the group of every later collective
   (`ElasticMembership.switch`); the traced step runs on unchanged, since
@@ -43,6 +46,7 @@ from keras_hybrid.contract import elastic_board
 from keras_hybrid.dynamic import dynamic_table
 from keras_hybrid.dynamic import key_moves
 from keras_hybrid.elastic import commit
+from keras_hybrid.optimizers import accumulation
 from keras_hybrid.sparse import resharding
 from keras_hybrid.strategy import cluster
 from keras_hybrid.strategy import global_read_variable
@@ -70,6 +74,7 @@ class ElasticResize(keras.callbacks.Callback):
         self._epoch = 0
         self._next_batch = 0
         self._skip_until = None
+        self._skip_count = 1  # batches one skipped call draws
         self._real_train_function = None
         self._last_logs = {}
         self._last_end = None
@@ -99,6 +104,7 @@ class ElasticResize(keras.callbacks.Callback):
 
     def on_train_batch_begin(self, batch, logs=None):
         if self._skip_until is not None:
+            self._skip_count = self._batches_in_call(batch)
             self._route(batch)
 
     def on_train_batch_end(self, batch, logs=None):
@@ -130,7 +136,7 @@ class ElasticResize(keras.callbacks.Callback):
     def _maybe_resize(self) -> None:
         membership = self._membership
         proposal = np.zeros([3 + membership.max_np], np.int64)
-        if membership.rank == 0:
+        if membership.rank == 0 and self._between_cycles():
             plan = membership.read_plan(membership.generation + 1)
             if plan is not None:
                 proposal[0] = plan["generation"]
@@ -150,6 +156,14 @@ class ElasticResize(keras.callbacks.Callback):
             self._membership.readdress = int(agreed[0])
             return
         self._switch(int(agreed[0]), members, reason)
+
+    def _between_cycles(self) -> bool:
+        """Whether the members may change after this step: no gradients
+        wait in the optimizer's accumulators, which hold each member's
+        own part (`optimizers.accumulation`). A plan waits for the end of
+        the cycle."""
+        optimizer = getattr(self.model, "optimizer", None)
+        return optimizer is None or accumulation.between_cycles(optimizer)
 
     def _switch(self, generation: int, members: list, reason: str) -> None:
         start = time.perf_counter()
@@ -467,8 +481,19 @@ class ElasticResize(keras.callbacks.Callback):
         self._local_reads = None
         keras_compat.set_validation_gate(self.model, None)
 
+    def _batches_in_call(self, batch: int) -> int:
+        """The batches the call of the train function that starts at
+        `batch` runs: `steps_per_execution`, fewer at the end of an epoch
+        of known length."""
+        count = max(1, int(getattr(self.model, "steps_per_execution", 1)))
+        steps = (self.params or {}).get("steps")
+        if steps is not None:
+            count = max(1, min(count, steps - batch))
+        return count
+
     def _skip(self, iterator):
-        next(iterator)
+        for _ in range(self._skip_count):
+            next(iterator)
         return self._last_logs
 
 

@@ -62,10 +62,14 @@ def make_optimizer(name: str, **kwargs) -> keras.optimizers.Optimizer:
     raise ValueError(f"Unknown optimizer {name!r}; use 'sgd' or 'adam'.")
 
 
-def compile_model(model: keras.Model, optimizer: str, **kwargs) -> None:
-    """Compiles with a classification loss and accuracy."""
+def compile_model(
+    model: keras.Model, optimizer: str, steps_per_execution: int = 1, **kwargs
+) -> None:
+    """Compiles with a classification loss and accuracy; `kwargs` go to
+    the optimizer."""
     model.compile(
         optimizer=make_optimizer(optimizer, **kwargs),
+        steps_per_execution=steps_per_execution,
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=["sparse_categorical_accuracy"],
     )

@@ -163,11 +163,45 @@ class ElasticLostWorkerTest(TestCase):
         # The wait, SIGTERM's grace and the launcher's start-up of the error.
         self.assertLess(ended - killed, elastic_timeout + grace + 15.0)
 
-    def _reference(self) -> list:
+    def test_commits_wait_for_the_end_of_an_accumulation_cycle(self):
+        # With 3 steps per cycle, the commit due at step 20 waits for step
+        # 21: between, each member's accumulators hold its own part of the
+        # gradients, and the lost worker's part would be lost with it.
+        with tempfile.TemporaryDirectory() as tmp:
+            proc, out_dir, _ = _run(
+                tmp,
+                "localhost:3",
+                [
+                    *("--min-np", "2", "--max-np", "3"),
+                    *("--commit-interval", "10"),
+                ],
+                [
+                    "--kill_rank=2",
+                    "--kill_size=3",
+                    "--kill_at_step=25",
+                    "--step_sleep=0.05",
+                    "--timeout_seconds=60",
+                    "--accumulation=3",
+                ],
+            )
+            output = proc.stdout
+            self.assertEqual(proc.returncode, 0, output[-6000:])
+            with open(os.path.join(out_dir, "rank0.pkl"), "rb") as f:
+                result = pickle.load(f)
+            rows = _progress(out_dir)
+        sizes = [r["size"] for r in rows]
+        self.assertEqual(rows[sizes.index(2)]["batch"], 21)
+        (event,) = result["resizes"]
+        self.assertEqual(event["global_step"], 21)
+        reference = self._reference(gradient_accumulation_steps=3)
+        for got, want in zip(result["weights"], reference, strict=True):
+            np.testing.assert_allclose(got, want, atol=1e-5)
+
+    def _reference(self, **optimizer) -> list:
         """Plain Keras in this process on the same global batches."""
         x, y = models.make_data(480)
         model = models.build_model("sequential", seed=100)
-        models.compile_model(model, "adam")
+        models.compile_model(model, "adam", **optimizer)
         # Keras shuffles the arrays from this seed, as every rank does.
         keras.utils.set_random_seed(7)
         model.fit(x, y, batch_size=12, epochs=2, shuffle=True, verbose=0)

@@ -83,12 +83,12 @@ class ElasticFitTest(TestCase):
         self.assertIn("Elastic resizes:", output)
         self.assertIn("table_wire", output)
 
-    def _reference(self, result) -> list:
+    def _reference(self, result, **optimizer) -> list:
         """Plain Keras in this process on the same global batches."""
         del result
         x, y = models.make_data(480)
         model = models.build_model("sequential", seed=100)
-        models.compile_model(model, "adam")
+        models.compile_model(model, "adam", **optimizer)
         model.fit(x, y, batch_size=12, epochs=2, shuffle=False, verbose=0)
         return model.get_weights()
 
@@ -96,6 +96,37 @@ class ElasticFitTest(TestCase):
         self.assertGreater(grow["bytes_moved"], 0)
         self.assertEqual(shrink["bytes_moved"], 0)
         self.assertEqual(grow["table_bytes"] + shrink["table_bytes"], 0)
+
+
+class ElasticAccumulationTest(TestCase):
+    def test_members_change_between_accumulation_cycles(self):
+        # Each member's accumulators hold its own part of the gradients
+        # until the cycle's 3rd step sums them: a joiner that copied rank
+        # 0's counted that part twice. Resizes wait for the cycle's end,
+        # and a joiner skips 2 batches per call of the train function.
+        output, result, sizes = _run_job(
+            [
+                "--model=mlp",
+                "--accumulation=3",
+                "--steps_per_execution=2",
+            ]
+        )
+        changes = [
+            s for i, s in enumerate(sizes) if i == 0 or sizes[i - 1] != s
+        ]
+        self.assertEqual(changes, [2, 4, 3], output[-4000:])
+        self.assertEqual(len(sizes), 40)  # 80 global batches, 2 per call
+        resizes = result["resizes"]
+        self.assertEqual(
+            [(r["old_size"], r["new_size"]) for r in resizes], [(2, 4), (4, 3)]
+        )
+        for r in resizes:  # global steps count calls of 2 batches
+            self.assertEqual(r["global_step"] * 2 % 3, 0, r)
+        reference = ElasticFitTest._reference(
+            self, result, gradient_accumulation_steps=3
+        )
+        for got, want in zip(result["weights"], reference, strict=True):
+            np.testing.assert_allclose(got, want, atol=1e-5)
 
 
 def _run_job(

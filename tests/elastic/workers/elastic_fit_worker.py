@@ -66,6 +66,10 @@ flags.DEFINE_bool(
 flags.DEFINE_integer(
     "validation", 0, "If set, validate on the first this many samples."
 )
+flags.DEFINE_integer(
+    "accumulation", 0, "The optimizer's gradient_accumulation_steps, if set."
+)
+flags.DEFINE_integer("steps_per_execution", 1, "Compile's steps_per_execution.")
 
 
 class SizeLog(keras.callbacks.Callback):
@@ -175,7 +179,15 @@ def main(argv):
     seed = 100 if table else 100 + strategy.rank
     with strategy.scope():
         model = cases.build_model(FLAGS.model, seed=seed)
-        models.compile_model(model, FLAGS.optimizer)
+        extra = {}
+        if FLAGS.accumulation:
+            extra["gradient_accumulation_steps"] = FLAGS.accumulation
+        models.compile_model(
+            model,
+            FLAGS.optimizer,
+            steps_per_execution=FLAGS.steps_per_execution,
+            **extra,
+        )
     # A collective among the first members; a joiner holds all its rows.
     initial = model.get_weights() if table else None
     stats = kh.callbacks.CommunicationStats(every_n_steps=5)

@@ -50,6 +50,9 @@ flags.DEFINE_enum("model", "mlp", cases.MODELS, "mlp, or table.")
 flags.DEFINE_string("slots_later", "", "Slots once the job shrank.")
 flags.DEFINE_integer("grow_after", 5, "Steps on fewer workers before.")
 flags.DEFINE_bool("string_ids", False, "Table ids as strings, looked up.")
+flags.DEFINE_integer(
+    "accumulation", 0, "The optimizer's gradient_accumulation_steps, if set."
+)
 
 
 class SizeLog(keras.callbacks.Callback):
@@ -155,7 +158,10 @@ def main(argv):
     seed = 100 if table else 100 + strategy.rank
     with strategy.scope():
         model = cases.build_model(FLAGS.model, seed=seed)
-        models.compile_model(model, "adam")
+        extra = {}
+        if FLAGS.accumulation:
+            extra["gradient_accumulation_steps"] = FLAGS.accumulation
+        models.compile_model(model, "adam", **extra)
     # A collective with a partitioned table; a joiner holds all its rows.
     initial = model.get_weights() if table else None
     keras.utils.set_random_seed(7)

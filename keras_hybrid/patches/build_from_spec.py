@@ -29,8 +29,8 @@ plain Keras never does before the first training step. keras-rs' basic
 retrieval model scores its `BruteForceRetrieval` candidates when not
 training, and has none until `update_candidates` after `fit`, so the
 build failed ("None values not supported") where one plain process
-trains. A symbolic build that raises is logged and left to the traced
-step, as without a strategy; an input that does not fit the model fails
+trains. A symbolic build whose call of the model raises is logged and
+left to the traced step, as without a strategy; an input that does not fit the model fails
 there, with Keras' own error. The layers the failed call built without
 creating any state are marked unbuilt again (keras-rs'
 `update_candidates` adds its variable to an unbuilt layer only).
@@ -74,7 +74,9 @@ def _or_traced_build(model, original, **kwargs):
     try:
         with keras_compat.unbuilt_if_failed(model):
             return original(model, **kwargs)
-    except Exception as error:  # noqa: BLE001 (the step reports its own)
+    except (ValueError, RuntimeError) as error:
+        if not _failed_call(error):
+            raise
         logging.info(
             "keras-hybrid: Keras' symbolic build of %s failed (%s: %s); "
             "its first traced step builds it, as without a strategy.",
@@ -83,6 +85,16 @@ def _or_traced_build(model, original, **kwargs):
             str(error).strip().splitlines()[0] if str(error) else "",
         )
         return None
+
+
+def _failed_call(error) -> bool:
+    """Whether `error` is how Keras' symbolic build reports that calling
+    the model failed: the call's own `ValueError`, or a `RuntimeError`
+    saying it could not build the model. Other errors (an optimizer that
+    cannot make its slots) are the build's own and stand."""
+    if isinstance(error, ValueError):
+        return True
+    return "Unable to automatically build the model" in str(error)
 
 
 PATCHES = PatchSet(

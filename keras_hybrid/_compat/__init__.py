@@ -18,6 +18,9 @@ TensorFlow (`tf.py`, `one_process_extended.py`):
   `_num_replicas_in_sync`, `_in_multi_worker_mode`) to named methods; reads
   `_device` and `_container_strategy()`;
 - `ConvertibleVariable`: `resource_variable_ops.ResourceVariable` with its
+  `_serialize_to_tensors` and `_restore_from_tensors` (what a
+  `tf.train.Checkpoint` writes and reads back, under `trackable`'s
+  `VARIABLE_VALUE_KEY`) sent to `checkpoint_value` and `restore_value`, its
   `_dense_var_to_tensor` sent to `to_tensor`, the static shape of
   `_read_variable_op`'s result given by `read_shape`, and its reads cut
   to the rows `rows_read` names (`read_rows`, a slice of a whole read);

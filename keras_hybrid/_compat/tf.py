@@ -187,6 +187,36 @@ class ConvertibleVariable(_resource_variable_class()):
             )
         return whole[start:stop]
 
+    def _serialize_to_tensors(self):
+        value = self.checkpoint_value
+        if value is None:
+            return super()._serialize_to_tensors()
+        from tensorflow.python.trackable import base as trackable
+
+        # Called as the checkpoint is written, before TensorFlow's save
+        # function (traced) writes what it returns.
+        return {trackable.VARIABLE_VALUE_KEY: value()}
+
+    def _restore_from_tensors(self, restored_tensors):
+        if self.checkpoint_value is None:
+            return super()._restore_from_tensors(restored_tensors)
+        from tensorflow.python.trackable import base as trackable
+
+        return self.restore_value(
+            restored_tensors[trackable.VARIABLE_VALUE_KEY]
+        )
+
+    # What a TensorFlow checkpoint (`tf.train.Checkpoint`) writes and reads
+    # for this variable: None keeps ResourceVariable's (the stored value);
+    # else a function returning the tensor to write, called when the
+    # checkpoint is written (`_serialize_to_tensors`), and `restore_value`
+    # is given the tensor read back (`_restore_from_tensors`).
+    checkpoint_value = None
+
+    def restore_value(self, value):
+        """Takes `value`, as `checkpoint_value` wrote it, back."""
+        raise NotImplementedError
+
     def read_shape(self):
         """Static shape every read of the stored value gets, or None.
 

@@ -312,6 +312,31 @@ class ShardedTable(tf_compat.ConvertibleVariable):
             full[start : start + len(rows)] = rows
         return full
 
+    # -- TensorFlow checkpoints (`tf.train.Checkpoint`)
+
+    @property
+    def checkpoint_value(self):
+        """A TensorFlow checkpoint holds the whole table, as one process's
+        does: every worker gathers it when the checkpoint is written (a
+        collective; TF's multi-worker tutorials save on every worker, the
+        chief into the real folder), and any worker count restores it."""
+        return self._whole_for_checkpoint
+
+    def _whole_for_checkpoint(self):
+        if not tf.executing_eagerly():
+            raise RuntimeError(
+                f"A TensorFlow checkpoint of partitioned table {self.path!r}"
+                " gathers the whole table, which can only be done eagerly: "
+                "call `checkpoint.save`/`write` outside a `tf.function`, on "
+                "every worker. `tf.saved_model.save` cannot hold a "
+                "partitioned table; use `model.export` (docs/checkpoints.md)."
+            )
+        return tf.constant(self.gather_full())
+
+    def restore_value(self, value):
+        """This worker's rows of the whole table a checkpoint holds."""
+        return self.assign(value, read_value=False)
+
     def id_blocks(self, block_bytes: int | None = None):
         """Yields `(first_id, rows)` for consecutive blocks of global ids.
 

@@ -7,6 +7,7 @@ import tempfile
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from keras_hybrid import checkpoint
 from keras_hybrid.testing import run_workers
@@ -103,3 +104,30 @@ def test_worker_killed_mid_save_leaves_previous_checkpoint_loadable():
     # The next completed save clears the dead one.
     checkpoint.save_checkpoint(model, target)
     assert not os.path.exists(os.path.join(target, "ckpt-000000010.tmp"))
+
+
+def test_tensorflow_checkpoint_holds_whole_tables():
+    """`tf.train.Checkpoint` written on every rank (the chief's in the
+    folder) holds whole tables and slots: a new model restores it on 2
+    workers and trains on as the saved one does, and plain Keras in this
+    process restores the same weights from the chief's file."""
+    target = tempfile.mkdtemp(prefix="ckpt_tf_")
+    results = on_pool("tf_checkpoint", target).check().results
+    for result in results.values():
+        for got, want in zip(
+            result["at_restore"], result["at_save"], strict=True
+        ):
+            np.testing.assert_allclose(got, want, atol=0)
+        for got, want in zip(
+            result["restored_final"], result["final"], strict=True
+        ):
+            np.testing.assert_allclose(got, want, atol=1e-6)
+    plain = cases.build_model("two_tables")
+    plain.compile(optimizer="adam", loss=cases.make_loss())
+    tf.train.Checkpoint(model=plain).restore(
+        os.path.join(target, "ckpt")
+    ).expect_partial()
+    for got, want in zip(
+        plain.get_weights(), results[0]["at_save"], strict=True
+    ):
+        np.testing.assert_allclose(got, want, atol=0)

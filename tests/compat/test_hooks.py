@@ -1156,6 +1156,36 @@ class CompatFunctionsTest(TestCase):
         self.assertEqual(whole.get_concrete_function().output_shapes, (5, 2))
         self.assertAllClose(var.sparse_read([4]), [[1.0, 1.0]])
 
+    def test_convertible_variable_checkpoints_through_named_methods(self):
+        """`sparse/sharded_table.py`: a `tf.train.Checkpoint` writes what
+        `checkpoint_value` returns when it is written, and gives the tensor
+        it reads back to `restore_value`, also for a restore deferred to
+        the variable's creation; without `checkpoint_value` it keeps
+        ResourceVariable's own."""
+        restored = []
+
+        class Whole(tf_compat.ConvertibleVariable):
+            @property
+            def checkpoint_value(self):
+                return lambda: tf.convert_to_tensor(self) * 2.0
+
+            def restore_value(self, value):
+                restored.append(value.numpy())
+                return self.assign(value, read_value=False)
+
+        folder = tempfile.mkdtemp()
+        path = tf.train.Checkpoint(v=Whole([1.0, 2.0])).write(
+            os.path.join(folder, "ckpt")
+        )
+        later = tf.train.Checkpoint()
+        later.restore(path)
+        later.v = Whole([0.0, 0.0])  # created after the restore
+        self.assertAllClose(restored[-1], [2.0, 4.0])
+        self.assertAllClose(later.v, [2.0, 4.0])
+        plain = tf_compat.ConvertibleVariable([0.0, 0.0])
+        tf.train.Checkpoint(v=plain).restore(path)
+        self.assertAllClose(plain, [2.0, 4.0])
+
     def test_one_process_extended_overrides_only_real_hooks(self):
         hooks = [
             name

@@ -16,13 +16,17 @@ Phases (`run(phase, ...)`):
   with an uninterrupted one.
 - `warm_start`: `keras.models.load_model(folder/plain.keras)` in the
   strategy's scope.
+- `tf_checkpoint`: a `tf.train.Checkpoint` written on every rank (the
+  chief's into `folder`), restored into a new model.
 A rank killed in the middle of a save is `checkpoint_worker.py`'s.
 """
 
 import os
 import sys
+import tempfile
 
 import keras
+import tensorflow as tf
 
 import keras_hybrid as kh
 from keras_hybrid.sparse import sharded_table
@@ -33,7 +37,14 @@ sys.path.insert(
 )
 import sparse_cases as cases  # noqa: E402
 
-PHASES = ("export", "save", "resume", "callbacks", "warm_start")
+PHASES = (
+    "export",
+    "save",
+    "resume",
+    "callbacks",
+    "warm_start",
+    "tf_checkpoint",
+)
 
 
 def run(phase: str, folder: str, steps: int = 5, epochs: int = 3) -> dict:
@@ -191,4 +202,32 @@ def warm_start(strategy, folder, steps, epochs):
         "kinds": {v.path: strategy.plan[v.path].kind for v in model.weights},
         "weights": model.get_weights(),
         "predictions": model.predict(probe(), batch_size=BATCH, verbose=0),
+    }
+
+
+def tf_checkpoint(strategy, folder, steps, epochs):
+    """A custom loop's checkpoint (TF's multi-worker tutorials): every rank
+    writes a `tf.train.Checkpoint` of the model and its optimizer, the
+    chief into `folder`, the others into folders of their own; a new
+    model restores the chief's, and both train one more segment."""
+    model = build(strategy)
+    train(model, 0, steps)
+    at_save = model.get_weights()
+    own = folder if strategy.is_chief else tempfile.mkdtemp()
+    path = tf.train.Checkpoint(model=model, optimizer=model.optimizer).write(
+        os.path.join(own, "ckpt")
+    )
+    restored = build(strategy)
+    tf.train.Checkpoint(model=restored, optimizer=restored.optimizer).restore(
+        os.path.join(folder, "ckpt")
+    ).expect_partial()
+    at_restore = restored.get_weights()
+    train(model, 1, steps)
+    train(restored, 1, steps)
+    return {
+        "path": path,
+        "at_save": at_save,
+        "at_restore": at_restore,
+        "final": model.get_weights(),
+        "restored_final": restored.get_weights(),
     }

@@ -30,10 +30,11 @@ retrieval model scores its `BruteForceRetrieval` candidates when not
 training, and has none until `update_candidates` after `fit`, so the
 build failed ("None values not supported") where one plain process
 trains. A symbolic build whose call of the model raises is logged and
-left to the traced step, as without a strategy; an input that does not fit the model fails
-there, with Keras' own error. The layers the failed call built without
-creating any state are marked unbuilt again (keras-rs'
-`update_candidates` adds its variable to an unbuilt layer only).
+left to the traced step, as without a strategy; an input that does not
+fit the model fails there, with Keras' own error. The layers the failed
+call built without creating any state are marked unbuilt again
+(keras-rs' `update_candidates` adds its variable to an unbuilt layer
+only).
 """
 
 import tensorflow as tf

@@ -85,27 +85,7 @@ def _progress(out_dir: str) -> list:
 
 class ElasticLostWorkerTest(TestCase):
     def test_survivors_replay_from_the_last_commit(self):
-        with tempfile.TemporaryDirectory() as tmp:
-            proc, out_dir, _ = _run(
-                tmp,
-                "localhost:3",
-                [
-                    *("--min-np", "2", "--max-np", "3"),
-                    *("--commit-interval", "10"),
-                ],
-                [
-                    "--kill_rank=2",
-                    "--kill_size=3",
-                    "--kill_at_step=25",
-                    "--step_sleep=0.05",
-                    "--timeout_seconds=60",
-                ],
-            )
-            output = proc.stdout
-            self.assertEqual(proc.returncode, 0, output[-6000:])
-            with open(os.path.join(out_dir, "rank0.pkl"), "rb") as f:
-                result = pickle.load(f)
-            rows = _progress(out_dir)
+        output, result, rows = self._lose_rank_2_at_step_25()
         # The chief's callback saw 3 workers, then 2; the batches of the
         # first epoch after the commit (20..24) ran again on 2 workers.
         sizes = [r["size"] for r in rows]
@@ -167,6 +147,18 @@ class ElasticLostWorkerTest(TestCase):
         # With 3 steps per cycle, the commit due at step 20 waits for step
         # 21: between, each member's accumulators hold its own part of the
         # gradients, and the lost worker's part would be lost with it.
+        _, result, rows = self._lose_rank_2_at_step_25("--accumulation=3")
+        sizes = [r["size"] for r in rows]
+        self.assertEqual(rows[sizes.index(2)]["batch"], 21)
+        (event,) = result["resizes"]
+        self.assertEqual(event["global_step"], 21)
+        reference = self._reference(gradient_accumulation_steps=3)
+        for got, want in zip(result["weights"], reference, strict=True):
+            np.testing.assert_allclose(got, want, atol=1e-5)
+
+    def _lose_rank_2_at_step_25(self, *worker_flags) -> tuple:
+        """3 workers, commits every 10 steps, rank 2 SIGKILLed at its step
+        25: the launcher's output, the chief's result and progress rows."""
         with tempfile.TemporaryDirectory() as tmp:
             proc, out_dir, _ = _run(
                 tmp,
@@ -181,21 +173,14 @@ class ElasticLostWorkerTest(TestCase):
                     "--kill_at_step=25",
                     "--step_sleep=0.05",
                     "--timeout_seconds=60",
-                    "--accumulation=3",
+                    *worker_flags,
                 ],
             )
             output = proc.stdout
             self.assertEqual(proc.returncode, 0, output[-6000:])
             with open(os.path.join(out_dir, "rank0.pkl"), "rb") as f:
                 result = pickle.load(f)
-            rows = _progress(out_dir)
-        sizes = [r["size"] for r in rows]
-        self.assertEqual(rows[sizes.index(2)]["batch"], 21)
-        (event,) = result["resizes"]
-        self.assertEqual(event["global_step"], 21)
-        reference = self._reference(gradient_accumulation_steps=3)
-        for got, want in zip(result["weights"], reference, strict=True):
-            np.testing.assert_allclose(got, want, atol=1e-5)
+            return output, result, _progress(out_dir)
 
     def _reference(self, **optimizer) -> list:
         """Plain Keras in this process on the same global batches."""

@@ -157,23 +157,20 @@ class ElasticCommit(keras.callbacks.Callback):
         step and after the first step of new members; never in the step
         whose end switched the members (joiners are not training yet, and
         a commit with tables is a collective of the new group), and never
-        inside a cycle of gradient accumulation (a commit due then waits
-        for the cycle's end)."""
+        inside a cycle of gradient accumulation (a commit due then is
+        skipped)."""
         generation = self._membership.generation
         if generation != self._generation:
             return False
         optimizer = getattr(self.model, "optimizer", None)
         if optimizer is not None and not accumulation.between_cycles(optimizer):
             return False  # accumulators hold each member's own part
-        if not self.commits:
-            return True
-        last = self.commits[-1]
-        step = self._membership.global_step
-        # A multiple of `interval` passed since the last commit (a commit
-        # due inside a cycle is taken at its end).
+        # Decided by the global step alone, never by this member's own
+        # commits: after a recovery the survivors' lists may differ.
+        last = self.commits[-1]["generation"] if self.commits else None
         return (
-            step // self.interval > last["global_step"] // self.interval
-            or last["generation"] != generation
+            self._membership.global_step % self.interval == 0
+            or last != generation
         )
 
     # -- commits

@@ -20,25 +20,26 @@ def place_by_use(router, fn, args, kwargs) -> None:
     router.prepare()
     if router.undecided():
         uses = use_discovery.trace(fn, args, kwargs)
-        for steps in _inference_steps_of(fn):
+        model = global_metrics.keras_model_of_step(fn)
+        for steps in _inference_steps_of(model, fn):
             # Placement is final after this step: a table that only
             # `evaluate` or `predict` reads whole (keras-rs'
             # `BruteForceRetrieval` scores every candidate row) must stay
             # dense now, not fail when validation starts.
-            other = _first_trace(steps, args, kwargs)
+            other = _first_trace(model, steps, args, kwargs)
             if other is not None:
                 use_discovery.add_whole_reads(uses, other)
         router.decide(uses)
 
 
-def _inference_steps_of(fn) -> list:
-    """When `fn` is a Keras model's `train_step`: its `test_step`, then
-    its `predict_step` if the model overrides it, each as a list of steps
-    to trace in order until one traces (they take the training data).
+def _inference_steps_of(model, fn) -> list:
+    """When `fn` is the `train_step` of `model` (a Keras model or None):
+    its `test_step`, then its `predict_step` if the model overrides it,
+    each as a list of steps to trace in order until one traces (they take
+    the training data).
     Keras' `predict_step` runs the forward pass `test_step` runs, so it
     stands in for a `test_step` that cannot trace (a model compiled
     without a loss, whose losses only `train_step` adds). Else none."""
-    model = global_metrics.keras_model_of_step(fn)
     if model is None or inspect.unwrap(fn).__name__ != "train_step":
         return []
     if type(model).predict_step is not keras.Model.predict_step:
@@ -46,11 +47,10 @@ def _inference_steps_of(fn) -> list:
     return [[model.test_step, model.predict_step]]
 
 
-def _first_trace(steps, args, kwargs):
-    """The table uses of the first of `steps` that traces on the training
-    data, or None (each failure is logged)."""
+def _first_trace(model, steps, args, kwargs):
+    """The table uses of the first of `steps` (of `model`) that traces on
+    the training data, or None (each failure is logged)."""
     for step in steps:
-        model = getattr(inspect.unwrap(step), "__self__", None)
         try:
             with keras_compat.unbuilt_if_failed(model):
                 return use_discovery.trace(step, args, kwargs)

@@ -12,9 +12,11 @@ which bounds columns across all rows) keeps the table dense.
 - The penalty becomes `RowRegularizer`: each owner applies the user's
   regularizer to its rows, and one scalar all-reduce gives every worker the
   whole table's penalty. Its gradient stays on the owner's rows: Keras
-  scales each worker's loss by `1/N` and a replicated table's gradient
-  would be summed over N workers, so the owner takes N times its own
-  upstream gradient, which is exactly the replicated table's gradient.
+  scales each worker's loss by its share of the global batch (`1/N` when
+  the batch splits evenly) and a replicated table's gradient would be
+  summed over the workers, so the owner takes the workers' upstream
+  gradients summed (a second scalar all-reduce, in the backward pass),
+  which is exactly the replicated table's gradient.
 - The constraint is taken off the Keras variable (so Keras' optimizer
   does not apply it to the whole table) and applied by the strategy to the
   owner's rows right after each optimizer update of the table.
@@ -71,8 +73,12 @@ def _shard_penalty(table, regularizer, comm):
 
         def grad(upstream, variables=None):
             del variables
-            # The size when the step runs (an elastic group's current one).
-            scale = tf.cast(comm.size_tensor(), d_rows.dtype) * upstream
+            # Each worker's upstream is its share of the global batch times
+            # what all share (1, or a loss scale): the rows' gradient is
+            # their sum over the workers, the current members of an
+            # elastic group, whose slices may differ in size.
+            scale = comm.all_reduce([upstream], op="sum", path="dense")[0]
+            scale = tf.cast(scale, d_rows.dtype)
             ids = tf.range(tf.shape(d_rows)[0], dtype=tf.int64)
             pushed = table_gradients.make(table, scale * d_rows, ids)
             return tf.zeros_like(anchor), [pushed]

@@ -15,7 +15,10 @@ from keras_hybrid.strategy import global_metrics
 def place_by_use(router, fn, args, kwargs) -> None:
     """Decides provisional tables from how `fn` reads them, before it runs
     (see `plan.use_discovery` and `VariableRouter.decide`)."""
-    if use_discovery.active() or not router.undecided():
+    if use_discovery.active():
+        return
+    router.prepare_partitioned()
+    if not router.undecided():
         return
     router.prepare()
     if router.undecided():

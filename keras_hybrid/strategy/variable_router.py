@@ -247,6 +247,33 @@ class VariableRouter:
                 )
         self._apply_plan()
 
+    def prepare_partitioned(self) -> None:
+        """Before a step's first trace: the regularizer and constraint of
+        each partitioned table (one that `variable_kinds` made sparse)
+        run row by row on its shard (`shard_regularizers.install`, which
+        leaves tables already done as they are).
+
+        Raises:
+            ValueError: If a table's regularizer or constraint cannot run
+                row by row.
+        """
+        self._forget_dropped()
+        for path, placed in self._placed.items():
+            table = placed.storage
+            if not isinstance(table, ShardedTable) or table.on_whole_read:
+                continue  # dense, or provisional (`prepare`)
+            blocker = shard_regularizers.install(placed, self._comm)
+            if blocker:
+                raise ValueError(
+                    f"Table {path!r} is partitioned by `variable_kinds`, "
+                    f"but its {blocker}: each worker holds only some of "
+                    "its rows. Keep it dense "
+                    f"(`variable_kinds={{{path!r}: 'dense'}}`), or use a "
+                    "penalty that sums over rows (L1, L2) and a "
+                    "constraint on each row by itself "
+                    "(`MaxNorm(axis=1)`)."
+                )
+
     def decide(self, uses: dict) -> None:
         """Records the uses a discovery trace saw, and re-places."""
         self._traced = True

@@ -161,3 +161,32 @@ class PlacementTest(TestCase):
                     f"{stock / 3:.0f} B/step ({stock / max(1, hybrid):.2f}x)"
                 )
                 self.assertLess(hybrid, stock)
+
+    def test_forced_sparse_tables_take_row_wise_terms_or_say_why_not(self):
+        # `variable_kinds` partitions the tables whatever their terms: a
+        # row-wise penalty and constraint then run on each shard, as under
+        # placement by use; a constraint over columns is refused.
+        errors = (
+            run_scenario(
+                SCENARIOS,
+                "forced_sparse",
+                2,
+                {"shape": "regularized"},
+            )
+            .check()
+            .results
+        )
+        self.assertEqual(errors, {0: "", 1: ""})
+        errors = (
+            run_scenario(
+                SCENARIOS, "forced_sparse", 2, {"shape": "column_constraint"}
+            )
+            .check()
+            .results
+        )
+        for error in errors.values():
+            self.assertRegex(
+                error,
+                r"'colnorm/embeddings' is partitioned by `variable_kinds`, "
+                r"but its constraint MaxNorm mixes rows",
+            )

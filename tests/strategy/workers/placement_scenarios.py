@@ -27,6 +27,20 @@ def train_shapes(configs: list) -> dict:
     }
 
 
+def forced_sparse(shape: str) -> str:
+    """Trains `shape` with `variable_kinds` making every table sparse;
+    returns the error `fit` raised, or "" if it trained."""
+    keras.backend.clear_session()
+    with kh.HybridStrategy(
+        timeout_seconds=60, variable_kinds={".*embeddings": "sparse"}
+    ) as strategy:
+        try:
+            _fit(strategy, shape, "sgd")
+        except ValueError as error:
+            return str(error)
+    return ""
+
+
 def _train(shape: str, optimizer: str, mode: str) -> dict:
     keras.backend.clear_session()
     extra = {}

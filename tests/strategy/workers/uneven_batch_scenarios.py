@@ -1,8 +1,10 @@
 """Global batches that do not split evenly over the workers (250 rows on
 3 workers, then a last batch of 200), with Keras' own loss, with a
-custom `train_step` that averages its loss itself, and with two outputs,
+custom `train_step` that averages its loss itself, with two outputs,
 whose per-output losses Keras logs as the mean of each batch's mean (and
-validates).
+validates), and with a strong L2 penalty on the partitioned table (its
+rows' share of the penalty's gradient is the workers' summed upstream,
+not N times this worker's).
 
 `on_workers` is the scenario the shared pool runs;
 `uneven_batch_worker.py` runs `train_both` as one plain process for the
@@ -34,7 +36,10 @@ def build(kind):
     keras.utils.set_random_seed(7)
     ids = keras.Input((3,), dtype="int32")
     dense = keras.Input((4,))
-    rows = keras.layers.Embedding(50, 4, name="items")(ids)
+    penalty = keras.regularizers.L2(0.05) if kind == "regularized" else None
+    rows = keras.layers.Embedding(
+        50, 4, name="items", embeddings_regularizer=penalty
+    )(ids)
     pooled = keras.layers.GlobalAveragePooling1D()(rows)
     hidden = keras.layers.Dense(8, activation="tanh")(
         keras.layers.Concatenate()([pooled, dense])
@@ -47,7 +52,7 @@ def build(kind):
     return cls([ids, dense], out)
 
 
-KINDS = ("keras", "own_mean", "two_outputs")
+KINDS = ("keras", "own_mean", "two_outputs", "regularized")
 
 
 def data(num_samples):

@@ -109,7 +109,11 @@ Keras (`keras.py`):
   `Trainer._compute_loss` (a `compute_loss` that averages by itself is
   scaled as Keras' losses are), `BaseOptimizer._clip_gradients` and
   `TFOptimizer._all_reduce_sum_gradients` (an optimizer clips the
-  gradients summed over workers);
+  gradients summed over workers), and `losses.loss.reduce_weighted_values`
+  (a loss averaged over its mask or sample weights divides by the global
+  batch's count);
+- `loss_divisor`: `losses.loss.standardize_reduction`, `apply_mask` and
+  `squeeze_or_expand_to_same_rank`, to find what a loss divides by;
 - `variable_storage`, `autocast_read`: a Keras variable's `_value` and
   `_maybe_autocast` (a replicated table gathered by rows).
 """

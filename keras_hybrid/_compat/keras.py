@@ -220,6 +220,39 @@ def h5_dataset(store, key: str, shape, dtype):
     return store._h5_entry_group.create_dataset(key, shape=shape, dtype=dtype)
 
 
+def loss_divisor(values, sample_weight, mask, reduction, dtype):
+    """What `keras.src.losses.loss.reduce_weighted_values` divides the sum
+    of `values` by when that depends on the batch's mask or sample
+    weights: the mask's count (reduction `"sum_over_batch_size"` or
+    `"mean"` with a mask), or the sum of the weights Keras applies
+    (`"mean_with_sample_weight"`). None when it divides by the number of
+    elements, or not at all."""
+    from keras.src.losses import loss as loss_module
+
+    reduction = loss_module.standardize_reduction(reduction)
+    values = keras.ops.convert_to_tensor(values, dtype=dtype)
+    if tuple(values.shape) in ((), (0,)):
+        return None
+    if reduction in ("sum_over_batch_size", "mean"):
+        if mask is None:
+            return None
+        return keras.ops.sum(keras.ops.cast(mask, values.dtype))
+    if reduction != "mean_with_sample_weight":
+        return None
+    if sample_weight is not None:
+        sample_weight = keras.ops.convert_to_tensor(sample_weight, dtype)
+    if mask is not None:
+        mask = keras.ops.convert_to_tensor(mask, dtype=dtype)
+    weights = loss_module.apply_mask(
+        sample_weight, mask, dtype=values.dtype, reduction=reduction
+    )
+    if weights is None:
+        return None
+    weights = keras.ops.cast(weights, values.dtype)
+    _, weights = loss_module.squeeze_or_expand_to_same_rank(values, weights)
+    return keras.ops.sum(weights)
+
+
 # -- what keras_hybrid replaces while a strategy is open (`patches/`)
 
 _SITES = {
@@ -286,6 +319,13 @@ _SITES = {
         "keras.src.losses.loss",
         None,
         "unscale_loss_for_distribution",
+    ),
+    # Reduces a loss object's per-element losses, dividing by the count
+    # of its mask or the sum of its sample weights (patches/loss_means.py).
+    "reduce_weighted_values": (
+        "keras.src.losses.loss",
+        None,
+        "reduce_weighted_values",
     ),
     # An optimizer's clipping, and its sum over replicas after it
     # (patches/gradient_clipping.py).

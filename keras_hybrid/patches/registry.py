@@ -47,6 +47,7 @@ from keras_hybrid.patches import elastic_training
 from keras_hybrid.patches import finite_check
 from keras_hybrid.patches import gradient_clipping
 from keras_hybrid.patches import h5_streaming
+from keras_hybrid.patches import loss_means
 from keras_hybrid.patches import loss_scaling
 from keras_hybrid.patches import progress_bar
 from keras_hybrid.patches import state_averaging
@@ -70,6 +71,7 @@ SETS = (
     build_from_spec.PATCHES,
     dynamic_compile.PATCHES,
     loss_scaling.PATCHES,
+    loss_means.PATCHES,
     progress_bar.PATCHES,
     elastic_training.PATCHES,
 )

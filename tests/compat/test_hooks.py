@@ -1367,6 +1367,44 @@ class ElasticKerasHooksTest(TestCase):
             keras_compat.replace("scale_loss_for_distribution", scale)
         self.assertAllClose(loss(ones, 0 * ones), 1.0)
 
+    def test_a_loss_reduces_through_the_module_function(self):
+        # `patches.loss_means` corrects what `reduce_weighted_values`
+        # returns by the count `loss_divisor` says it divided by.
+        from keras_hybrid._compat import keras as keras_compat
+
+        reduce = keras_compat.current("reduce_weighted_values")
+        self.assertEqual(reduce.__name__, "reduce_weighted_values")
+        loss = keras.losses.SparseCategoricalCrossentropy(
+            from_logits=True, ignore_class=0
+        )
+        y = np.array([[0, 1, 2], [0, 0, 1]])
+        logits = np.zeros((2, 3, 3), "float32")
+        keras_compat.replace("reduce_weighted_values", lambda *a, **k: 7.0)
+        try:
+            self.assertAllClose(loss(y, logits), 7.0)
+        finally:
+            keras_compat.replace("reduce_weighted_values", reduce)
+        self.assertAllClose(loss(y, logits), np.log(3.0))
+        values = np.ones((2, 3), "float32")
+        mask = y != 0
+        divisor = keras_compat.loss_divisor(
+            values, None, mask, "sum_over_batch_size", "float32"
+        )
+        self.assertAllClose(divisor, 3.0)
+        self.assertIsNone(
+            keras_compat.loss_divisor(
+                values, None, None, "sum_over_batch_size", "float32"
+            )
+        )
+        weights = np.array([0.5, 2.0], "float32")
+        divisor = keras_compat.loss_divisor(
+            values, weights, None, "mean_with_sample_weight", "float32"
+        )
+        self.assertAllClose(divisor, 2.5)
+        self.assertIsNone(
+            keras_compat.loss_divisor(values, weights, mask, "sum", "float32")
+        )
+
     def test_train_step_function_can_be_traced_ahead(self):
         from keras_hybrid._compat import keras as keras_compat
 

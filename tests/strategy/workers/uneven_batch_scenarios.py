@@ -1,6 +1,8 @@
 """Global batches that do not split evenly over the workers (250 rows on
 3 workers, then a last batch of 200), with Keras' own loss, with a
-custom `train_step` that averages its loss itself, with two outputs,
+custom `train_step` that averages its loss itself, with losses averaged
+over a mask (padding and `ignore_class`) and over sample weights
+(`reduction="mean_with_sample_weight"`), with two outputs,
 whose per-output losses Keras logs as the mean of each batch's mean (and
 validates), and with a strong L2 penalty on the partitioned table (its
 rows' share of the penalty's gradient is the workers' summed upstream,
@@ -38,8 +40,14 @@ def build(kind):
     dense = keras.Input((4,))
     penalty = keras.regularizers.L2(0.05) if kind == "regularized" else None
     rows = keras.layers.Embedding(
-        50, 4, name="items", embeddings_regularizer=penalty
+        50,
+        4,
+        name="items",
+        embeddings_regularizer=penalty,
+        mask_zero=kind == "masked",
     )(ids)
+    if kind == "masked":  # a class per id; padding (id 0) is masked
+        return keras.Model([ids, dense], keras.layers.Dense(5)(rows))
     pooled = keras.layers.GlobalAveragePooling1D()(rows)
     hidden = keras.layers.Dense(8, activation="tanh")(
         keras.layers.Concatenate()([pooled, dense])
@@ -52,7 +60,14 @@ def build(kind):
     return cls([ids, dense], out)
 
 
-KINDS = ("keras", "own_mean", "two_outputs", "regularized")
+KINDS = (
+    "keras",
+    "own_mean",
+    "two_outputs",
+    "regularized",
+    "masked",
+    "weighted_mean",
+)
 
 
 def data(num_samples):
@@ -66,6 +81,23 @@ def data(num_samples):
 def train(strategy, kind, batch_size=250, num_samples=700):
     ids, dense, y = data(num_samples)
     loss, metrics, extra = "mse", ["mae"], {}
+    if kind == "masked":
+        # Padding from none to all of a row's ids, so the workers' slices
+        # hold different shares of it: the loss is the
+        # mean over the global batch's unmasked ids (and `ignore_class`).
+        rows = np.arange(num_samples)[:, None] % 7
+        ids = np.where(rows < np.array([[1, 3, 5]]), 0, ids)
+        y = ids % 5
+        loss = keras.losses.SparseCategoricalCrossentropy(
+            from_logits=True, ignore_class=0
+        )
+        metrics = ["sparse_categorical_accuracy"]
+    if kind == "weighted_mean":
+        # The mean over the global batch's sample weights.
+        loss = keras.losses.MeanSquaredError(
+            reduction="mean_with_sample_weight"
+        )
+        extra["sample_weight"] = np.linspace(0.0, 3.0, num_samples) ** 2
     if kind == "two_outputs":
         y = {"a": y, "b": np.tanh(y)}
         loss = {"a": "mse", "b": "mae"}

@@ -65,6 +65,8 @@ def stock_objects() -> dict:
         "unscale_loss_for_distribution": (
             loss_module.unscale_loss_for_distribution
         ),
+        # `loss_means`.
+        "reduce_weighted_values": loss_module.reduce_weighted_values,
     }
     for name in ("__enter__", "__exit__", "gradient"):
         objects[f"GradientTape.{name}"] = vars(tf.GradientTape)[name]

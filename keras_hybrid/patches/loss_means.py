@@ -19,8 +19,8 @@ corrected from `share * sum / local_count` to `sum / global_count`: the
 workers' losses and gradients then add up to one process's. Losses that
 divide by the number of elements, or do not divide, are left as they are.
 
-Private hook touched: `keras.src.losses.loss.reduce_weighted_values`
-(a `_compat.keras` patch site).
+Private hook touched: `reduce_weighted_values` of Keras' loss module,
+reached only as the `_compat.keras` patch site of that name.
 """
 
 import functools

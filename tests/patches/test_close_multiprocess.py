@@ -40,6 +40,7 @@ def _check(results: dict, num_workers: int, patched: list, watchdog: bool):
         for i, attempt in enumerate(attempts):
             where = f"rank {rank}, strategy {i}"
             assert attempt["size"] == num_workers, where
+            assert attempt["theirs"], where
             assert attempt["unused"] == [], where
             assert attempt["inside"] == patched, where
             assert attempt["after"] == [], where
@@ -62,9 +63,10 @@ def test_the_registry_patches_what_this_list_reads_from_keras():
 
 @pytest.mark.timeout(200)
 def test_one_process_patches_only_the_build():
+    # The second strategy is used as `with strategy:`.
     out_dir = tempfile.mkdtemp(prefix="close_one_")
     proc = subprocess.run(
-        [sys.executable, WORKER, f"--out_dir={out_dir}"],
+        [sys.executable, WORKER, f"--out_dir={out_dir}", "--attempts=2"],
         capture_output=True,
         text=True,
         timeout=180,
@@ -85,7 +87,8 @@ def test_multi_worker_strategies_restore_every_patch(engine):
         engine=engine,
     ).check()
     _check(run.results, 2, MULTI_WORKER, watchdog=engine == "tf")
-    # Both strategies trained in sync.
+    # Both strategies trained in sync: the first built under `scope()`,
+    # the second in `with strategy:` alone.
     for attempt in range(2):
         for a, b in zip(
             run.results[0][attempt]["weights"],

@@ -3,7 +3,8 @@
 launcher made (one process, multi-worker, elastic; TF or Horovod engine):
 each trains and is closed. Saves, per attempt, which objects differed
 before the first `scope()`, inside it and after `close()`, and whether
-the peer watchdog ran."""
+the peer watchdog ran. Even attempts build under `with strategy.scope():`
+and close explicitly, odd ones build and train in `with strategy:`."""
 
 import os
 import sys
@@ -25,6 +26,25 @@ flags.DEFINE_string("out_dir", None, "Where to save this rank's results.")
 flags.DEFINE_integer("attempts", 1, "Strategies opened one after another.")
 
 
+def _build(strategy):
+    model = models.build_model("functional", seed=strategy.rank)
+    models.compile_model(model, "adam")
+    return model
+
+
+def _fit(model, x, y):
+    model.fit(x, y, batch_size=12, epochs=1, verbose=0)
+
+
+def _inside(stock: dict, strategy, model) -> dict:
+    return {
+        "inside": changed(stock),
+        "watchdog_inside": cluster.watchdog() is not None,
+        "weights": model.get_weights(),
+        "theirs": model.distribute_strategy is strategy,
+    }
+
+
 def main(argv):
     del argv
     stock = stock_objects()
@@ -34,15 +54,18 @@ def main(argv):
         # Patches go in at first use (the first `scope()`), not before.
         attempt = {"size": strategy.size, "unused": changed(stock)}
         x, y = models.make_data(48)
-        with strategy.scope():
-            model = models.build_model("functional", seed=strategy.rank)
-            models.compile_model(model, "adam")
-        model.fit(x, y, batch_size=12, epochs=1, verbose=0)
-        attempt["inside"] = changed(stock)
-        attempt["watchdog_inside"] = cluster.watchdog() is not None
-        attempt["weights"] = model.get_weights()
         rank = strategy.rank
-        strategy.close()
+        if len(attempts) % 2 == 0:
+            with strategy.scope():
+                model = _build(strategy)
+            _fit(model, x, y)
+            attempt.update(_inside(stock, strategy, model))
+            strategy.close()
+        else:
+            with strategy:
+                model = _build(strategy)
+                _fit(model, x, y)
+                attempt.update(_inside(stock, strategy, model))
         attempt["after"] = changed(stock)
         attempt["watchdog_after"] = cluster.watchdog() is not None
         attempts.append(attempt)

@@ -79,7 +79,10 @@ class DynamicEmbedding(keras.layers.Layer):
             `keras_hybrid.dynamic.initial_rows.SUPPORTED_INITIALIZERS`.
             Defaults to `"uniform"`.
         embeddings_regularizer: Regularizer of the table, as in
-            `keras.layers.Embedding`. Defaults to `None`.
+            `keras.layers.Embedding`: it penalizes the live rows (a key
+            with no row has none). On several workers it must be a sum
+            over rows (L1, L2, L1L2); the penalty is then the sum over
+            every worker's rows. Defaults to `None`.
         embeddings_constraint: Constraint of the table. Defaults to `None`.
         mask_zero: Bool. Mask key `0` (integers) or `""` (strings).
             Defaults to `False`.
@@ -104,8 +107,9 @@ class DynamicEmbedding(keras.layers.Layer):
         ValueError: For a bad `capacity`, `admit_after` or `eviction`.
         NotImplementedError: For an initializer that depends on the
             table's shape; when built under a `tf.distribute` strategy
-            other than `HybridStrategy`; for a regularizer, or a
-            constraint that mixes rows, on several workers (in an elastic
+            other than `HybridStrategy`; for a regularizer that is not a
+            sum over rows, or a constraint that mixes rows, on several
+            workers (in an elastic
             job, when `--max-np` is more than one).
     """
 
@@ -221,12 +225,12 @@ class DynamicEmbedding(keras.layers.Layer):
         return self.key_dtype == "string" and self.table_key_dtype == "int64"
 
     def _check_whole_table_terms(self) -> None:
-        """On several workers, refuses a regularizer, and a constraint that
-        mixes rows: its gradient or value would cover one worker's rows as
-        if they were the table (a regularizer's dense gradient would even
-        be summed over workers). A constraint that maps each row by itself
-        (`NonNeg`, `UnitNorm(axis=1)`, `MaxNorm(axis=1)`) gives each
-        worker's rows what one process gives them."""
+        """On several workers, refuses a regularizer that is not a sum over
+        rows, and a constraint that mixes rows: either would cover one
+        worker's rows as if they were the table. A penalty summed over rows
+        (L1, L2) and a constraint that maps each row by itself (`NonNeg`,
+        `UnitNorm(axis=1)`, `MaxNorm(axis=1)`) give each worker's rows what
+        one process gives them."""
         comm = self._communicator
         if comm is None or comm.width < 2:
             return
@@ -245,14 +249,17 @@ class DynamicEmbedding(keras.layers.Layer):
                 "`UnitNorm(axis=1)`."
             )
         regularizer = self.embeddings_regularizer
-        if regularizer is not None:
+        if regularizer is not None and not shard_regularizers.sums_over_rows(
+            regularizer, (self.output_dim,)
+        ):
             raise NotImplementedError(
                 "`embeddings_regularizer` is not supported for a "
-                "DynamicEmbedding on several workers yet: each worker holds "
-                "only its keys' rows. Received: embeddings_regularizer="
+                "DynamicEmbedding on several workers when its penalty is "
+                "not a sum over rows: each worker holds only its keys' "
+                f"rows. Received: embeddings_regularizer="
                 f"{type(regularizer).__name__} on {comm.width} workers. "
-                "Drop it, or add the penalty to the loss from the "
-                "looked-up rows."
+                "A penalty summed over rows works, such as "
+                "`keras.regularizers.L2` or `L1L2`."
             )
 
     def _build_table(self) -> None:
@@ -276,6 +283,16 @@ class DynamicEmbedding(keras.layers.Layer):
             self.eviction,
             self._communicator,
         )
+        if (
+            self.embeddings_regularizer is not None
+            and self._communicator is not None
+        ):
+            # The penalty summed over every worker's rows.
+            self.embeddings.regularizer = (
+                shard_regularizers.LocalRowsRegularizer(
+                    self.embeddings_regularizer, self.table, self._communicator
+                )
+            )
         self._track_table(self.table)
         self.table.on_renew.append(self._track_table)
 

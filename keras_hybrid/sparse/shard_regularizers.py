@@ -17,6 +17,9 @@ which bounds columns across all rows) keeps the table dense.
   summed over the workers, so the owner takes the workers' upstream
   gradients summed (a second scalar all-reduce, in the backward pass),
   which is exactly the replicated table's gradient.
+- A dynamic table's rows are each worker's own keys' rows:
+  `LocalRowsRegularizer` sums their penalties over the workers the same
+  way, and pushes the gradient to the rows that hold it.
 - The constraint is taken off the Keras variable (so Keras' optimizer
   does not apply it to the whole table) and applied by the strategy to the
   owner's rows right after each optimizer update of the table.
@@ -60,11 +63,57 @@ class RowRegularizer:
         return self.regularizer.get_config()
 
 
+class LocalRowsRegularizer:
+    """The user's row-wise `regularizer` on a dynamic table, whose rows on
+    each worker are its own keys': the penalty is the sum over the
+    workers' rows, and each worker's rows take its gradient, marked as
+    pushed (the strategy does not sum it over workers), as one process
+    holding every row would.
+
+    Args:
+        regularizer: Callable. The user's regularizer, a sum over rows.
+        table: The `DynamicTable` it penalizes.
+        communicator: The job's `Communicator`.
+    """
+
+    def __init__(self, regularizer, table, communicator) -> None:
+        self.regularizer = regularizer
+        self.table = table
+        self.communicator = communicator
+
+    def __call__(self, value):
+        if self.communicator.width < 2 or keras_compat.in_symbolic_scope():
+            return self.regularizer(value)
+        storage = keras_compat.variable_storage(self.table.embeddings)
+        return _summed_penalty(
+            self.table,
+            self.regularizer,
+            self.communicator,
+            lambda: tf.convert_to_tensor(storage),
+        )
+
+    def get_config(self) -> dict:
+        return self.regularizer.get_config()
+
+
 def _shard_penalty(table, regularizer, comm):
+    def read():
+        with sharded_table.shard_view():
+            return tf.convert_to_tensor(table)
+
+    # `custom_gradient` passes the variables it saw through an IdentityN;
+    # they must read as the local rows, not as a whole-table stand-in.
+    with sharded_table.shard_view():
+        return _summed_penalty(table, regularizer, comm, read)
+
+
+def _summed_penalty(table, regularizer, comm, read):
+    """The sum over workers of `regularizer` on the rows each holds
+    (`read()`); its gradient is each worker's rows', pushed."""
+
     @tf.custom_gradient
     def penalty(anchor):
-        with sharded_table.shard_view():
-            rows = tf.convert_to_tensor(table)
+        rows = read()
         with tf.GradientTape() as tape:
             tape.watch(rows)
             local = regularizer(rows)
@@ -85,12 +134,7 @@ def _shard_penalty(table, regularizer, comm):
 
         return total, grad
 
-    # `custom_gradient` passes the variables it saw through an IdentityN;
-    # they must read as the local rows, not as a whole-table stand-in.
-    with sharded_table.shard_view():
-        return tf_compat.custom_gradient_owned_by_graph(
-            penalty, tf.constant(0.0)
-        )
+    return tf_compat.custom_gradient_owned_by_graph(penalty, tf.constant(0.0))
 
 
 def install(placed, communicator) -> str:
@@ -100,7 +144,7 @@ def install(placed, communicator) -> str:
     row_shape = tuple(table.full_shape[1:])
     regularizer = variable.regularizer
     if regularizer is not None and not isinstance(regularizer, RowRegularizer):
-        if not _sums_over_rows(regularizer, row_shape):
+        if not sums_over_rows(regularizer, row_shape):
             return f"regularizer {_name(regularizer)} is not a sum over rows"
         placed.regularizer = regularizer
         variable.regularizer = RowRegularizer(regularizer, table, communicator)
@@ -135,7 +179,9 @@ def _probe_rows(row_shape):
     return a, b, np.concatenate([a, b])
 
 
-def _sums_over_rows(regularizer, row_shape) -> bool:
+def sums_over_rows(regularizer, row_shape) -> bool:
+    """Whether the penalty of `regularizer` on a table is the sum of its
+    rows' penalties (L1, L2, L1L2), probed on random rows."""
     a, b, both = _probe_rows(row_shape)
     with tf.init_scope():
         parts = float(regularizer(tf.constant(a))) + float(

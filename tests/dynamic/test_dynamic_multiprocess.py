@@ -306,12 +306,37 @@ def test_refusals_on_two_workers(engine):
             "`embeddings_regularizer` is not supported"
             in (result["regularizer"])
         )
+        assert "OrthogonalRegularizer" in result["regularizer"]
         assert (
             "`embeddings_constraint` is not supported" in (result["constraint"])
         )
         for name in ("BackupAndRestore", "save_weights_only"):
             assert "ShardedCheckpoint" in result[name], result
             assert result[name].endswith("(after 0 steps)"), result
+
+
+@by_engine
+def test_a_penalty_summed_over_rows_trains_as_on_one_worker(engine):
+    """L1L2 on 2 workers and on 3, whose slices of the batch differ in
+    size: the loss holds every worker's rows' penalty, and each row takes
+    the gradient one process gives it."""
+    one, *many = (
+        run_scenario(
+            SCENARIO, "row_regularizer", n, {}, engine=engine, timeout=240
+        ).check()
+        for n in (1, 2, 3)
+    )
+    want = one.results[0]
+    for run in many:
+        for result in run.results.values():
+            np.testing.assert_allclose(result["loss"], want["loss"], atol=ATOL)
+            np.testing.assert_allclose(
+                result["predict"], want["predict"], atol=ATOL
+            )
+            np.testing.assert_array_equal(result["keys"], want["keys"])
+            np.testing.assert_allclose(result["rows"], want["rows"], atol=ATOL)
+            for got, expected in zip(result["head"], want["head"], strict=True):
+                np.testing.assert_allclose(got, expected, atol=ATOL)
 
 
 @by_engine

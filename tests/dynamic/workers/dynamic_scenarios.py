@@ -27,6 +27,7 @@ import dataclasses
 
 import dynamic_cases as cases  # noqa: I001  (sits beside this module)
 import keras
+import numpy as np
 import tensorflow as tf
 
 import keras_hybrid as kh
@@ -189,7 +190,12 @@ def refusals(timeout: float = 60) -> dict:
             for name in ("regularizer", "constraint"):
                 keys = keras.Input(shape=(2,), dtype="int64")
                 argument = {
-                    "regularizer": {"embeddings_regularizer": "l2"},
+                    # Not a sum over rows.
+                    "regularizer": {
+                        "embeddings_regularizer": (
+                            keras.regularizers.OrthogonalRegularizer(0.1)
+                        )
+                    },
                     # Over each column: it mixes rows.
                     "constraint": {"embeddings_constraint": "max_norm"},
                 }[name]
@@ -349,6 +355,28 @@ def save_stock(path: str, export: str, timeout: float = 60) -> dict:
         return {
             "keys": layer.live_keys()[0],
             "predict": model.predict(keys, batch_size=cases.BATCH, verbose=0),
+        }
+
+
+def row_regularizer(timeout: float = 60) -> dict:
+    """SGD on a table with an L1L2 penalty: the penalty is the whole
+    table's, each worker's rows take its gradient."""
+    keys, targets = cases.make_data()
+    with kh.HybridStrategy(timeout_seconds=timeout):
+        keras.utils.set_random_seed(cases.SEED)
+        model, layer = cases.build_model(
+            1, embeddings_regularizer=keras.regularizers.L1L2(0.01, 0.2)
+        )
+        model.compile(optimizer=cases.make_optimizer("sgd"), loss="mse")
+        history = model.fit(keys, targets, **cases.FIT)
+        live_keys, rows = layer.live_rows()
+        order = np.argsort(live_keys)
+        return {
+            "loss": history.history["loss"],
+            "predict": model.predict(keys, batch_size=cases.BATCH, verbose=0),
+            "keys": live_keys[order],
+            "rows": rows[order],
+            "head": model.get_layer("head").get_weights(),
         }
 
 

@@ -72,13 +72,13 @@ def find(table: keras.Variable) -> list[Slot]:
 
 def check_optimizer(optimizer, tables: list[str], workers: int) -> None:
     """Refuses an optimizer that cannot train dynamic tables `tables`
-    (paths) row by row, or, on several `workers`, one whose update needs
-    all of a table's rows (each worker holds only its keys' rows).
+    (paths) row by row, or, on several `workers`, one that accumulates
+    gradients over steps (each worker holds only its keys' rows).
 
     Raises:
         ValueError: For an optimizer in `NOT_ROW_WISE`, naming it.
-        NotImplementedError: On several workers, for `clipnorm`,
-            `global_clipnorm` or `gradient_accumulation_steps`.
+        NotImplementedError: On several workers, for
+            `gradient_accumulation_steps`.
     """
     optimizer = _wrapped(optimizer)
     name = type(optimizer).__name__
@@ -91,25 +91,15 @@ def check_optimizer(optimizer, tables: list[str], workers: int) -> None:
         )
     if workers < 2:
         return
-    for option in (
-        "clipnorm",
-        "global_clipnorm",
-        "gradient_accumulation_steps",
-    ):
-        value = getattr(optimizer, option, None)
-        if value:
-            instead = (
-                "a larger batch"
-                if option == "gradient_accumulation_steps"
-                else "`clipvalue`"
-            )
-            raise NotImplementedError(
-                f"`{option}` is not supported with dynamic tables "
-                f"{tables} on several workers: each worker holds only its "
-                f"keys' rows and their gradients. Received: {option}="
-                f"{value} on {workers} workers. Use {instead}, or drop "
-                f"`{option}`."
-            )
+    steps = getattr(optimizer, "gradient_accumulation_steps", None)
+    if steps:
+        raise NotImplementedError(
+            "`gradient_accumulation_steps` is not supported with dynamic "
+            f"tables {tables} on several workers: each worker holds only "
+            "its keys' rows and their gradients. Received: "
+            f"gradient_accumulation_steps={steps} on {workers} workers. "
+            "Use a larger batch, or drop `gradient_accumulation_steps`."
+        )
 
 
 def check_optimizers(table: keras.Variable, workers: int) -> None:

@@ -6,10 +6,10 @@ is open, `keras.Model.compile` first resolves the optimizer and, when the
 model (built: a Functional or Sequential one) holds dynamic tables,
 checks it (`dynamic.optimizer_slots.check_optimizer`): an optimizer that
 mixes rows (`Adafactor`, `Lamb`, `Muon`) is refused by name, and so is
-gradient accumulation, which would hold one worker's rows only.
-(`clipnorm` and `global_clipnorm` take a dynamic table's norm over every
-worker's rows, in `patches/gradient_clipping.py`.) A model built later is checked at its first
-training step (`DynamicTable`'s slot lookup).
+gradient accumulation, which would hold one worker's rows only. A model
+built later is checked at its first training step (`DynamicTable`'s slot
+lookup). `clipnorm` and `global_clipnorm` take a dynamic table's norm
+over every worker's rows (`patches/gradient_clipping.py`).
 """
 
 import keras

@@ -53,9 +53,10 @@ class HybridStrategy(tf.distribute.Strategy):
 
     With more than one worker the strategy patches Keras (saves write on
     the chief, collective calls are fenced) until it is closed: call
-    `close()`, or use it as a context manager: `with HybridStrategy() as
-    strategy:` enters `scope()` for the block and closes the strategy at
-    its end. Interpreter exit closes it too.
+    `close()`, or use it as a context manager (`with HybridStrategy() as
+    strategy:`, which does not enter `scope()`); interpreter exit closes
+    it too. While it is open, `fit` refuses a model built outside
+    `scope()`, which would train on each worker alone.
 
     Args:
         cluster_resolver: Optional
@@ -222,7 +223,6 @@ class HybridStrategy(tf.distribute.Strategy):
         self._closed = False
         self._in_use = False
         self._close_at_exit = None
-        self._with_scopes = []
 
     def scope(self):
         """Returns the context manager in which variables are created on
@@ -268,8 +268,9 @@ class HybridStrategy(tf.distribute.Strategy):
         closes the strategy; interpreter exit closes any left open.
 
         ```python
-        with keras_hybrid.HybridStrategy():  # enters scope()
-            model = build_model()
+        with keras_hybrid.HybridStrategy() as strategy:
+            with strategy.scope():
+                model = build_model()
             model.fit(x, y)
         # Keras is stock here.
         ```
@@ -291,27 +292,13 @@ class HybridStrategy(tf.distribute.Strategy):
         return self._closed
 
     def __enter__(self) -> "HybridStrategy":
-        """Enters `scope()` and returns the strategy.
-
-        Everything the block builds is the strategy's, as under
-        `with strategy.scope():` (nesting that inside is harmless).
-        """
-        if self._closed:
-            raise RuntimeError(
-                "This HybridStrategy is closed: create a new one for the "
-                "`with` block."
-            )
-        scope = self.scope()
-        scope.__enter__()
-        self._with_scopes.append(scope)
+        """Puts the strategy's patches in (as the first `scope()` does)
+        and returns the strategy; it does not enter `scope()`."""
+        self._use()
         return self
 
     def __exit__(self, *exc_info) -> None:
-        try:
-            if self._with_scopes:
-                self._with_scopes.pop().__exit__(*exc_info)
-        finally:
-            self.close()
+        self.close()
 
     # -- where this process sits
 

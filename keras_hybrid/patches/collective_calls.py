@@ -5,8 +5,10 @@ gathered, `global_predictions`), `predict_on_batch`, `train_on_batch`,
 `test_on_batch` and the `get_weights` of a layer holding a partitioned
 table are collectives. `install` wraps these `keras.Model` and
 `keras.layers.Layer` methods so that they first agree across workers on
-the call (`call_fence`); calls of models outside any `HybridStrategy`
-and `get_weights` of layers without partitioned tables are unchanged.
+the call (`call_fence`). `fit` and `train_on_batch` of a model built
+outside any `HybridStrategy` are refused (each worker would train its own
+copy); its other calls, and `get_weights` of layers without partitioned
+tables, are unchanged.
 Saves are fenced where `chief_writes` routes them, sharded checkpoints
 and `ShardedTable.numpy` where they are defined. `predict` and
 `predict_on_batch` also turn on `global_predictions.gathering()`, and
@@ -46,11 +48,17 @@ _MODEL_CALLS = (
     "test_on_batch",
 )
 _GATHERED = ("predict", "predict_on_batch")
+_TRAINING = ("fit", "train_on_batch")
+
+
+# The newest multi-worker strategy in use, or None.
+_open = {"strategy": None}
 
 
 def _follow(strategy) -> None:
     """Fences collective calls with `strategy`'s communicator; `None`
     turns the fence off."""
+    _open["strategy"] = strategy
     if strategy is None:
         call_fence.uninstall()
         return
@@ -73,6 +81,8 @@ def _fenced_model_call(name: str):
         @functools.wraps(original)
         def wrapper(self, *args, **kwargs):
             if not _is_multi_worker(self.distribute_strategy):
+                if name in _TRAINING:
+                    _refuse_unsynchronized(self, call)
                 return original(self, *args, **kwargs)
             xla_off.turn_off(self, self.distribute_strategy.size)
             if name == "fit":
@@ -93,6 +103,24 @@ def _fenced_model_call(name: str):
         return wrapper
 
     return make
+
+
+def _refuse_unsynchronized(model, call: str) -> None:
+    """Refuses to train `model`, built outside every `HybridStrategy`,
+    while a multi-worker one is open: each worker would train its own
+    copy on all of the data, with nothing exchanged."""
+    strategy = _open["strategy"]
+    if strategy is None or hybrid_extended.is_hybrid(model.distribute_strategy):
+        return
+    raise RuntimeError(
+        f"Model {model.name!r} was built outside `strategy.scope()` while "
+        f"a HybridStrategy of {strategy.size} workers is "
+        f"open: `{call}` would train a separate copy on each worker, with "
+        "no gradients exchanged. Build and compile the model under `with "
+        "strategy.scope():` (`with HybridStrategy() as strategy:` does not "
+        "enter it), or close the strategy first to train this model on "
+        "each worker by itself."
+    )
 
 
 def _fenced_get_weights(original):

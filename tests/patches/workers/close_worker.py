@@ -4,7 +4,8 @@ launcher made (one process, multi-worker, elastic; TF or Horovod engine):
 each trains and is closed. Saves, per attempt, which objects differed
 before the first `scope()`, inside it and after `close()`, and whether
 the peer watchdog ran. Even attempts build under `with strategy.scope():`
-and close explicitly, odd ones build and train in `with strategy:`."""
+and close explicitly; odd ones run in `with strategy:`, first `fit` a
+model built outside `scope()`, then one built under it."""
 
 import os
 import sys
@@ -36,6 +37,15 @@ def _fit(model, x, y):
     model.fit(x, y, batch_size=12, epochs=1, verbose=0)
 
 
+def _outside_scope_fit(strategy, x, y):
+    """What `fit` of a model built outside `scope()` raised, or None."""
+    try:
+        _fit(_build(strategy), x, y)
+    except RuntimeError as error:
+        return str(error)
+    return None
+
+
 def _inside(stock: dict, strategy, model) -> dict:
     return {
         "inside": changed(stock),
@@ -63,7 +73,9 @@ def main(argv):
             strategy.close()
         else:
             with strategy:
-                model = _build(strategy)
+                attempt["refused"] = _outside_scope_fit(strategy, x, y)
+                with strategy.scope():
+                    model = _build(strategy)
                 _fit(model, x, y)
                 attempt.update(_inside(stock, strategy, model))
         attempt["after"] = changed(stock)

@@ -55,8 +55,8 @@ class HybridStrategy(tf.distribute.Strategy):
     the chief, collective calls are fenced) until it is closed: call
     `close()`, or use it as a context manager (`with HybridStrategy() as
     strategy:`, which does not enter `scope()`); interpreter exit closes
-    it too. While it is open, `fit` refuses a model built outside
-    `scope()`, which would train on each worker alone.
+    it too. While it is open, `fit` of a model built outside
+    `scope()`, which trains on each worker alone, logs a warning.
 
     Args:
         cluster_resolver: Optional

@@ -5,10 +5,10 @@ gathered, `global_predictions`), `predict_on_batch`, `train_on_batch`,
 `test_on_batch` and the `get_weights` of a layer holding a partitioned
 table are collectives. `install` wraps these `keras.Model` and
 `keras.layers.Layer` methods so that they first agree across workers on
-the call (`call_fence`). `fit` and `train_on_batch` of a model built
-outside any `HybridStrategy` are refused (each worker would train its own
-copy); its other calls, and `get_weights` of layers without partitioned
-tables, are unchanged.
+the call (`call_fence`). Calls of models outside any `HybridStrategy` and
+`get_weights` of layers without partitioned tables are unchanged, but
+`fit` and `train_on_batch` of such a model log a warning, once per model:
+each worker trains its own copy.
 Saves are fenced where `chief_writes` routes them, sharded checkpoints
 and `ShardedTable.numpy` where they are defined. `predict` and
 `predict_on_batch` also turn on `global_predictions.gathering()`, and
@@ -25,8 +25,10 @@ Public methods patched (Keras 3.15): `keras.Model.fit`, `evaluate`,
 
 import functools
 import inspect
+import weakref
 
 import keras
+from absl import logging
 
 from keras_hybrid.checkpoint import weight_callbacks
 from keras_hybrid.comm import call_fence
@@ -53,6 +55,8 @@ _TRAINING = ("fit", "train_on_batch")
 
 # The newest multi-worker strategy in use, or None.
 _open = {"strategy": None}
+# Models warned of by `_warn_unsynchronized`.
+_warned = weakref.WeakSet()
 
 
 def _follow(strategy) -> None:
@@ -82,7 +86,7 @@ def _fenced_model_call(name: str):
         def wrapper(self, *args, **kwargs):
             if not _is_multi_worker(self.distribute_strategy):
                 if name in _TRAINING:
-                    _refuse_unsynchronized(self, call)
+                    _warn_unsynchronized(self, call)
                 return original(self, *args, **kwargs)
             xla_off.turn_off(self, self.distribute_strategy.size)
             if name == "fit":
@@ -105,21 +109,29 @@ def _fenced_model_call(name: str):
     return make
 
 
-def _refuse_unsynchronized(model, call: str) -> None:
-    """Refuses to train `model`, built outside every `HybridStrategy`,
-    while a multi-worker one is open: each worker would train its own
-    copy on all of the data, with nothing exchanged."""
+def _warn_unsynchronized(model, call: str) -> None:
+    """Warns, once per model, that `model`, built outside every
+    `HybridStrategy` while a multi-worker one is open, trains on each
+    worker alone: nothing exchanges its gradients unless the user's code
+    does (Horovod's `DistributedOptimizer`, say), so it is not refused."""
     strategy = _open["strategy"]
-    if strategy is None or hybrid_extended.is_hybrid(model.distribute_strategy):
+    if (
+        strategy is None
+        or hybrid_extended.is_hybrid(model.distribute_strategy)
+        or model in _warned
+    ):
         return
-    raise RuntimeError(
-        f"Model {model.name!r} was built outside `strategy.scope()` while "
-        f"a HybridStrategy of {strategy.size} workers is "
-        f"open: `{call}` would train a separate copy on each worker, with "
-        "no gradients exchanged. Build and compile the model under `with "
+    _warned.add(model)
+    logging.warning(
+        "keras-hybrid: model %r was built outside `strategy.scope()` while "
+        "a HybridStrategy of %d workers is open: `%s` trains a separate "
+        "copy on each worker, and the strategy exchanges none of its "
+        "gradients. Build and compile the model under `with "
         "strategy.scope():` (`with HybridStrategy() as strategy:` does not "
-        "enter it), or close the strategy first to train this model on "
-        "each worker by itself."
+        "enter it).",
+        model.name,
+        strategy.size,
+        call,
     )
 
 

@@ -63,7 +63,7 @@ class RowRegularizer:
         return self.regularizer.get_config()
 
 
-class LocalRowsRegularizer:
+class LocalRowsRegularizer(RowRegularizer):
     """The user's row-wise `regularizer` on a dynamic table, whose rows on
     each worker are its own keys': the penalty is the sum over the
     workers' rows, and each worker's rows take its gradient, marked as
@@ -76,11 +76,6 @@ class LocalRowsRegularizer:
         communicator: The job's `Communicator`.
     """
 
-    def __init__(self, regularizer, table, communicator) -> None:
-        self.regularizer = regularizer
-        self.table = table
-        self.communicator = communicator
-
     def __call__(self, value):
         if self.communicator.width < 2 or keras_compat.in_symbolic_scope():
             return self.regularizer(value)
@@ -91,9 +86,6 @@ class LocalRowsRegularizer:
             self.communicator,
             lambda: tf.convert_to_tensor(storage),
         )
-
-    def get_config(self) -> dict:
-        return self.regularizer.get_config()
 
 
 def _shard_penalty(table, regularizer, comm):

@@ -172,6 +172,7 @@ class _Strategy:
     """What the `collective_calls` patches read of a strategy."""
 
     engine = "horovod"  # no watchdog
+    size = 2
 
     def __init__(self, communicator):
         self.communicator = communicator
@@ -200,7 +201,12 @@ class FencedCallsTest(TestCase):
             model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
             model.compile(optimizer="sgd", loss="mse")
             x = np.ones((4, 2), "float32")
-            model.fit(x, x[:, :1], verbose=0)
+            # Each worker trains its own copy: said once per model.
+            with self.assertLogs("absl", "WARNING") as logs:
+                model.fit(x, x[:, :1], verbose=0)
+                model.fit(x, x[:, :1], verbose=0)
+            (warning,) = logs.output
+            self.assertIn("built outside `strategy.scope()`", warning)
             model.predict(x, verbose=0)
             model.get_weights()
         self.assertEqual(comm.gathered, 0)

@@ -367,14 +367,16 @@ def whole_table_terms(timeout: float = 60) -> dict:
     keys, targets = cases.make_data()
     out = {}
     for name, (regularizer, options) in WHOLE_TABLE_TERMS.items():
-        with kh.HybridStrategy(timeout_seconds=timeout):
+        with kh.HybridStrategy(timeout_seconds=timeout) as strategy:
             keras.utils.set_random_seed(cases.SEED)
-            model, layer = cases.build_model(
-                1, embeddings_regularizer=regularizer
-            )
-            model.compile(
-                optimizer=keras.optimizers.SGD(0.5, **options), loss="mse"
-            )
+            with strategy.scope():
+                model, layer = cases.build_model(
+                    1, embeddings_regularizer=regularizer
+                )
+                model.compile(
+                    optimizer=keras.optimizers.SGD(0.5, **options),
+                    loss="mse",
+                )
             history = model.fit(keys, targets, **cases.FIT)
             live_keys, rows = layer.live_rows()
             order = np.argsort(live_keys)

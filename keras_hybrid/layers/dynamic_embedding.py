@@ -109,8 +109,7 @@ class DynamicEmbedding(keras.layers.Layer):
             table's shape; when built under a `tf.distribute` strategy
             other than `HybridStrategy`; for a regularizer that is not a
             sum over rows, or a constraint that mixes rows, on several
-            workers (in an elastic
-            job, when `--max-np` is more than one).
+            workers (in an elastic job, when `--max-np` is more than one).
     """
 
     def __init__(
@@ -256,7 +255,7 @@ class DynamicEmbedding(keras.layers.Layer):
                 "`embeddings_regularizer` is not supported for a "
                 "DynamicEmbedding on several workers when its penalty is "
                 "not a sum over rows: each worker holds only its keys' "
-                f"rows. Received: embeddings_regularizer="
+                "rows. Received: embeddings_regularizer="
                 f"{type(regularizer).__name__} on {comm.width} workers. "
                 "A penalty summed over rows works, such as "
                 "`keras.regularizers.L2` or `L1L2`."

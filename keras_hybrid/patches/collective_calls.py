@@ -52,9 +52,6 @@ _MODEL_CALLS = (
 _GATHERED = ("predict", "predict_on_batch")
 _TRAINING = ("fit", "train_on_batch")
 
-
-# The newest multi-worker strategy in use, or None.
-_open = {"strategy": None}
 # Models warned of by `_warn_unsynchronized`.
 _warned = weakref.WeakSet()
 
@@ -62,7 +59,6 @@ _warned = weakref.WeakSet()
 def _follow(strategy) -> None:
     """Fences collective calls with `strategy`'s communicator; `None`
     turns the fence off."""
-    _open["strategy"] = strategy
     if strategy is None:
         call_fence.uninstall()
         return
@@ -114,9 +110,10 @@ def _warn_unsynchronized(model, call: str) -> None:
     `HybridStrategy` while a multi-worker one is open, trains on each
     worker alone: nothing exchanges its gradients unless the user's code
     does (Horovod's `DistributedOptimizer`, say), so it is not refused."""
-    strategy = _open["strategy"]
+    # Installed exactly while a multi-worker strategy is in use.
+    fence = call_fence.active()
     if (
-        strategy is None
+        fence is None
         or hybrid_extended.is_hybrid(model.distribute_strategy)
         or model in _warned
     ):
@@ -130,7 +127,7 @@ def _warn_unsynchronized(model, call: str) -> None:
         "strategy.scope():` (`with HybridStrategy() as strategy:` does not "
         "enter it).",
         model.name,
-        strategy.size,
+        fence.communicator.size,
         call,
     )
 

@@ -172,7 +172,6 @@ class _Strategy:
     """What the `collective_calls` patches read of a strategy."""
 
     engine = "horovod"  # no watchdog
-    size = 2
 
     def __init__(self, communicator):
         self.communicator = communicator

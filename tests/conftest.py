@@ -33,6 +33,7 @@ test failed it is kept and its path printed, with the workers' outputs.
 
 import collections
 import fcntl
+import gc
 import json
 import os
 import resource
@@ -68,6 +69,12 @@ def pytest_collection_modifyitems(items):
 
 
 def pytest_collection_finish(session):
+    # What the imports and the collection made (TensorFlow, Keras, the
+    # test modules) lives as long as the session: frozen, it is out of
+    # every later collection, and each `clear_session` then scans only
+    # what the tests made (0.15 s less per call), as in the pool workers.
+    gc.collect()
+    gc.freeze()
     # In an xdist worker under `--dist loadgroup`, xdist has put each
     # test's group in its node id by now. If it could not (pytest-xdist
     # #1386, with pytest 9.2), the groups would be lost without a word.

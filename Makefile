@@ -45,9 +45,9 @@ demo: $(STAMP)
 	$(VENV)/bin/keras-hybrid-run -np 3 $(PY) examples/quickstart/main.py --epochs=5
 
 # The suite runs on TEST_PROCS pytest-xdist processes (tests/conftest.py
-# groups them): one runs every test that launches workers or makes network
-# namespaces, one after another; the others run the one-process test files
-# beside it. On 2 cores, 2 processes took 29 min against 35 in one
+# groups them): one runs the tests that run scenarios on the shared pools
+# of workers, another those that launch their own processes, and the
+# one-process test files go to whichever is free. On 2 cores: 23 min
 # (docs/architecture.md, "Tests"); TEST_PROCS=0 runs it in this process.
 TEST_PROCS ?= 2
 XDIST_ARGS := $(if $(filter-out 0,$(TEST_PROCS)),-n $(TEST_PROCS) --dist loadgroup)

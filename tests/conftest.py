@@ -12,17 +12,24 @@ CPU-bound on this machine, so CPU seconds, not wall seconds, say where
 the time goes; the terminal summary lists the 25 costliest files.
 
 `make test` runs on pytest-xdist workers (`--dist loadgroup`, `TEST_PROCS`
-of them). Every test marked `multiprocess` (it launches workers) or
-`netns` (it makes network namespaces on one subnet and checks that none
-are left behind) is in one group, `launches`: one pytest process runs
-them one after another, sharing its pools of workers, so two jobs of
-TensorFlow workers never contend for the cores and no two tests share a
-subnet. Every other test file is a group of its own, and the other
-processes run those files beside the launches. The `netns` tests also
-hold an exclusive lock on `KERAS_HYBRID_NETNS_LOCK` (default
-`/tmp/keras-hybrid-netns.lock`) per file, so a benchmark run elsewhere on
-the machine under `flock` on the same file does not share their subnets
-either.
+of them). The tests marked `multiprocess` (they launch workers) or
+`netns` (they make network namespaces on one subnet and check that none
+are left behind) form two groups, each run by one pytest process one test
+after another: `pooled-launches`, the files that run scenarios on the
+shared pools of workers (`keras_hybrid.testing.pool`), so one process
+keeps the pools; and `launches`, the files that launch their own
+processes (elastic jobs, killed workers, the launcher's command line,
+emulated hosts). So at most two jobs of TensorFlow workers share the
+cores. Every other test file is a group of its own, run by whichever
+process is free. The `netns` tests hold an exclusive lock on
+`KERAS_HYBRID_NETNS_LOCK` (default `/tmp/keras-hybrid-netns.lock`) per
+file, so no two of them, and no benchmark run elsewhere on the machine
+under `flock` on the same file, share their subnets.
+
+Each pytest process (controller and xdist workers) freezes what the
+imports and the collection made (`gc.freeze`), as the pool workers do:
+each `clear_session` and automatic full collection then scans only what
+the tests made.
 
 Each pytest process (controller and xdist workers) makes its own
 temporary folder and points `TMPDIR` (and `tempfile`) at it before any
@@ -48,9 +55,11 @@ from keras_hybrid.testing import pool
 os.environ.setdefault("KERAS_HYBRID_CONSOLE_RANKS", "all")
 
 PROFILE_ENV = "KERAS_HYBRID_SUITE_PROFILE"
-# The xdist group of every test that launches workers or makes network
-# namespaces (marked so): one pytest process runs them all, one after
-# another.
+# The xdist groups of the tests that launch workers or make network
+# namespaces (marked so): those that run scenarios on the shared pools,
+# and those that launch their own processes. One pytest process runs each
+# group, one test after another.
+POOLED = "pooled-launches"
 LAUNCHES = "launches"
 LAUNCH_MARKS = ("multiprocess", "netns")
 _profile = collections.defaultdict(
@@ -64,8 +73,21 @@ _profile = collections.defaultdict(
 def pytest_collection_modifyitems(items):
     for item in items:
         launches = any(item.get_closest_marker(m) for m in LAUNCH_MARKS)
-        group = LAUNCHES if launches else item.location[0]
+        group = item.location[0]
+        if launches:
+            group = POOLED if _uses_pools(item) else LAUNCHES
         item.add_marker(pytest.mark.xdist_group(group))
+
+
+def _uses_pools(item) -> bool:
+    """Whether `item`'s module imported a function of the pool module."""
+    module = getattr(item, "module", None)
+    if module is None:
+        return False
+    return any(
+        getattr(value, "__module__", None) == pool.__name__
+        for value in vars(module).values()
+    )
 
 
 def pytest_collection_finish(session):

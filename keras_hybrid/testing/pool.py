@@ -51,6 +51,14 @@ START_TIMEOUT = 300
 # Seconds the other ranks get to report after one rank failed.
 _FAILED_RANK_GRACE = 10
 _STOP_SECONDS = 30
+# An idle Horovod worker is not idle: Horovod's background thread
+# negotiates with its peers every cycle (`HOROVOD_CYCLE_TIME`), about a
+# tenth of a core per worker measured on this machine, and the Horovod
+# suite keeps a pool of 1, 2, 3 and 4 workers. A Horovod pool unused for
+# this long is stopped when another pool runs a scenario; its next
+# scenario starts it again, at about 4 CPU-s per worker, the CPU it would
+# spin away idle in this time.
+IDLE_HOROVOD_SECONDS = 40
 
 
 class WorkerPool:
@@ -79,6 +87,12 @@ class WorkerPool:
         self._proc = None
         self._dir = None
         self._next = 0
+        self.last_run = time.monotonic()
+
+    @property
+    def started(self) -> bool:
+        """Whether its workers are up (or starting)."""
+        return self._proc is not None
 
     def run(
         self,
@@ -119,6 +133,7 @@ class WorkerPool:
         )
         job_dir = os.path.join(self._dir, str(number))
         outcomes = self._wait(job_dir, time.monotonic() + timeout)
+        self.last_run = time.monotonic()
         stdout = _tagged(job_dir, "out", self.num_workers)
         stderr = _tagged(job_dir, "err", self.num_workers)
         if outcomes is None:
@@ -274,10 +289,19 @@ def run_scenario(
     env: dict | None = None,
     timeout: float = 300,
 ) -> WorkerRun:
-    """Runs a scenario on the shared pool (see `WorkerPool.run`)."""
-    return shared_pool(num_workers, engine).run(
-        path, function, kwargs, env=env, timeout=timeout
-    )
+    """Runs a scenario on the shared pool (see `WorkerPool.run`), after
+    stopping the other Horovod pools idle for `IDLE_HOROVOD_SECONDS`."""
+    chosen = shared_pool(num_workers, engine)
+    now = time.monotonic()
+    for other in _pools.values():
+        if (
+            other is not chosen
+            and other.engine == "horovod"
+            and other.started
+            and now - other.last_run > IDLE_HOROVOD_SECONDS
+        ):
+            other.close()
+    return chosen.run(path, function, kwargs, env=env, timeout=timeout)
 
 
 @atexit.register

@@ -80,12 +80,13 @@ def pytest_collection_modifyitems(items):
 
 
 def _uses_pools(item) -> bool:
-    """Whether `item`'s module imported a function of the pool module."""
+    """Whether `item`'s module imported the pool module or a function of
+    it."""
     module = getattr(item, "module", None)
     if module is None:
         return False
     return any(
-        getattr(value, "__module__", None) == pool.__name__
+        value is pool or getattr(value, "__module__", None) == pool.__name__
         for value in vars(module).values()
     )
 

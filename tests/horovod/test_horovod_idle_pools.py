@@ -13,6 +13,8 @@ import time
 import pytest
 
 from keras_hybrid.testing import pool
+from tests.launch.launch_testing import is_alive
+from tests.launch.launch_testing import wait_gone
 
 pytestmark = pytest.mark.multiprocess
 SCENARIOS = os.path.join(
@@ -32,14 +34,6 @@ def _cpu_seconds(pids) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 def _fit(num_workers: int, tag: str) -> list:
     run = pool.run_scenario(
         SCENARIOS, "fit", num_workers, {"tag": tag}, engine="horovod"
@@ -53,20 +47,18 @@ def test_an_idle_horovod_pool_is_stopped_and_started_again():
     # Idle, its workers still use CPU: the reason for stopping them.
     before = _cpu_seconds(pids)
     time.sleep(3)
-    print(f"2 idle Horovod workers used {_cpu_seconds(pids) - before:.2f} s")
-    assert _cpu_seconds(pids) - before > 0.05
+    idle = _cpu_seconds(pids) - before
+    print(f"2 idle Horovod workers used {idle:.2f} s")
+    assert idle > 0.05
 
     # Used a moment ago: another pool's scenario leaves it up.
     assert _fit(1, "beside") and pair.started
-    assert all(map(_alive, pids))
+    assert all(map(is_alive, pids))
 
     pair.last_run -= pool.IDLE_HOROVOD_SECONDS + 1
     _fit(1, "later")
     assert not pair.started
-    deadline = time.monotonic() + 30
-    while any(map(_alive, pids)) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not any(map(_alive, pids))
+    assert wait_gone(pids) == []
 
     launches = pair.launches
     again = _fit(2, "again")

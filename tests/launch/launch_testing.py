@@ -37,6 +37,15 @@ def is_alive(pid):
     return stat.rpartition(")")[2].split()[0] != "Z"
 
 
+def wait_gone(pids, seconds=30) -> list:
+    """Waits up to `seconds` for every pid to exit; returns those still
+    alive."""
+    deadline = time.monotonic() + seconds
+    while any(map(is_alive, pids)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return [p for p in pids if is_alive(p)]
+
+
 def lines_by_rank(text):
     """Maps rank -> list of line bodies from `[rank] body` lines."""
     result = {}

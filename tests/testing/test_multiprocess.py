@@ -1,15 +1,14 @@
 """`run_workers` turns a hang into a failure and leaves no worker behind."""
 
 import os
-import subprocess
 import tempfile
 import textwrap
-import time
 import unittest
 
 import pytest
 
 from keras_hybrid.testing import multiprocess
+from tests.launch.launch_testing import wait_gone
 
 pytestmark = pytest.mark.multiprocess
 
@@ -26,13 +25,6 @@ _HANGING_WORKER = textwrap.dedent(
 )
 
 
-def _alive(pid: int) -> bool:
-    state = subprocess.run(
-        ["ps", "-o", "stat=", "-p", str(pid)], capture_output=True, text=True
-    ).stdout.strip()
-    return bool(state) and not state.startswith("Z")
-
-
 class RunWorkersTimeoutTest(unittest.TestCase):
     def test_timeout_stops_the_workers(self):
         with tempfile.TemporaryDirectory() as out_dir:
@@ -47,10 +39,7 @@ class RunWorkersTimeoutTest(unittest.TestCase):
                 if name.startswith("pid")
             ]
             self.assertEqual(len(pids), 2)
-            deadline = time.time() + 10
-            while any(map(_alive, pids)) and time.time() < deadline:
-                time.sleep(0.2)
-            self.assertEqual([p for p in pids if _alive(p)], [])
+            self.assertEqual(wait_gone(pids, seconds=10), [])
 
 
 if __name__ == "__main__":

@@ -3,32 +3,18 @@ them apart, and turns a failure or a hang into a failed scenario."""
 
 import os
 import re
-import subprocess
 import time
 
 import numpy as np
 import pytest
 
 from keras_hybrid.testing import pool
+from tests.launch.launch_testing import wait_gone
 
 pytestmark = pytest.mark.multiprocess
 SCENARIOS = os.path.join(
     os.path.dirname(__file__), "workers", "pool_scenarios.py"
 )
-
-
-def _alive(pid: int) -> bool:
-    state = subprocess.run(
-        ["ps", "-o", "stat=", "-p", str(pid)], capture_output=True, text=True
-    ).stdout.strip()
-    return bool(state) and not state.startswith("Z")
-
-
-def _wait_gone(pids, seconds=30) -> list:
-    deadline = time.monotonic() + seconds
-    while any(map(_alive, pids)) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    return [p for p in pids if _alive(p)]
 
 
 def test_scenarios_run_in_the_same_processes_with_their_own_output():
@@ -92,7 +78,7 @@ def test_a_failed_scenario_fails_and_the_next_gets_fresh_workers():
             with pytest.raises(AssertionError, match=re.escape(error)):
                 run.check()
             # Stopped: the next scenario starts new workers.
-            assert _wait_gone(pids) == []
+            assert wait_gone(pids) == []
     finally:
         own.close()
 
@@ -107,7 +93,7 @@ def test_a_hang_is_a_failure_and_stops_the_workers():
         # What the hung scenario printed is in the failure.
         assert f"[0] hanging in {pids[0]}" in str(failure.value)
         assert time.monotonic() - start < 5 + 40
-        assert _wait_gone(pids) == []
+        assert wait_gone(pids) == []
     finally:
         own.close()
 

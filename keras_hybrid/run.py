@@ -77,7 +77,10 @@ def run() -> None:
     except ValueError as error:
         parser.error(str(error))
     group = WorkerGroup(
-        commands, grace_seconds=args.grace_seconds, output=output
+        commands,
+        grace_seconds=args.grace_seconds,
+        output=output,
+        preload=args.preload,
     )
     sys.exit(group.run(timeout=args.timeout))
 

@@ -9,6 +9,7 @@ The names follow `horovodrun` (`-np`, `-H`/`--hosts`, `--hostfile`,
 import argparse
 
 from keras_hybrid.launch.console import PROG
+from keras_hybrid.launch.preloader import parse_modules
 from keras_hybrid.launch.worker_streams import ALL_RANKS
 
 DEFAULT_GRACE_SECONDS = 10.0
@@ -126,6 +127,18 @@ def _add_tuning_flags(parser: argparse.ArgumentParser) -> None:
     )
     add_flag(
         parser,
+        "--preload",
+        type=_preload,
+        metavar="MODULES",
+        help="What local Python workers fork from: one process per job "
+        "imports these modules once (comma-separated), and each worker "
+        "running this launcher's Python on a script or `-m` module is a "
+        "fork of it, without importing them again. `auto`: TensorFlow and "
+        "Keras, for a script whose source names them; `none`: every worker "
+        "starts on its own. Default: $KERAS_HYBRID_PRELOAD, else auto.",
+    )
+    add_flag(
+        parser,
         "--timeout",
         type=float,
         default=0.0,
@@ -180,6 +193,13 @@ def _add_output_flags(parser: argparse.ArgumentParser) -> None:
         "(KERAS_HYBRID_LOG_LEVEL=warning) and the launcher says nothing "
         "unless something fails.",
     )
+
+
+def _preload(text: str):
+    try:
+        return parse_modules(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from error
 
 
 def add_command(parser: argparse.ArgumentParser) -> None:

@@ -131,6 +131,7 @@ def launch(
     timeout: float | None = None,
     grace_seconds: float = DEFAULT_GRACE_SECONDS,
     output: OutputSettings | None = None,
+    preload=None,
 ) -> int:
     """Runs `command` as a multi-worker job and returns its exit code.
 
@@ -154,6 +155,10 @@ def launch(
         output: `OutputSettings` or `None`. Which ranks the console shows
             whole and where per-rank log files go. Defaults to every
             rank's whole output.
+        preload: What local Python workers fork from: `"auto"`, a tuple
+            of module names, `()` for nothing, or `None` for
+            `$KERAS_HYBRID_PRELOAD` (default `auto`); see
+            `keras_hybrid.launch.preloader`.
 
     Returns:
         Int. `0` on success, else the first failed worker's exit code
@@ -181,5 +186,7 @@ def launch(
         env=env,
         grace_seconds=grace_seconds,
     )
-    group = WorkerGroup(commands, grace_seconds=grace_seconds, output=output)
+    group = WorkerGroup(
+        commands, grace_seconds=grace_seconds, output=output, preload=preload
+    )
     return group.run(timeout=timeout)

@@ -44,11 +44,16 @@ def exit_with_launcher():
     if _LIBC is None:
         return None
     launcher = os.getpid()
+    return lambda: die_with_parent(launcher)
 
-    def set_death_signal() -> None:
-        _LIBC.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-        # The launcher may have died between the fork and the call.
-        if os.getppid() != launcher:
-            os._exit(1)
 
-    return set_death_signal
+def die_with_parent(parent: int) -> None:
+    """In a forked child of `parent`: SIGKILL when `parent` (the thread
+    that forked) ends; exits now if it already did. Nothing where the
+    system cannot (not Linux)."""
+    if _LIBC is None:
+        return
+    _LIBC.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    # The parent may have died between the fork and the call.
+    if os.getppid() != parent:
+        os._exit(1)

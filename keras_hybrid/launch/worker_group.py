@@ -13,6 +13,7 @@ from typing import TextIO
 
 from keras_hybrid.launch import exit_codes
 from keras_hybrid.launch.lifeline import exit_with_launcher
+from keras_hybrid.launch.preloader import Preloader
 from keras_hybrid.launch.root_cause import root_cause_lines
 from keras_hybrid.launch.ssh import SSH_FAILURE_EXIT_CODE
 from keras_hybrid.launch.worker_command import WorkerCommand
@@ -59,6 +60,11 @@ class WorkerGroup:
         output: `OutputSettings` or `None`. Which ranks the console shows
             whole, and the directory of per-rank log files. Defaults to
             every rank's whole output on the console.
+        preload: What local Python workers fork from (`launch.preloader`):
+            `"auto"`, a tuple of module names, `()` for nothing, `None`
+            for `$KERAS_HYBRID_PRELOAD` (default `auto`), or a `Preloader`
+            that outlives the group (several jobs fork from one server;
+            its owner closes it).
 
     Example:
 
@@ -76,8 +82,13 @@ class WorkerGroup:
         stdout: TextIO | None = None,
         stderr: TextIO | None = None,
         output: OutputSettings | None = None,
+        preload=None,
     ) -> None:
         self._commands = list(commands)
+        self._owns_preloader = not isinstance(preload, Preloader)
+        self._preloader = (
+            Preloader(preload) if self._owns_preloader else preload
+        )
         self._grace_seconds = grace_seconds
         self._stdout = stdout
         self._stderr = stderr
@@ -110,6 +121,8 @@ class WorkerGroup:
             if code is None:
                 code = self._supervise(timeout)
         self._drain()
+        if self._owns_preloader:
+            self._preloader.close()
         self._streams.close()
         if self._failed:
             for line in root_cause_lines(self._streams.exceptions()):
@@ -143,7 +156,10 @@ class WorkerGroup:
                 # A remote worker's guard reads signals from this pipe and
                 # stops the worker when it closes (also if we die).
                 stdin = subprocess.PIPE if command.host else subprocess.DEVNULL
-                proc = subprocess.Popen(
+                proc = None
+                if command.host is None:
+                    proc = self._preloader.start(command.argv, command.env)
+                proc = proc or subprocess.Popen(
                     command.argv,
                     env=command.env,
                     stdin=stdin,

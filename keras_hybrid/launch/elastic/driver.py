@@ -114,6 +114,8 @@ class ElasticDriver(LostWorkers):
         buddy_copies: Int. With the buddy store, how many next workers
             keep a copy of each worker's rows (2 survives any two lost
             at once). Defaults to `1`.
+        preload: What local workers fork from (`launch.preloader`): `"auto"`,
+            module names, `()`, or `None` for `$KERAS_HYBRID_PRELOAD`.
     """
 
     def __init__(
@@ -136,6 +138,7 @@ class ElasticDriver(LostWorkers):
         start_np: int | None = None,
         output=None,
         buddy_copies: int = 1,
+        preload=None,
     ) -> None:
         check_bounds(min_np, max_np)
         if int(commit_interval) < 1:
@@ -179,7 +182,7 @@ class ElasticDriver(LostWorkers):
         self.members: list[int] = []
         self.generation = 0
         self._workers = ElasticProcesses(
-            command, grace_seconds, self.rank_of, output
+            command, grace_seconds, self.rank_of, output, preload
         )
         self._procs = self._workers.procs
         self._change: _Change | None = None
@@ -273,6 +276,7 @@ class ElasticDriver(LostWorkers):
                 signal.SIGTERM, exit_codes.exit_code_for(code or 1)
             )
         finally:
+            self._workers.preloader.close()
             close = getattr(self.channel, "close", None)
             if close is not None:
                 close()

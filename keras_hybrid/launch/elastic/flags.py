@@ -194,6 +194,7 @@ def run_elastic(args, command: list[str], extra_env: dict, output=None) -> int:
         elastic_dir=args.elastic_dir,
         address=args.elastic_address,
         buddy_copies=args.buddy_copies,
+        preload=args.preload,
     )
     return driver.run(timeout=args.timeout)
 

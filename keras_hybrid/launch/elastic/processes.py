@@ -14,6 +14,7 @@ import sys
 import time
 
 from keras_hybrid.launch.lifeline import exit_with_launcher
+from keras_hybrid.launch.preloader import Preloader
 from keras_hybrid.launch.ssh import failure_hint
 from keras_hybrid.launch.ssh import forwarded_env
 from keras_hybrid.launch.ssh import ssh_command
@@ -35,6 +36,7 @@ class ElasticProcess:
         contract: Dict. The launcher's variables for this worker.
         grace_seconds: Float. What a remote guard waits between SIGTERM
             and SIGKILL when its connection closes.
+        preloader: Optional `Preloader` a local worker forks from.
     """
 
     def __init__(
@@ -44,6 +46,7 @@ class ElasticProcess:
         command: list[str],
         contract: dict[str, str],
         grace_seconds: float,
+        preloader: Preloader | None = None,
     ) -> None:
         self.task = task
         self.host = host
@@ -61,7 +64,10 @@ class ElasticProcess:
             path = interpreter_path(os.environ)
             argv = list(command)
             env = {**os.environ, "PATH": path, **contract}
-        self.proc = subprocess.Popen(
+        forked = None
+        if preloader is not None and not self.remote:
+            forked = preloader.start(argv, env)
+        self.proc = forked or subprocess.Popen(
             argv,
             env=env,
             stdin=subprocess.PIPE if self.remote else subprocess.DEVNULL,
@@ -139,6 +145,7 @@ class ElasticProcesses:
             member (a joiner not admitted yet). Defaults to the task.
         output: Optional `OutputSettings`. Defaults to every worker's whole
             output on the console.
+        preload: What local workers fork from (see `WorkerGroup`).
     """
 
     def __init__(
@@ -147,8 +154,10 @@ class ElasticProcesses:
         grace_seconds: float,
         rank_of=None,
         output: OutputSettings | None = None,
+        preload=None,
     ) -> None:
         self.command = list(command)
+        self.preloader = Preloader(preload)
         self.grace_seconds = grace_seconds
         self.procs: dict[int, ElasticProcess] = {}
         self._rank_of = rank_of or (lambda task: task)
@@ -169,7 +178,12 @@ class ElasticProcesses:
         the launcher's `contract` variables; its output lines get its
         rank as prefix (`label`), and its log file is `task.<t>.log`."""
         proc = ElasticProcess(
-            task, host, self.command, contract, self.grace_seconds
+            task,
+            host,
+            self.command,
+            contract,
+            self.grace_seconds,
+            self.preloader,
         )
         self.procs[task] = proc
         self.streams.attach(
@@ -199,4 +213,5 @@ class ElasticProcesses:
             proc.close()
         for forwarder in self.streams.forwarders:
             forwarder.join(timeout=5.0)
+        self.preloader.close()
         self.streams.close()

@@ -48,6 +48,8 @@ from keras_hybrid.contract.worker_spec import WorkerSpec
 from keras_hybrid.emulation import network as netem
 from keras_hybrid.emulation.hosts import EmulatedHosts
 from keras_hybrid.launch import launcher
+from keras_hybrid.launch.preloader import DEFAULT_MODULES
+from keras_hybrid.launch.preloader import Preloader
 from keras_hybrid.launch.ssh import SSH_COMMAND_ENV
 from keras_hybrid.launch.topology import free_ports
 from keras_hybrid.launch.worker_command import WorkerCommand
@@ -58,6 +60,11 @@ config_flags.define_flags()
 cli_flags.define_flags()
 flags.adopt_module_key_flags(config_flags)
 flags.adopt_module_key_flags(cli_flags)
+
+
+# Every mode's loopback workers fork from one server that imported
+# TensorFlow and Keras once (`launch.preloader`); `main` closes it.
+_PRELOADER = Preloader(DEFAULT_MODULES)
 
 
 def worker_commands(
@@ -124,7 +131,8 @@ def run_mode(mode: modes.Mode, network, overhead_repeats: int) -> dict:
             *config_flags.worker_argv(FLAGS),
         ]
         commands = worker_commands(argv, FLAGS.workers, FLAGS.threads, network)
-        code = WorkerGroup(commands).run(timeout=FLAGS.timeout)
+        group = WorkerGroup(commands, preload=_PRELOADER)
+        code = group.run(timeout=FLAGS.timeout)
         if code in (130, 143):  # The launcher got SIGINT or SIGTERM.
             raise KeyboardInterrupt
         if code:
@@ -211,6 +219,36 @@ def check_flags() -> tuple[list[modes.Mode], netem.NetemSpec | None]:
     return chosen, spec
 
 
+def _measure(chosen, spec):
+    """Runs the calibration (with `--target_step_ms`) and every mode;
+    returns `(results, link spec, scaling)`."""
+    scaling = None
+    if FLAGS.target_step_ms:
+        calibration_mode = modes.get(FLAGS.calibration_mode)
+        with emulated_network(None) as network:
+            logging.info(
+                "calibration: %s with unlimited links",
+                calibration_mode.name,
+            )
+            calibration = [
+                run_mode(calibration_mode, network, 0)
+                for _ in range(FLAGS.repeats)
+            ]
+        spec, scaling = target_cluster.scaled_link(
+            calibration,
+            FLAGS.target_bandwidth,
+            FLAGS.target_step_ms,
+            FLAGS.calibration_mode,
+        )
+        logging.info("network scaling: %s", json.dumps(scaling))
+    if spec is None and not FLAGS.emulated_hosts:
+        measured = run_all(chosen, None)
+    else:
+        with emulated_network(spec) as network:
+            measured = run_all(chosen, network)
+    return measured, spec, scaling
+
+
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
@@ -221,34 +259,13 @@ def main(argv):
     except RuntimeError as error:  # A mode that cannot run here.
         logging.error("%s", error)
         sys.exit(1)
-    scaling = None
     try:
-        if FLAGS.target_step_ms:
-            calibration_mode = modes.get(FLAGS.calibration_mode)
-            with emulated_network(None) as network:
-                logging.info(
-                    "calibration: %s with unlimited links",
-                    calibration_mode.name,
-                )
-                calibration = [
-                    run_mode(calibration_mode, network, 0)
-                    for _ in range(FLAGS.repeats)
-                ]
-            spec, scaling = target_cluster.scaled_link(
-                calibration,
-                FLAGS.target_bandwidth,
-                FLAGS.target_step_ms,
-                FLAGS.calibration_mode,
-            )
-            logging.info("network scaling: %s", json.dumps(scaling))
-        if spec is None and not FLAGS.emulated_hosts:
-            measured = run_all(chosen, None)
-        else:
-            with emulated_network(spec) as network:
-                measured = run_all(chosen, network)
+        measured, spec, scaling = _measure(chosen, spec)
     except (PermissionError, RuntimeError, FileNotFoundError) as error:
         logging.error("%s", error)
         sys.exit(1)
+    finally:
+        _PRELOADER.close()
     report = {
         "workload": FLAGS.workload,
         "workers": FLAGS.workers,

@@ -186,6 +186,8 @@ class WorkerPool:
                 *(sys.executable, "-m", "keras_hybrid.run"),
                 *("-np", str(self.num_workers)),
                 *("--threads", str(self.threads)),
+                # The workers fork from one process that imported these.
+                *("--preload", "tensorflow,keras"),
                 *worker,
             ]
         else:

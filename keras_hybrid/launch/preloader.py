@@ -129,6 +129,8 @@ class Preloader:
 
     def _stop_server(self) -> None:
         if self._sock is not None:
+            self._pump(block=False)  # exit codes already sent
+        if self._sock is not None:
             self._sock.close()
             self._sock = None
         if self._server is not None:
@@ -137,6 +139,10 @@ class Preloader:
             except subprocess.TimeoutExpired:
                 self._server.kill()
                 self._server.wait()
+        # Workers still running died with the server (`PR_SET_PDEATHSIG`).
+        for pid in self._live:
+            self._codes.setdefault(pid, -9)
+        self._live.clear()
         self._off = True
 
     # -- starting
@@ -155,7 +161,12 @@ class Preloader:
     def _start_server(self, argv: list[str], env: dict) -> bool:
         auto = self.modules == AUTO
         modules = DEFAULT_MODULES if auto else self.modules
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            ours, theirs = socket.socketpair(
+                socket.AF_UNIX, socket.SOCK_SEQPACKET
+            )
+        except OSError as error:  # e.g. no SOCK_SEQPACKET on this system
+            return self._give_up(f"no socket for it: {error}", False)
         package_root = os.path.dirname(
             os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         )
@@ -177,6 +188,7 @@ class Preloader:
                 preexec_fn=exit_with_launcher(),
             )
         except OSError as error:
+            ours.close()
             return self._give_up(f"it could not start: {error}", False)
         finally:
             theirs.close()
@@ -189,7 +201,7 @@ class Preloader:
             self._stop_server()
             return self._give_up(error.strip(), quiet and auto)
         logger.info(
-            "keras-hybrid-run: local workers fork from one process that "
+            "local workers fork from one process that "
             "imported %s once (--preload).",
             ", ".join(modules),
         )
@@ -198,7 +210,7 @@ class Preloader:
     def _give_up(self, why: str, quiet: bool) -> bool:
         self._off = True
         (logger.info if quiet else logger.warning)(
-            "keras-hybrid-run: the preloading fork server is off, each "
+            "the preloading fork server is off, each "
             "worker imports its modules itself: %s",
             why,
         )
@@ -262,7 +274,7 @@ class Preloader:
         # Its workers got SIGKILL with it (`PR_SET_PDEATHSIG`).
         if self._live:
             logger.error(
-                "keras-hybrid-run: the preloading fork server ended while "
+                "the preloading fork server ended while "
                 "%d worker(s) ran; they were killed.",
                 len(self._live),
             )

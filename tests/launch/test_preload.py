@@ -15,6 +15,7 @@ import sys
 import pytest
 
 from keras_hybrid.launch import launch
+from keras_hybrid.launch.preloader import Preloader
 from keras_hybrid.launch.preloader import parse_modules
 from tests.launch.launch_testing import is_alive
 from tests.launch.launch_testing import lines_by_rank
@@ -168,6 +169,20 @@ def test_workers_die_with_a_killed_launcher(tmp_path):
     finally:
         launcher.kill()
         launcher.wait()
+
+
+def test_closing_the_server_ends_its_running_workers(tmp_path):
+    script = tmp_path / "wait.py"
+    script.write_text("import time\ntime.sleep(300)\n")
+    preloader = Preloader((PRELOADED,))
+    proc = preloader.start([sys.executable, script], dict(os.environ))
+    assert proc is not None and proc.poll() is None
+    preloader.close()
+    # As a worker of a dead launcher: SIGKILL (`PR_SET_PDEATHSIG`).
+    assert proc.poll() == -signal.SIGKILL
+    assert wait_gone([proc.pid], seconds=5) == []
+    # A closed preloader forks nothing more: the caller starts it.
+    assert preloader.start([sys.executable, script], dict(os.environ)) is None
 
 
 def test_parse_modules():

@@ -36,8 +36,16 @@ def plan_wait_seconds(error: BaseException) -> float:
     """How long a survivor waits for the launcher's recovery plan after
     `error` stopped `fit`: none for a Python error; `PLAN_WAIT_SECONDS`
     for a TF error; for one of a lost peer (also behind the call fence's
-    `RuntimeError`), that plus `--elastic-timeout`, which the launcher may
-    spend waiting for discovery when fewer than `--min-np` are left."""
+    `RuntimeError`) or a broken TCP link to a peer (`ConnectionError`,
+    also as the cause of a `RuntimeError`), that plus `--elastic-timeout`,
+    which the launcher may spend waiting for discovery when fewer than
+    `--min-np` are left."""
+    if isinstance(error, ConnectionError) or isinstance(
+        error.__cause__, ConnectionError
+    ):
+        # A peer's own TCP link broke (the buddy store's sender): the peer
+        # may be dying, and the launcher's plan then says so.
+        return _lost_peer_wait()
     cause = error if isinstance(error, tf.errors.OpError) else None
     if cause is None and isinstance(error.__cause__, tf.errors.OpError):
         cause = error.__cause__
@@ -45,4 +53,8 @@ def plan_wait_seconds(error: BaseException) -> float:
         return 0.0
     if not isinstance(cause, _PEER_ERRORS):
         return PLAN_WAIT_SECONDS
+    return _lost_peer_wait()
+
+
+def _lost_peer_wait() -> float:
     return PLAN_WAIT_SECONDS + float(os.environ.get(DISCOVERY_WAIT_ENV, "0"))

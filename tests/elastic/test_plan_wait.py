@@ -33,6 +33,21 @@ class PlanWaitTest(TestCase):
             timeout = tf.errors.DeadlineExceededError(None, None, "timed out")
             self.assertEqual(plan_wait_seconds(timeout), PLAN_WAIT_SECONDS + 60)
 
+    def test_a_broken_link_to_a_peer_waits_like_a_lost_peer(self):
+        # The buddy store's sender, sending to a peer that just died.
+        try:
+            try:
+                raise ConnectionRefusedError(111, "Connection refused")
+            except ConnectionRefusedError as refused:
+                raise RuntimeError("could not send its buddy copy") from refused
+        except RuntimeError as error:
+            sent = error
+        with mock.patch.dict(os.environ, {DISCOVERY_WAIT_ENV: "60.0"}):
+            self.assertEqual(plan_wait_seconds(sent), PLAN_WAIT_SECONDS + 60)
+            reset = ConnectionResetError(104, "Connection reset by peer")
+            self.assertEqual(plan_wait_seconds(reset), PLAN_WAIT_SECONDS + 60)
+            self.assertEqual(plan_wait_seconds(OSError("disk full")), 0.0)
+
     def test_the_scripts_own_errors_wait_less_or_not_at_all(self):
         with mock.patch.dict(os.environ, {DISCOVERY_WAIT_ENV: "60.0"}):
             bad = tf.errors.InvalidArgumentError(None, None, "bad index")

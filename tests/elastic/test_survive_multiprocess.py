@@ -50,16 +50,19 @@ class SurviveTest(TestCase):
         # Task 0, the collective leader, dies writing its commit of step
         # 10 (the served store; on the launcher's host a worker writes the
         # store's folder directly): the survivors agree on the commit
-        # before it, under a new leader. Its slot stays, so a new task 0 joins;
-        # the chief holds the last step of epoch 0 until it is planned in,
-        # so it joins at the epoch's end and must read the epoch's logs.
+        # before it, under a new leader. Its slot goes with it and comes
+        # back at step 24, where the chief holds the last step of epoch 0
+        # until a new task 0 is planned in: it joins at the epoch's end,
+        # however fast it starts, and must read the epoch's logs.
         record, logs = self._run(
             Scenario(
                 name="leader",
                 workers=3,
                 max_np=3,
                 store="served",
-                faults=(Fault(rank=0, step=10, moment="commit"),),
+                faults=(
+                    Fault(rank=0, step=10, moment="commit", drop_slot=True),
+                ),
                 slots_plan=((24, "localhost:3", True),),
             )
         )

@@ -125,6 +125,8 @@ def _launch(scenario, folder: str, out: str, timeout: float) -> tuple:
 def _command(scenario, hosts: str, slots: str, out: str, folder: str):
     launcher = [
         *(sys.executable, "-m", "keras_hybrid.run", "--threads", "1"),
+        # The worker is a module, which `auto` does not preload.
+        *("--preload", "tensorflow,keras"),
         *("--host-discovery-script", hosts, "--discovery-interval", "0.3"),
         *("--min-np", str(MIN_NP), "--max-np", str(scenario.max_np)),
         *("--commit-store", scenario.store, "--elastic-timeout", "5"),

@@ -93,11 +93,19 @@ class Progress(keras.callbacks.Callback):
         with open(tmp, "w") as f:
             f.write(slots + "\n")
         os.replace(tmp, FLAGS.slots_file)
+        # No plan comes for slots the job already fills (a joiner that
+        # took a kept slot may have come long before this step).
+        hold = hold and _slot_count(slots) != self.strategy.size
         deadline = time.monotonic() + FLAGS.hold_seconds
         while hold and _plans(channel) == before:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"The launcher planned no change: {slots}")
             time.sleep(0.05)
+
+
+def _slot_count(slots: str) -> int:
+    """Slots of a discovery line, `"localhost:3"` -> 3."""
+    return sum(int(h.rpartition(":")[2] or 1) for h in slots.split(","))
 
 
 class EpochLogs(keras.callbacks.Callback):

@@ -20,8 +20,13 @@ its `BuddyReceiver` (its host is the one the current cluster names).
 The next commit waits for the sends of the previous one: a sender that
 passed it knows its buddies hold whole copies of the commit before. A
 send that failed because its buddy was lost meanwhile is the recovery's
-business (the commit before it is restorable: `buddy_store.restorable`);
-one that failed towards a member stops training with a `RuntimeError`.
+business (the commit before it is restorable: `buddy_store.restorable`),
+and so is one from before the members last changed (a recovery or a
+resize; its commit is superseded by the one that follows every change,
+and a joiner may have the lost buddy's task id by now). One that failed
+towards a member of the same generation raises `BuddyCopyError`, which
+waits for the launcher's plan like a lost peer's collective error: if the
+buddy died, the plan says so and training recovers; else it stops.
 
 No private hook is touched here.
 """
@@ -43,6 +48,10 @@ from keras_hybrid.elastic.file_store import TableCopy
 
 PATH = "commit"  # the `CommStats` path of the bytes of buddy copies
 _WORDS = 3  # per member in the exchange: port and two words of its key
+
+
+class BuddyCopyError(ConnectionError):
+    """A buddy copy did not reach a member of the current generation."""
 
 
 class BuddySender:
@@ -67,6 +76,7 @@ class BuddySender:
         self._peers_generation: int | None = None
         self._thread: threading.Thread | None = None
         self._failures: list = []  # (task, error) of the last sends
+        self._sent_generation: int | None = None  # of the last sends
         self._blobs: list[_Blob] = []  # this member's commit buffers
 
     def take(self, tables, members, global_step, generation, keep):
@@ -110,6 +120,7 @@ class BuddySender:
             calls=0,
             received_bytes=_received(tables, own, rank, copies),
         )
+        self._sent_generation = generation
         self._thread = threading.Thread(
             target=self._send,
             args=(buddies, blob, list(keep)),
@@ -134,9 +145,13 @@ class BuddySender:
         members are cut short (their host may be gone).
 
         Raises:
-            RuntimeError: If a send to a member failed.
+            BuddyCopyError: If a send to a member failed, and the members
+                did not change since it started.
         """
         members = set(self._membership.members)
+        changed = self._sent_generation != getattr(
+            self._membership, "generation", self._sent_generation
+        )
         if self._thread is not None:
             for task, client in self._peers.items():
                 if task not in members:
@@ -145,7 +160,7 @@ class BuddySender:
             self._thread = None
         failures, self._failures = self._failures, []
         for task, error in failures:
-            if task not in members:
+            if task not in members or changed:
                 logging.info(
                     "keras-hybrid elastic: task %d's buddy copy to lost "
                     "task %d did not arrive: %s",
@@ -154,7 +169,7 @@ class BuddySender:
                     error,
                 )
                 continue
-            raise RuntimeError(
+            raise BuddyCopyError(
                 f"keras-hybrid elastic: task {self._membership.task} could "
                 f"not send its buddy copy of partitioned tables to task "
                 f"{task} ({type(error).__name__}: {error}). The workers "

@@ -9,6 +9,7 @@ import numpy as np
 
 from keras_hybrid.contract import commit_blob
 from keras_hybrid.elastic import buddy_store
+from keras_hybrid.elastic.buddy_sender import BuddyCopyError
 from keras_hybrid.elastic.buddy_sender import BuddySender
 from keras_hybrid.sharding.row_partition import RowPartition
 from keras_hybrid.testing import TestCase
@@ -34,6 +35,7 @@ class _Membership:
     def __init__(self, task: int, copies: int = 1, hosts=None):
         self.task = task
         self.members = list(MEMBERS)
+        self.generation = 0
         self.buddy_copies = copies
         self.buddy_receiver = None
         self.hosts = hosts or {}
@@ -218,11 +220,17 @@ class BuddySenderTest(TestCase):
         sender = self.senders[0]
         sender.take([self.shards[0]], MEMBERS, 10, 0, ["commit-0-g0"])
         with self.assertRaisesRegex(
-            RuntimeError, "could not send its buddy copy .* to task 1"
+            BuddyCopyError, "could not send its buddy copy .* to task 1"
         ):
             sender.wait()
         # The same failure once task 1 is no longer a member: the
         # recovery's business, not an error of the next commit.
         sender.take([self.shards[0]], MEMBERS, 20, 0, ["commit-10-g0"])
         sender._membership.members = [0, 2]
+        sender.wait()
+        # Nor once the members changed since the send, even if a joiner
+        # took task 1's id back (a recovery, then a grow).
+        sender._membership.members = list(MEMBERS)
+        sender.take([self.shards[0]], MEMBERS, 30, 0, ["commit-20-g0"])
+        sender._membership.generation = 2
         sender.wait()

@@ -6,6 +6,7 @@ from unittest import mock
 import tensorflow as tf
 
 from keras_hybrid.contract.elastic_board import DISCOVERY_WAIT_ENV
+from keras_hybrid.elastic.buddy_sender import BuddyCopyError
 from keras_hybrid.elastic.plan_wait import PLAN_WAIT_SECONDS
 from keras_hybrid.elastic.plan_wait import plan_wait_seconds
 from keras_hybrid.launch.elastic.task_env import ElasticSettings
@@ -34,16 +35,17 @@ class PlanWaitTest(TestCase):
             self.assertEqual(plan_wait_seconds(timeout), PLAN_WAIT_SECONDS + 60)
 
     def test_a_broken_link_to_a_peer_waits_like_a_lost_peer(self):
-        # The buddy store's sender, sending to a peer that just died.
+        # The buddy store's sender, sending to a peer that just died (as
+        # `fit` re-raises it: Keras' traceback filter drops `__cause__`).
+        sent = BuddyCopyError("could not send its buddy copy to task 1")
+        refused = ConnectionRefusedError(111, "Connection refused")
         try:
-            try:
-                raise ConnectionRefusedError(111, "Connection refused")
-            except ConnectionRefusedError as refused:
-                raise RuntimeError("could not send its buddy copy") from refused
+            raise RuntimeError("a fenced read failed") from refused
         except RuntimeError as error:
-            sent = error
+            fenced = error
         with mock.patch.dict(os.environ, {DISCOVERY_WAIT_ENV: "60.0"}):
             self.assertEqual(plan_wait_seconds(sent), PLAN_WAIT_SECONDS + 60)
+            self.assertEqual(plan_wait_seconds(fenced), PLAN_WAIT_SECONDS + 60)
             reset = ConnectionResetError(104, "Connection reset by peer")
             self.assertEqual(plan_wait_seconds(reset), PLAN_WAIT_SECONDS + 60)
             self.assertEqual(plan_wait_seconds(OSError("disk full")), 0.0)

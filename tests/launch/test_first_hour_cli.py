@@ -145,9 +145,7 @@ def test_last_lines_quote_the_root_cause(write_script):
 
 def test_port_in_use_is_found_before_any_worker_starts(write_script, tmp_path):
     script = write_script("touch.py", "open(__import__('sys').argv[1], 'w')\n")
-    with socket.socket() as busy:
-        busy.bind(("127.0.0.1", 0))
-        busy.listen()
+    with _busy_after_a_free_port() as busy:
         port = busy.getsockname()[1]
         start = time.monotonic()
         result = cli(
@@ -166,6 +164,23 @@ def test_port_in_use_is_found_before_any_worker_starts(write_script, tmp_path):
     assert f"Port {port} (rank 1 on 127.0.0.1) is in use" in last, last
     assert "`--port`" in last
     assert not (tmp_path / "ran").exists()
+
+
+def _busy_after_a_free_port() -> socket.socket:
+    """A listening socket on a port P whose port P - 1 was free just now
+    (any process may hold the port below a free one)."""
+    for _ in range(50):
+        busy = socket.socket()
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        try:
+            with socket.socket() as below:
+                below.bind(("127.0.0.1", busy.getsockname()[1] - 1))
+        except OSError:
+            busy.close()
+            continue
+        return busy
+    pytest.fail("no free port below a free port in 50 tries")
 
 
 def test_port_works_with_np(write_script):

@@ -2,7 +2,7 @@
 local worker per request of its launcher.
 
 Messages are JSON on one `SOCK_SEQPACKET` socket shared with the launcher
-(`client.Preloader`):
+(`preloader.Preloader`):
 - to the launcher, once: `{"ready": [modules]}`, or `{"error": text}`
   (with `"missing": true` when a module is not installed) before exiting;
 - from the launcher: `{"argv": [...], "env": {...}, "cwd": dir}`, with the

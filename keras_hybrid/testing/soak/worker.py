@@ -34,6 +34,7 @@ from absl import app
 from absl import flags
 
 import keras_hybrid as kh
+from keras_hybrid.launch.elastic.host_discovery import parse_slots
 from keras_hybrid.testing import SPARSE_TABLES
 from keras_hybrid.testing.soak import faults as faults_lib
 from keras_hybrid.testing.soak import model as soak_model
@@ -104,8 +105,9 @@ class Progress(keras.callbacks.Callback):
 
 
 def _slot_count(slots: str) -> int:
-    """Slots of a discovery line, `"localhost:3"` -> 3."""
-    return sum(int(h.rpartition(":")[2] or 1) for h in slots.split(","))
+    """Slots of discovery output, as the launcher reads it:
+    `"localhost:3"` -> 3."""
+    return sum(count for _, count in parse_slots(slots))
 
 
 class EpochLogs(keras.callbacks.Callback):

@@ -22,6 +22,7 @@ import keras
 import tensorflow as tf
 from absl import logging
 
+from keras_hybrid._compat import keras as keras_compat
 from keras_hybrid._compat.one_process_extended import OneProcessExtended
 from keras_hybrid.plan import cost_rule
 from keras_hybrid.plan import use_discovery
@@ -139,9 +140,11 @@ class HybridExtended(OneProcessExtended):
                 strategy, replica_id_in_sync_group=self._communicator.rank
             ),
         ):
+            model = global_metrics.keras_model_of_step(fn)
+            if model is not None:
+                _check_created_in_scope(strategy, model)
             with global_read_variable.local_reads():
                 placement_trace.place_by_use(self.router, fn, args, kwargs)
-            model = global_metrics.keras_model_of_step(fn)
             if model is not None and model.optimizer is not None:
                 _check_optimizer(model.optimizer, model.trainable_variables)
             self.router.warn_unused_overrides()
@@ -446,6 +449,32 @@ def multi_worker_step_strategy():
     if is_hybrid(strategy) and strategy.size > 1:
         return strategy
     return None
+
+
+def _check_created_in_scope(strategy, model) -> None:
+    """Refuses, before tracing, a model whose trainable variables were
+    created outside the strategy's scope: the strategy cannot place or
+    update them (every `tf.distribute` strategy requires this)."""
+    outside = [
+        variable.path
+        for variable in model.trainable_variables
+        if getattr(
+            keras_compat.variable_storage(variable),
+            "_distribute_strategy",
+            None,
+        )
+        is not strategy
+    ]
+    if outside:
+        shown = ", ".join(outside[:5])
+        more = f" and {len(outside) - 5} more" if len(outside) > 5 else ""
+        raise ValueError(
+            f"HybridStrategy cannot train {model.name!r}: its variables "
+            f"{shown}{more} were created outside `strategy.scope()`. "
+            "Create the model, its layers and their first call (which "
+            "builds their weights) inside `with strategy.scope():`, as "
+            "every tf.distribute strategy requires."
+        )
 
 
 def _check_optimizer(optimizer, variables) -> None:

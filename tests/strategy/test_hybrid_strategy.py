@@ -124,6 +124,27 @@ class SingleProcessTest(TestCase):
             strategy.communicator.stats.snapshot()["dense"]["bytes"], 0
         )
 
+    def test_a_model_built_outside_the_scope_is_refused_by_name(self):
+        # Its optimizer failed with "'Adam' object has no attribute
+        # '_momentums'"; stock strategies refuse such a model too.
+        with mock.patch.dict(os.environ):
+            os.environ.pop("TF_CONFIG", None)
+            strategy = HybridStrategy()
+        x, y = models.make_data(64)
+        outside = models.build_model("functional", seed=7)
+        with strategy.scope():
+            model = keras.Model(
+                outside.inputs, keras.layers.Dense(1)(outside.outputs[0])
+            )
+            model.compile(optimizer="adam", loss="mse")
+        with self.assertRaisesRegex(
+            ValueError, r"cannot train .* created outside `strategy.scope"
+        ) as raised:
+            model.fit(x, y, batch_size=32, epochs=1, verbose=0)
+        for variable in outside.trainable_variables:
+            self.assertIn(variable.path, str(raised.exception))
+        self.assertNotIn(model.layers[-1].kernel.path, str(raised.exception))
+
     def test_batches_read_ahead_are_trained_on_as_in_plain_keras(self):
         # Keras' TF trainer builds a model under any strategy from a batch
         # of a fresh iterator: batches a PyDataset's threads or a generator

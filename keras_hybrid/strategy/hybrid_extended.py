@@ -142,7 +142,7 @@ class HybridExtended(OneProcessExtended):
         ):
             model = global_metrics.keras_model_of_step(fn)
             if model is not None:
-                _check_created_in_scope(strategy, model)
+                _check_created_in_scope(self, model)
             with global_read_variable.local_reads():
                 placement_trace.place_by_use(self.router, fn, args, kwargs)
             if model is not None and model.optimizer is not None:
@@ -451,19 +451,17 @@ def multi_worker_step_strategy():
     return None
 
 
-def _check_created_in_scope(strategy, model) -> None:
+def _check_created_in_scope(extended, model) -> None:
     """Refuses, before tracing, a model whose trainable variables were
-    created outside the strategy's scope: the strategy cannot place or
-    update them (every `tf.distribute` strategy requires this)."""
+    created outside the strategy's scope: the strategy never placed them,
+    so they miss rank 0's initial values and would train apart on each
+    worker (every `tf.distribute` strategy requires the scope)."""
     outside = [
         variable.path
         for variable in model.trainable_variables
-        if getattr(
-            keras_compat.variable_storage(variable),
-            "_distribute_strategy",
-            None,
+        if not extended.variable_created_in_scope(
+            keras_compat.variable_storage(variable)
         )
-        is not strategy
     ]
     if outside:
         shown = ", ".join(outside[:5])

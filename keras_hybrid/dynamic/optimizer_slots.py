@@ -18,6 +18,7 @@ import tensorflow as tf
 
 from keras_hybrid._compat import keras as keras_compat
 from keras_hybrid._compat import tf as tf_compat
+from keras_hybrid.optimizers.hybrid_optimizer import HybridOptimizer
 
 # Stock optimizers whose update of a row depends on other rows (norms or
 # factors over the whole variable): they cannot update a table row by row.
@@ -73,13 +74,16 @@ def find(table: keras.Variable) -> list[Slot]:
 def check_optimizer(optimizer, tables: list[str], workers: int) -> None:
     """Refuses an optimizer that cannot train dynamic tables `tables`
     (paths) row by row, or, on several `workers`, one that accumulates
-    gradients over steps (each worker holds only its keys' rows).
+    gradients over steps without a `HybridOptimizer` around it (Keras'
+    own accumulation would sum each worker's own rows over workers as a
+    dense gradient).
 
     Raises:
         ValueError: For an optimizer in `NOT_ROW_WISE`, naming it.
         NotImplementedError: On several workers, for
-            `gradient_accumulation_steps`.
+            `gradient_accumulation_steps` of an unwrapped optimizer.
     """
+    outer = optimizer
     optimizer = _wrapped(optimizer)
     name = type(optimizer).__name__
     if name in NOT_ROW_WISE:
@@ -92,20 +96,22 @@ def check_optimizer(optimizer, tables: list[str], workers: int) -> None:
     if workers < 2:
         return
     steps = getattr(optimizer, "gradient_accumulation_steps", None)
-    if steps:
+    if steps and not _hybrid_wrapped(outer):
         raise NotImplementedError(
-            "`gradient_accumulation_steps` is not supported with dynamic "
-            f"tables {tables} on several workers: each worker holds only "
-            "its keys' rows and their gradients. Received: "
-            f"gradient_accumulation_steps={steps} on {workers} workers. "
-            "Use a larger batch, or drop `gradient_accumulation_steps`."
+            "`gradient_accumulation_steps` with dynamic tables "
+            f"{tables} on several workers needs the optimizer wrapped: "
+            "each worker holds only its keys' rows and their gradients. "
+            f"Received: {name}(gradient_accumulation_steps={steps}) on "
+            f"{workers} workers. Use `optimizer=keras_hybrid."
+            f"HybridOptimizer(keras.optimizers.{name}(..., "
+            f"gradient_accumulation_steps={steps}))`."
         )
 
 
 def check_optimizers(table: keras.Variable, workers: int) -> None:
     """`check_optimizer` for every built optimizer that updates `table`
     (at trace time, for a model compiled before it was built)."""
-    for optimizer in _optimizers_of(table):
+    for optimizer in _optimizers_of(table, unwrap=False):
         check_optimizer(optimizer, [table.path], workers)
 
 
@@ -140,11 +146,12 @@ def _initial(optimizer, slot_name: str) -> float | None:
     return float(getattr(optimizer, attribute))
 
 
-def _optimizers_of(table: keras.Variable) -> list:
+def _optimizers_of(table: keras.Variable, unwrap: bool = True) -> list:
     """Built optimizers that update `table` (by identity: another model's
-    variable may have the same path), each once: a wrapper
+    variable may have the same path), each once. With `unwrap`, a wrapper
     (`LossScaleOptimizer`, `HybridOptimizer`) stands for the optimizer
-    it wraps, which owns the slots and their settings."""
+    it wraps, which owns the slots and their settings; without, only the
+    outermost wrapper is kept."""
     found = {}
     for o in gc.get_objects():
         if not (isinstance(o, keras.optimizers.Optimizer) and o.built):
@@ -153,9 +160,27 @@ def _optimizers_of(table: keras.Variable) -> list:
             v is table for v in keras_compat.last_trainable_variables(o)
         ):
             continue
-        o = _wrapped(o)
         found[id(o)] = o
-    return list(found.values())
+    if not unwrap:
+        inner = {
+            id(o.inner_optimizer)
+            for o in found.values()
+            if hasattr(o, "inner_optimizer")
+        }
+        return [o for key, o in found.items() if key not in inner]
+    owners = {}
+    for o in found.values():
+        owners[id(_wrapped(o))] = _wrapped(o)
+    return list(owners.values())
+
+
+def _hybrid_wrapped(optimizer) -> bool:
+    """Whether a `HybridOptimizer` is among `optimizer`'s wrappers."""
+    while hasattr(optimizer, "inner_optimizer"):
+        if isinstance(optimizer, HybridOptimizer):
+            return True
+        optimizer = optimizer.inner_optimizer
+    return False
 
 
 def _wrapped(optimizer):

@@ -28,10 +28,10 @@ class HybridOptimizer(keras.optimizers.Optimizer):
     any Keras optimizer; the wrapper adds:
 
     - `sparse_gradients="sum"` (Parallax's `average_sparse=False`);
-    - gradient accumulation that works with partitioned tables: dense
-      gradients are accumulated locally and all-reduced once per
-      `gradient_accumulation_steps`, table gradients are pushed every step
-      and accumulated by their owner;
+    - gradient accumulation that works with partitioned and dynamic
+      tables: dense gradients are accumulated locally and all-reduced
+      once per `gradient_accumulation_steps`, table gradients are pushed
+      every step and accumulated by their owner;
     - a check, when built, that the optimizer can update a table shard by
       shard (`NotImplementedError` naming the workaround otherwise).
 
@@ -188,7 +188,7 @@ class HybridOptimizer(keras.optimizers.Optimizer):
                 grads, variables, accumulators, strict=True
             ):
                 total = tf.convert_to_tensor(grad) + acc.value
-                mean_grads.append(_as_gradient_of(var, total / steps))
+                mean_grads.append(_as_gradient_of(var, grad, total / steps))
         if inner.loss_scale_factor is not None:
             mean_grads = [g / inner.loss_scale_factor for g in mean_grads]
         keras_compat.apply_accumulated_update(inner, mean_grads, variables)
@@ -219,10 +219,14 @@ class HybridOptimizer(keras.optimizers.Optimizer):
         return cls(inner, **config)
 
 
-def _as_gradient_of(variable, gradient):
-    """A table's accumulated gradient goes back to its owner untouched."""
-    table = getattr(variable, "value", None)
-    if not isinstance(table, sharded_table.ShardedTable):
-        return gradient
+def _as_gradient_of(variable, grad, gradient):
+    """A table's accumulated `gradient` goes back to its owner untouched:
+    it is marked as the pushed gradient of the table that `grad` (this
+    step's gradient) or `variable` belongs to."""
+    table = table_gradients.table_of(grad)
+    if table is None:
+        table = getattr(variable, "value", None)
+        if not isinstance(table, sharded_table.ShardedTable):
+            return gradient
     rows = tf.range(tf.shape(gradient)[0], dtype=tf.int64)
     return table_gradients.make(table, gradient, rows)

@@ -3,13 +3,15 @@ on each engine under test (`make test-horovod` runs them on Horovod).
 
 Each worker count's pool runs one scenario
 (`workers/dynamic_scenarios.py`) that fits {SGD, Adam} x {admit_after 1,
-3} on the same keys (12 steps of global batch 8, no eviction). Here,
-plain Keras trains a static Embedding over the same keys, admitted by
-the same rule ahead of training (`reference.admitted_rows`), read one
-row per distinct key (dense-gradient semantics, as under the strategy).
-The losses, every key's row, the head and the predictions must agree
-within 1e-5, every key must live on its owner only, and every worker
-must hold a table of its own capacity.
+3}, and Adam accumulating gradients over 2 steps (in a
+`HybridOptimizer`, admit_after 3), on the same keys (12 steps of global
+batch 8, no eviction). Here, plain Keras trains a static Embedding over
+the same keys, admitted by the same rule ahead of training
+(`reference.admitted_rows`), read one row per distinct key
+(dense-gradient semantics, as under the strategy). The losses, every
+key's row, the head and the predictions must agree within 1e-5, every
+key must live on its owner only, and every worker must hold a table of
+its own capacity.
 """
 
 import functools
@@ -40,6 +42,7 @@ by_engine = pytest.mark.parametrize("engine", engines_under_test())
 ATOL = 1e-5
 WORKER_COUNTS = (1, 2, 4)
 CONFIGS = [(o, a) for o in cases.OPTIMIZERS for a in cases.ADMIT_AFTER]
+CONFIGS.append(cases.ACCUMULATING)
 
 
 @functools.cache
@@ -138,6 +141,15 @@ def _config(engine, num_workers, optimizer, admit_after, strings=False):
 @pytest.mark.parametrize("optimizer,admit_after", CONFIGS)
 def test_equals_static_embedding(engine, num_workers, optimizer, admit_after):
     _check_equal(*_config(engine, num_workers, optimizer, admit_after))
+
+
+def test_the_accumulating_config_trains_otherwise():
+    """Accumulating over 2 steps changes what one process learns, so the
+    config above checks that the workers accumulate, not only train."""
+    got, want = _config("tf", 1, *cases.ACCUMULATING)
+    _, plain = _config("tf", 1, "adam", cases.ACCUMULATING[1])
+    assert not np.allclose(want["loss"], plain["loss"], atol=1e-3)
+    _check_equal(got, want)
 
 
 def _check_equal(got: dict, want: dict) -> None:
@@ -299,7 +311,8 @@ def test_refusals_on_two_workers(engine):
         )
         assert "`Lamb` cannot update a dynamic table" in result["Lamb"]
         accumulation = result["gradient_accumulation_steps"]
-        assert "Use a larger batch" in accumulation, accumulation
+        assert "needs the optimizer wrapped" in accumulation, accumulation
+        assert "HybridOptimizer(keras.optimizers.SGD" in accumulation
         assert (
             "`embeddings_regularizer` is not supported"
             in (result["regularizer"])

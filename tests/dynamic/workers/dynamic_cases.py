@@ -9,6 +9,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+import keras_hybrid as kh
 from keras_hybrid.layers import DynamicEmbedding
 
 SEQ, DIM = 3, 4
@@ -19,6 +20,9 @@ CAPACITY = 64  # per worker; the pool's 30 keys fit on one worker
 SEED = 11
 OPTIMIZERS = ("sgd", "adam")
 ADMIT_AFTER = (1, 3)
+# Adam accumulating over 2 steps: the strategy needs a `HybridOptimizer`
+# around it, the reference (one plain process) does not.
+ACCUMULATING = ("adam_accumulating", 3)
 
 
 def make_data():
@@ -46,10 +50,15 @@ def batches(keys, targets=None):
 FIT = {"batch_size": BATCH, "epochs": EPOCHS, "shuffle": False, "verbose": 0}
 
 
-def make_optimizer(name: str):
+def make_optimizer(name: str, wrap: bool = False):
+    """The optimizer `name` (`OPTIMIZERS`, or `ACCUMULATING`'s); with
+    `wrap`, an accumulating one in a `HybridOptimizer`."""
     if name == "sgd":
         return keras.optimizers.SGD(0.1)
-    return keras.optimizers.Adam(0.01)
+    if name == "adam":
+        return keras.optimizers.Adam(0.01)
+    adam = keras.optimizers.Adam(0.01, gradient_accumulation_steps=2)
+    return kh.HybridOptimizer(adam) if wrap else adam
 
 
 def build_model(

@@ -56,7 +56,9 @@ def train_one(strategy, optimizer, admit_after, keys, targets) -> dict:
         model, layer = cases.build_model(
             admit_after, subclassed=admit_after > 1
         )
-        model.compile(optimizer=cases.make_optimizer(optimizer), loss="mse")
+        model.compile(
+            optimizer=cases.make_optimizer(optimizer, wrap=True), loss="mse"
+        )
     head = model.get_layer("head")
     initial_head = []
     # At `fit`'s start: a subclassed model is built by then.

@@ -111,16 +111,20 @@ def _all_ranks_write(filepath, write, whole: bool = False) -> object:
     path elsewhere, then waits for every rank; a failure anywhere fails
     every rank. With `whole` (a file: `.keras`, `.h5`), the chief writes
     a hidden sibling and renames it once every rank succeeded, so that
-    the path never holds a file cut short (a worker killed in the save)."""
+    the path never holds a file cut short (a worker killed in the save);
+    every rank returns after the rename, so any of them can load the
+    file next."""
     strategy = _strategy()
     if strategy is None:
         return write(filepath)
     result, error = None, None
+    renamed = whole and _is_local_file(filepath)
+    what = f"Saving {str(filepath)!r}"
     with _scratch_dir() as scratch:
         path = filepath
         if not strategy.is_chief:
             path = os.path.join(scratch, os.path.basename(str(filepath)))
-        elif whole and _is_local_file(filepath):
+        elif renamed:
             path = _sibling(filepath)
         try:
             result = write(path)
@@ -128,9 +132,14 @@ def _all_ranks_write(filepath, write, whole: bool = False) -> object:
             error = e
         world = World(strategy.rank, strategy.size, strategy.communicator)
         try:
-            world.agree(error, f"Saving {str(filepath)!r}")
-            if path != filepath and strategy.is_chief:
-                os.replace(path, filepath)
+            world.agree(error, what)
+            if renamed:
+                if strategy.is_chief:
+                    try:
+                        os.replace(path, filepath)
+                    except OSError as e:
+                        error = e
+                world.agree(error, what)
         finally:
             if path != filepath and strategy.is_chief:
                 with contextlib.suppress(OSError):

@@ -66,3 +66,53 @@ class WholeSavesTest(TestCase):
         loaded = keras.saving.load_model(path).get_weights()
         for a, b in zip(loaded, earlier, strict=True):
             np.testing.assert_array_equal(a, b)
+
+
+class _Recording:
+    """An all-reduce that agrees (flag 0) and records, with `events`, when
+    each barrier ran."""
+
+    def __init__(self, events: list) -> None:
+        self.events = events
+
+    def all_reduce(self, tensors, op="sum", path="dense"):
+        del op, path
+        self.events.append("barrier")
+        return list(tensors)
+
+
+class SaveReturnsAfterTheRenameTest(TestCase):
+    """Every rank returns from `model.save` only once the file is in
+    place, so any rank can load it next (a rank that returned at the
+    first barrier read the file an earlier run had left there)."""
+
+    def _save(self, rank: int, replace=os.replace) -> list:
+        events: list = []
+        strategy = dataclasses.replace(
+            _Rank(rank), communicator=_Recording(events)
+        )
+        self.enterContext(install_chief_writes(strategy))
+
+        def recorded_replace(src, dst):
+            events.append("rename")
+            replace(src, dst)
+
+        self.enterContext(
+            mock.patch.object(chief_writes.os, "replace", recorded_replace)
+        )
+        path = os.path.join(tempfile.mkdtemp(), "model.keras")
+        small_model().save(path)
+        return events
+
+    def test_the_chief_renames_between_two_barriers(self):
+        self.assertEqual(self._save(0), ["barrier", "rename", "barrier"])
+
+    def test_another_rank_waits_at_both_barriers(self):
+        self.assertEqual(self._save(1), ["barrier", "barrier"])
+
+    def test_a_failed_rename_fails_the_save(self):
+        def failing(src, dst):
+            raise PermissionError(f"cannot write {dst}")
+
+        with self.assertRaisesRegex(PermissionError, "cannot write"):
+            self._save(0, replace=failing)

@@ -6,8 +6,13 @@ from keras_hybrid.layers.dynamic_embedding import DynamicEmbedding
 
 
 def to_static(model: keras.Model) -> keras.Model:
-    """A copy of `model` in which each `DynamicEmbedding` is its
-    `static_equivalent()` (a lookup over the live keys and an `Embedding`).
+    """A copy of `model` in which each `DynamicEmbedding` reads through
+    stock layers: a lookup over its live keys, `<name>_lookup` (after a
+    `<name>_hashing` for string keys held as hashes), then an `Embedding`
+    named as the dynamic layer. In a Functional model these are layers
+    of the copy, so a table called on keys of several ranks (a target id
+    and a history) serves every call; in a Sequential model, the
+    `Sequential` that `static_equivalent()` returns takes its place.
 
     The copy shares every other layer with `model`; it loads with stock
     Keras (no keras-hybrid) and exports to a SavedModel with stock ops
@@ -28,12 +33,32 @@ def to_static(model: keras.Model) -> keras.Model:
             "API, or call `static_equivalent()` on each DynamicEmbedding."
         )
 
+    stock: dict = {}  # id of an equivalent -> (it, its layers in order)
+
     def clone(layer):
         if isinstance(layer, DynamicEmbedding):
-            return layer.static_equivalent()
+            equivalent = layer.static_equivalent()
+            stock[id(equivalent)] = (equivalent, equivalent.layers)
+            return equivalent
         return layer
 
-    return keras.models.clone_model(model, clone_function=clone)
+    if isinstance(model, keras.Sequential):
+        return keras.models.clone_model(model, clone_function=clone)
+
+    def call(layer, *args, **kwargs):
+        if id(layer) not in stock:
+            return layer(*args, **kwargs)
+        # The equivalent's layers one by one, not the `Sequential`, whose
+        # input is fixed by its first call: a table read by keys of
+        # several ranks (a target id and a history) serves them all.
+        keys = args[0] if args else kwargs.pop("inputs")
+        for part in stock[id(layer)][1]:
+            keys = part(keys)
+        return keys
+
+    return keras.models.clone_model(
+        model, clone_function=clone, call_function=call
+    )
 
 
 def _is_functional(model: keras.Model) -> bool:

@@ -24,7 +24,9 @@ def lookup_and_embedding(
     and `values`.
 
     Args:
-        name: String. The layer's name (the `Sequential`'s).
+        name: String. The layer's name: the `Sequential`'s and its
+            `Embedding`'s (the lookup is `<name>_lookup`, the hashing
+            `<name>_hashing`).
         keys: Array. The live keys (int64, or bytes for string keys).
         values: Array `[len(keys), output_dim]`. Their rows.
         default: Array `[output_dim]`. The row of a key without one.
@@ -48,9 +50,11 @@ def lookup_and_embedding(
         mask = "" if key_dtype == "string" else 0
         if hashed_strings:
             mask = int(key_hash.string_keys(tf.constant([""]))[0])
-        at_mask = np.flatnonzero(keys == np.asarray(mask, keys.dtype))
+        # String keys come as bytes (an object array): compare bytes.
+        probe = mask.encode() if isinstance(mask, str) else mask
+        at_mask = np.flatnonzero(keys == probe)
         mask_row = values[at_mask[0]] if at_mask.size else default
-        keep = keys != np.asarray(mask, keys.dtype)
+        keep = keys != probe
         keys, values = keys[keep], values[keep]
     if not len(keys):
         raise ValueError(
@@ -64,7 +68,12 @@ def lookup_and_embedding(
     if strings:
         # Keras serializes a vocabulary of `str`, not of `bytes`.
         keys = [key.decode("utf-8") for key in keys]
-    lookup = lookup_class(vocabulary=keys, num_oov_indices=1, mask_token=mask)
+    lookup = lookup_class(
+        vocabulary=keys,
+        num_oov_indices=1,
+        mask_token=mask,
+        name=f"{name}_lookup",
+    )
     weights = [default, values]
     if mask_zero:
         weights = [mask_row, *weights]
@@ -73,12 +82,15 @@ def lookup_and_embedding(
         values.shape[-1],
         mask_zero=mask_zero,
         dtype=dtype_policy,
+        name=name,
     )
     hashing = []
     if hashed_strings:
         hashing = [
             keras.Input(batch_shape=(None,) * (key_rank or 2), dtype="string"),
-            keras.layers.Hashing(num_bins=key_hash.STRING_BINS),
+            keras.layers.Hashing(
+                num_bins=key_hash.STRING_BINS, name=f"{name}_hashing"
+            ),
         ]
     static = keras.Sequential([*hashing, lookup, embedding], name=name)
     embedding.build((None,))

@@ -143,7 +143,7 @@ import numpy as np
 import tensorflow as tf
 model = keras.saving.load_model(sys.argv[1])
 out = model.predict(np.load(sys.argv[3]), batch_size=8, verbose=0)
-lookup = model.get_layer("dyn").layers[0]  # then the Embedding
+lookup = model.get_layer("dyn_lookup")  # then the Embedding, "dyn"
 np.save(sys.argv[2], out)
 np.save(sys.argv[4], np.asarray(lookup.get_vocabulary()[1:], np.int64))
 served = tf.saved_model.load(sys.argv[5])  # kept: it owns the variables

@@ -57,6 +57,24 @@ def _trained_model(key_dtype, mask_zero=False):
     return model, np.concatenate([data, unseen])
 
 
+def _shared_table_model(key_dtype):
+    """A model whose table reads column 0 (rank 1) and columns 1-3 (rank
+    2, the mask key among them) of its keys, trained."""
+    keys = keras.Input(shape=(4,), dtype=key_dtype)
+    layer = DynamicEmbedding(3, capacity=20, mask_zero=True, name="shared")
+    target = layer(keys[:, 0])
+    history = keras.layers.GlobalAveragePooling1D()(layer(keys[:, 1:]))
+    x = keras.layers.Concatenate()([target, history])
+    model = keras.Model(keys, keras.layers.Dense(1)(x))
+    model.compile(optimizer="sgd", loss="mse")
+    data = np.random.default_rng(1).integers(0, 9, size=(16, 4))
+    if key_dtype == "string":
+        data = data.astype(str).astype(object)
+        data[data == "0"] = ""  # the mask key
+    model.fit(_dataset(data, np.ones((16, 1))), epochs=1, verbose=0)
+    return model, data
+
+
 def _dataset(x, y):
     import tensorflow as tf
 
@@ -107,6 +125,29 @@ class SavingTest(TestCase):
 
     def test_string_keys_with_mask_load_and_serve_without_keras_hybrid(self):
         self._check("string", mask_zero=True)
+
+    def test_a_table_read_by_keys_of_two_ranks_loads_and_serves(self):
+        # A target id and a masked history (ranks 1 and 2) read one
+        # table; each stock layer is called on both.
+        for key_dtype in ("string", "int64"):
+            keras.backend.clear_session()
+            model, keys = _shared_table_model(key_dtype)
+            want = model.predict(_as_input(keys), verbose=0)
+            static = to_static(model)
+            with tempfile.TemporaryDirectory() as tmp:
+                path = os.path.join(tmp, "m.keras")
+                static.save(path)
+                got = _in_clean_process(_KERAS_LOAD, path, keys)
+                self.assertAllClose(got, want, msg=key_dtype)
+                exported = os.path.join(tmp, "served")
+                static.export(exported, verbose=False)
+                got = _in_clean_process(_TF_SERVE, exported, keys)
+                self.assertAllClose(got, want, msg=key_dtype)
+            # The table keeps its name; its lookup is named after it.
+            self.assertIsInstance(
+                static.get_layer("shared"), keras.layers.Embedding
+            )
+            self.assertIn("shared_lookup", [x.name for x in static.layers])
 
     def test_the_dynamic_model_exports_to_stock_tensorflow(self):
         # The SavedModel reads the live keys from a MutableHashTable, a

@@ -13,6 +13,8 @@ def to_static(model: keras.Model) -> keras.Model:
     of the copy, so a table called on keys of several ranks (a target id
     and a history) serves every call; in a Sequential model, the
     `Sequential` that `static_equivalent()` returns takes its place.
+    Functional and Sequential models inside the model (towers) are
+    copied the same way.
 
     The copy shares every other layer with `model`; it loads with stock
     Keras (no keras-hybrid) and exports to a SavedModel with stock ops
@@ -23,8 +25,9 @@ def to_static(model: keras.Model) -> keras.Model:
     ```
 
     Raises:
-        NotImplementedError: For a subclassed model (only Functional and
-            Sequential models can be copied layer by layer).
+        NotImplementedError: For a subclassed model, or a dynamic table
+            inside one (only Functional and Sequential models can be
+            copied layer by layer).
     """
     if not isinstance(model, keras.Sequential) and not _is_functional(model):
         raise NotImplementedError(
@@ -43,7 +46,11 @@ def to_static(model: keras.Model) -> keras.Model:
         return layer
 
     if isinstance(model, keras.Sequential):
-        return keras.models.clone_model(model, clone_function=clone)
+        copy = keras.models.clone_model(
+            model, clone_function=clone, recursive=True
+        )
+        _check_all_replaced(copy)
+        return copy
 
     def call(layer, *args, **kwargs):
         if id(layer) not in stock:
@@ -56,9 +63,37 @@ def to_static(model: keras.Model) -> keras.Model:
             keys = part(keys)
         return keys
 
-    return keras.models.clone_model(
-        model, clone_function=clone, call_function=call
+    # Recursive: a tower (a Functional or Sequential model inside the
+    # model) is copied with its tables replaced too.
+    copy = keras.models.clone_model(
+        model, clone_function=clone, call_function=call, recursive=True
     )
+    _check_all_replaced(copy)
+    return copy
+
+
+def _check_all_replaced(model: keras.Model) -> None:
+    """Raises `NotImplementedError` naming a dynamic table left in a
+    subclassed model inside `model`, which cannot be copied layer by
+    layer."""
+    for owner, layer in _layers_within(model):
+        if isinstance(layer, DynamicEmbedding):
+            raise NotImplementedError(
+                "`to_static` copies Functional and Sequential models, and "
+                f"the DynamicEmbedding {layer.name!r} sits in "
+                f"{owner.name!r}, a {type(owner).__name__}. Build that "
+                "part with the Functional API, or call "
+                "`static_equivalent()` on the DynamicEmbedding."
+            )
+
+
+def _layers_within(model: keras.Model):
+    """`(owner, layer)` for every layer inside `model`, nested models'
+    layers included."""
+    for layer in model.layers:
+        yield model, layer
+        if isinstance(layer, keras.Model):
+            yield from _layers_within(layer)
 
 
 def _is_functional(model: keras.Model) -> bool:

@@ -75,6 +75,25 @@ def _shared_table_model(key_dtype):
     return model, data
 
 
+def _two_tower_model():
+    """A dot product of two Functional towers, each with its own table
+    (a retrieval model's shape), trained."""
+
+    def tower(name, table):
+        keys = keras.Input(shape=(), dtype="int64")
+        rows = DynamicEmbedding(3, capacity=20, name=table)(keys)
+        return keras.Model(keys, keras.layers.Dense(3)(rows), name=name)
+
+    keys = keras.Input(shape=(2,), dtype="int64")
+    users = tower("user_tower", "users")(keys[:, 0])
+    items = tower("item_tower", "items")(keys[:, 1])
+    model = keras.Model(keys, keras.layers.Dot(axes=1)([users, items]))
+    model.compile(optimizer="sgd", loss="mse")
+    data = np.random.default_rng(2).integers(0, 9, size=(16, 2))
+    model.fit(data, np.ones((16, 1)), batch_size=4, epochs=1, verbose=0)
+    return model, data
+
+
 def _dataset(x, y):
     import tensorflow as tf
 
@@ -148,6 +167,35 @@ class SavingTest(TestCase):
                 static.get_layer("shared"), keras.layers.Embedding
             )
             self.assertIn("shared_lookup", [x.name for x in static.layers])
+
+    def test_towers_inside_the_model_are_copied_with_their_tables(self):
+        model, keys = _two_tower_model()
+        want = model.predict(keys, verbose=0)
+        static = to_static(model)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "m.keras")
+            static.save(path)
+            got = _in_clean_process(_KERAS_LOAD, path, keys)
+        self.assertAllClose(got, want)
+        tower = static.get_layer("user_tower")
+        self.assertIsInstance(tower.get_layer("users"), keras.layers.Embedding)
+
+    def test_a_table_inside_a_subclassed_part_is_refused_by_name(self):
+        class Tower(keras.Model):
+            def __init__(self):
+                super().__init__(name="subclassed_tower")
+                self.table = DynamicEmbedding(2, capacity=8, name="inner")
+
+            def call(self, keys):
+                return self.table(keys)
+
+        keys = keras.Input(shape=(), dtype="int64")
+        model = keras.Model(keys, Tower()(keys))
+        model.predict(np.arange(4), verbose=0)
+        with self.assertRaisesRegex(
+            NotImplementedError, "'inner' sits in 'subclassed_tower'"
+        ):
+            to_static(model)
 
     def test_the_dynamic_model_exports_to_stock_tensorflow(self):
         # The SavedModel reads the live keys from a MutableHashTable, a

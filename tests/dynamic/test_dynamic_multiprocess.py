@@ -186,7 +186,8 @@ def test_keys_live_on_their_owners(engine, num_workers):
             assert (got["owners"] == rank).all()
             # Each worker's table has its own capacity; slots follow it.
             assert got["table_shape"] == (cases.CAPACITY, cases.DIM)
-            slots = {"sgd": 0, "adam": 2}[optimizer]
+            # Adam's m and v; accumulating adds the gradient accumulator.
+            slots = {"sgd": 0, "adam": 2, "adam_accumulating": 3}[optimizer]
             assert got["slot_shapes"] == [got["table_shape"]] * slots
             assert got["worker_stats"][rank]["rows"] == len(mine)
     if num_workers > 1:

@@ -43,12 +43,14 @@ def to_static(model: keras.Model) -> keras.Model:
             equivalent = layer.static_equivalent()
             stock[id(equivalent)] = (equivalent, equivalent.layers)
             return equivalent
+        if _is_tower(layer):
+            # A model inside the model that holds tables: copied the same
+            # way. Other parts are shared as they are.
+            return to_static(layer)
         return layer
 
     if isinstance(model, keras.Sequential):
-        copy = keras.models.clone_model(
-            model, clone_function=clone, recursive=True
-        )
+        copy = keras.models.clone_model(model, clone_function=clone)
         _check_all_replaced(copy)
         return copy
 
@@ -63,13 +65,22 @@ def to_static(model: keras.Model) -> keras.Model:
             keys = part(keys)
         return keys
 
-    # Recursive: a tower (a Functional or Sequential model inside the
-    # model) is copied with its tables replaced too.
     copy = keras.models.clone_model(
-        model, clone_function=clone, call_function=call, recursive=True
+        model, clone_function=clone, call_function=call
     )
     _check_all_replaced(copy)
     return copy
+
+
+def _is_tower(layer) -> bool:
+    """Whether `layer` is a Functional or Sequential model that holds a
+    dynamic table."""
+    if not (isinstance(layer, keras.Sequential) or _is_functional(layer)):
+        return False
+    return any(
+        isinstance(inner, DynamicEmbedding)
+        for _, inner in _layers_within(layer)
+    )
 
 
 def _check_all_replaced(model: keras.Model) -> None:

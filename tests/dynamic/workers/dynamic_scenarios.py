@@ -170,14 +170,14 @@ def masked_strings(timeout: float = 60) -> dict:
         stock = to_static(model)
         # The stock lookup: string in, ids out, then the `Embedding`.
         ids = tf.constant(keys)
-        for stock_layer in stock.layers[1].layers[:-1]:
-            ids = stock_layer(ids)
+        for name in ("dyn_hashing", "dyn_lookup"):
+            ids = stock.get_layer(name)(ids)
         return {
             "keys": keys,
             "loss": history.history["loss"],
             "live": layer.stats()["rows"],
             "mask": layer.compute_mask(tf.constant(keys)).numpy(),
-            "stock_mask": stock.layers[1].layers[-1].compute_mask(ids).numpy(),
+            "stock_mask": stock.get_layer("dyn").compute_mask(ids).numpy(),
             "predict": model.predict(cases.batches(keys), verbose=0),
             "stock_predict": stock.predict(cases.batches(keys), verbose=0),
         }

@@ -36,12 +36,13 @@ def to_static(model: keras.Model) -> keras.Model:
             "API, or call `static_equivalent()` on each DynamicEmbedding."
         )
 
-    stock: dict = {}  # id of an equivalent -> (it, its layers in order)
+    # The equivalents made here, by id (held, so no id is reused).
+    equivalents: dict = {}
 
     def clone(layer):
         if isinstance(layer, DynamicEmbedding):
             equivalent = layer.static_equivalent()
-            stock[id(equivalent)] = (equivalent, equivalent.layers)
+            equivalents[id(equivalent)] = equivalent
             return equivalent
         if _is_tower(layer):
             # A model inside the model that holds tables: copied the same
@@ -55,13 +56,13 @@ def to_static(model: keras.Model) -> keras.Model:
         return copy
 
     def call(layer, *args, **kwargs):
-        if id(layer) not in stock:
+        if id(layer) not in equivalents:
             return layer(*args, **kwargs)
         # The equivalent's layers one by one, not the `Sequential`, whose
         # input is fixed by its first call: a table read by keys of
         # several ranks (a target id and a history) serves them all.
         keys = args[0] if args else kwargs.pop("inputs")
-        for part in stock[id(layer)][1]:
+        for part in layer.layers:
             keys = part(keys)
         return keys
 

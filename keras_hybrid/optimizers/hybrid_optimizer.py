@@ -172,9 +172,19 @@ class HybridOptimizer(keras.optimizers.Optimizer):
         )
 
     def _accumulate(self, grads, accumulators):
+        """Adds this step's gradients to the accumulators: a sparse one
+        (a table's pushed rows) by scatter-add, so a step costs its rows,
+        not the table's."""
         with sharded_table.shard_view():
             for grad, acc in zip(grads, accumulators, strict=True):
-                acc.value.assign_add(tf.convert_to_tensor(grad))
+                if isinstance(grad, tf.IndexedSlices):
+                    acc.value.scatter_add(
+                        tf.IndexedSlices(
+                            tf.cast(grad.values, acc.dtype), grad.indices
+                        )
+                    )
+                else:
+                    acc.value.assign_add(tf.convert_to_tensor(grad))
 
     def _apply_accumulated(self, grads, variables, accumulators):
         """Keras' accumulated update, but a table's gradient stays marked

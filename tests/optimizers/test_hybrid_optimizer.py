@@ -146,6 +146,35 @@ class HybridOptimizerSemanticsTest(TestCase):
         for g, w in zip(got, want, strict=True):
             self.assertAllClose(g, w)
 
+    def test_accumulating_a_sparse_gradient_touches_only_its_rows(self):
+        # A table's pushed gradient is added row by row: no tensor of the
+        # table's shape is made (a whole-table pass on every step).
+        inner = keras.optimizers.SGD(0.1, gradient_accumulation_steps=2)
+        opt = keras_hybrid.HybridOptimizer(inner)
+        acc = keras.Variable(np.zeros((V, D), "float32"))
+        grad = tf.IndexedSlices(
+            tf.ones((3, D)),
+            tf.constant([1, 5, 1], tf.int64),
+            tf.constant([V, D], tf.int64),
+        )
+
+        @tf.function
+        def accumulate():
+            opt._accumulate([grad], [acc])
+
+        graph = accumulate.get_concrete_function().graph
+        shapes = {
+            tuple(out.shape)
+            for op in graph.get_operations()
+            for out in op.outputs
+        }
+        self.assertNotIn((V, D), shapes)
+        accumulate()
+        accumulate()
+        want = np.zeros((V, D), "float32")
+        want[1], want[5] = 4.0, 2.0
+        self.assertAllClose(acc.numpy(), want)
+
     def test_custom_training_loop_with_apply(self):
         strategy = keras_hybrid.HybridStrategy(variable_kinds=SPARSE_TABLES)
         with strategy.scope():

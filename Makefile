@@ -47,7 +47,7 @@ demo: $(STAMP)
 # The suite runs on TEST_PROCS pytest-xdist processes (tests/conftest.py
 # groups them): one runs the tests that run scenarios on the shared pools
 # of workers, another those that launch their own processes, and the
-# one-process test files go to whichever is free. On 2 cores: 23-31 min
+# one-process test files go to whichever is free. On 2 cores: 23-35 min
 # (docs/architecture.md, "Tests"); TEST_PROCS=0 runs it in this process.
 TEST_PROCS ?= 2
 XDIST_ARGS := $(if $(filter-out 0,$(TEST_PROCS)),-n $(TEST_PROCS) --dist loadgroup)

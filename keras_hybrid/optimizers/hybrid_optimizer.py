@@ -172,19 +172,9 @@ class HybridOptimizer(keras.optimizers.Optimizer):
         )
 
     def _accumulate(self, grads, accumulators):
-        """Adds this step's gradients to the accumulators: a sparse one
-        (a table's pushed rows) by scatter-add, so a step costs its rows,
-        not the table's."""
         with sharded_table.shard_view():
             for grad, acc in zip(grads, accumulators, strict=True):
-                if isinstance(grad, tf.IndexedSlices):
-                    acc.value.scatter_add(
-                        tf.IndexedSlices(
-                            tf.cast(grad.values, acc.dtype), grad.indices
-                        )
-                    )
-                else:
-                    acc.value.assign_add(tf.convert_to_tensor(grad))
+                _add_to(acc, grad)
 
     def _apply_accumulated(self, grads, variables, accumulators):
         """Keras' accumulated update, but a table's gradient stays marked
@@ -197,8 +187,9 @@ class HybridOptimizer(keras.optimizers.Optimizer):
             for grad, var, acc in zip(
                 grads, variables, accumulators, strict=True
             ):
-                total = tf.convert_to_tensor(grad) + acc.value
-                mean_grads.append(_as_gradient_of(var, grad, total / steps))
+                _add_to(acc, grad)
+                mean = acc.value / steps
+                mean_grads.append(_as_gradient_of(var, grad, mean))
         if inner.loss_scale_factor is not None:
             mean_grads = [g / inner.loss_scale_factor for g in mean_grads]
         keras_compat.apply_accumulated_update(inner, mean_grads, variables)
@@ -227,6 +218,16 @@ class HybridOptimizer(keras.optimizers.Optimizer):
             config.pop("inner_optimizer"), custom_objects=custom_objects
         )
         return cls(inner, **config)
+
+
+def _add_to(accumulator, grad) -> None:
+    """Adds one step's `grad` into `accumulator`: a sparse gradient (a
+    table's pushed rows) by scatter-add, so the add costs its rows, not
+    the table's."""
+    if isinstance(grad, tf.IndexedSlices):
+        accumulator.value.scatter_add(grad)
+    else:
+        accumulator.value.assign_add(tf.convert_to_tensor(grad))
 
 
 def _as_gradient_of(variable, grad, gradient):
